@@ -1,0 +1,91 @@
+// Command agq is the job-queue server: a Redis-protocol front door over
+// PostgreSQL. Run "agq --help" for its settings.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/internal/node"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	migrate := len(args) > 0 && args[0] == "migrate"
+	if migrate {
+		args = args[1:]
+	}
+	cfg, err := config.Load(args, os.Getenv, os.Stderr)
+	if config.IsHelp(err) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agq: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agq: %v\n", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if migrate {
+		if err := node.Migrate(ctx, cfg, log); err != nil {
+			log.Error().Err(err).Msg("migration failed")
+			return 1
+		}
+		return 0
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	n, err := node.Start(startCtx, cfg, log)
+	cancel()
+	if err != nil {
+		log.Error().Err(err).Msg("agq could not start")
+		return 1
+	}
+	<-ctx.Done()
+	log.Info().Msg("shutting down")
+	if err := n.Close(); err != nil {
+		log.Error().Err(err).Msg("shutdown")
+		return 1
+	}
+	log.Info().Msg("stopped")
+	return 0
+}
+
+func newLogger(cfg config.Config) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("log-level: %w", err)
+	}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+		if isatty.IsTerminal(os.Stderr.Fd()) {
+			format = "console"
+		}
+	}
+	var log zerolog.Logger
+	if format == "console" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(level).With().Timestamp().Logger(), nil
+}

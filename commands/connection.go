@@ -1,0 +1,252 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+)
+
+// Failed AUTH attempts beyond slowAuthAfter are answered after a growing
+// delay; at maxAuthFailures the connection is closed.
+const (
+	slowAuthAfter   = 3
+	maxAuthFailures = 10
+)
+
+func (s *Server) connectionCommands() []*Command {
+	return []*Command{
+		{Name: "ping", Arity: -1, NoAuth: true, Handler: cmdPing},
+		{Name: "echo", Arity: 2, Roles: anyRole, Handler: cmdEcho},
+		{Name: "quit", Arity: -1, NoAuth: true, Handler: cmdQuit},
+		{Name: "select", Arity: 2, Roles: anyRole, Handler: cmdSelect},
+		{Name: "time", Arity: 1, Roles: anyRole, Handler: cmdTime},
+		{Name: "auth", Arity: -2, NoAuth: true, Handler: s.cmdAuth},
+		{Name: "hello", Arity: -1, NoAuth: true, Handler: s.cmdHello},
+		{Name: "client", Arity: -2, Roles: anyRole, Handler: s.cmdClient},
+		{Name: "command", Arity: -1, NoAuth: true, Handler: s.cmdCommand},
+		{Name: "info", Arity: -1, Roles: anyRole, Handler: s.cmdInfo},
+	}
+}
+
+// PING [message]
+func cmdPing(_ context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	switch len(args) {
+	case 1:
+		return resp.SimpleString("PONG"), nil
+	case 2:
+		return resp.Bulk(args[1]), nil
+	}
+	return nil, resp.Errorf("wrong number of arguments for 'ping' command")
+}
+
+// ECHO message
+func cmdEcho(_ context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	return resp.Bulk(args[1]), nil
+}
+
+// QUIT
+func cmdQuit(context.Context, *Session, [][]byte) (resp.Reply, error) {
+	return resp.OK, nil
+}
+
+// SELECT index — agq has one keyspace, database 0.
+func cmdSelect(_ context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	n, err := resp.ParseInt(args[1])
+	if err != nil {
+		return nil, err
+	}
+	if n != 0 {
+		return nil, resp.Errorf("DB index is out of range")
+	}
+	return resp.OK, nil
+}
+
+// TIME
+func cmdTime(context.Context, *Session, [][]byte) (resp.Reply, error) {
+	now := time.Now()
+	return resp.Array{
+		resp.BulkString(strconv.FormatInt(now.Unix(), 10)),
+		resp.BulkString(strconv.FormatInt(int64(now.Nanosecond()/1000), 10)),
+	}, nil
+}
+
+// AUTH [principal] key
+func (s *Server) cmdAuth(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	var user, key string
+	switch len(args) {
+	case 2:
+		key = string(args[1])
+	case 3:
+		user, key = string(args[1]), string(args[2])
+	default:
+		return nil, resp.ErrSyntax
+	}
+	if err := s.authenticate(ctx, sess, user, key); err != nil {
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+func (s *Server) authenticate(ctx context.Context, sess *Session, user, key string) error {
+	p, err := s.keys.Authenticate(ctx, user, key)
+	if err == nil {
+		sess.setAuth(p, user)
+		s.log.Debug().Int64("conn", sess.ID).Str("principal", p.Name).Str("role", p.Role).Msg("authenticated")
+		return nil
+	}
+	if !errors.Is(err, auth.ErrBadCredentials) {
+		return err
+	}
+	sess.authFailures++
+	s.metrics.authFailures.Inc()
+	s.log.Info().Int64("conn", sess.ID).Str("addr", sess.addr).Int("failures", sess.authFailures).Msg("authentication failed")
+	if sess.authFailures >= maxAuthFailures {
+		sess.conn.WriteRaw(resp.ErrWrongPass.AppendRESP(nil, sess.proto))
+		sess.conn.Close()
+		return resp.ErrWrongPass
+	}
+	if sess.authFailures > slowAuthAfter {
+		delay := min(100*time.Millisecond<<(sess.authFailures-slowAuthAfter-1), 2*time.Second)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+	}
+	return resp.ErrWrongPass
+}
+
+// HELLO [protover [AUTH principal key] [SETNAME name]]
+func (s *Server) cmdHello(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	proto := sess.proto
+	rest := args[1:]
+	if len(rest) > 0 {
+		v, err := strconv.Atoi(string(rest[0]))
+		if err != nil {
+			return nil, resp.Errorf("Protocol version is not an integer or out of range")
+		}
+		if v != 2 && v != 3 {
+			return nil, resp.CodeErrorf("NOPROTO", "unsupported protocol version")
+		}
+		proto = v
+		rest = rest[1:]
+	}
+	var setName *string
+	for len(rest) > 0 {
+		switch {
+		case resp.Is(rest[0], "AUTH") && len(rest) >= 3:
+			if err := s.authenticate(ctx, sess, string(rest[1]), string(rest[2])); err != nil {
+				return nil, err
+			}
+			rest = rest[3:]
+		case resp.Is(rest[0], "SETNAME") && len(rest) >= 2:
+			name := string(rest[1])
+			if err := validClientName(name); err != nil {
+				return nil, err
+			}
+			setName = &name
+			rest = rest[2:]
+		default:
+			return nil, resp.Errorf("Syntax error in HELLO option '%s'", rest[0])
+		}
+	}
+	if !sess.isAuthed() {
+		return nil, resp.CodeErrorf("NOAUTH", "HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+	}
+	if setName != nil {
+		sess.mu.Lock()
+		sess.name = *setName
+		sess.mu.Unlock()
+	}
+	sess.proto = proto
+	return resp.Map{
+		{Key: "server", Value: resp.BulkString("agq")},
+		{Key: "version", Value: resp.BulkString(Version)},
+		{Key: "proto", Value: resp.Int(proto)},
+		{Key: "id", Value: resp.Int(sess.ID)},
+		{Key: "mode", Value: resp.BulkString("standalone")},
+		{Key: "role", Value: resp.BulkString("master")},
+		{Key: "modules", Value: resp.Array{}},
+	}, nil
+}
+
+func validClientName(name string) error {
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return resp.Errorf("Client names cannot contain spaces, newlines or special characters.")
+		}
+	}
+	return nil
+}
+
+// CLIENT SETNAME name | GETNAME | ID | SETINFO LIB-NAME|LIB-VER value | INFO | LIST
+func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	sub := strings.ToLower(string(args[1]))
+	wrongArity := resp.Errorf("wrong number of arguments for 'client|%s' command", sub)
+	switch sub {
+	case "setname":
+		if len(args) != 3 {
+			return nil, wrongArity
+		}
+		name := string(args[2])
+		if err := validClientName(name); err != nil {
+			return nil, err
+		}
+		sess.mu.Lock()
+		sess.name = name
+		sess.mu.Unlock()
+		return resp.OK, nil
+	case "getname":
+		if name := sess.clientName(); name != "" {
+			return resp.BulkString(name), nil
+		}
+		return resp.Nil, nil
+	case "id":
+		return resp.Int(sess.ID), nil
+	case "setinfo":
+		if len(args) != 4 {
+			return nil, wrongArity
+		}
+		v := string(args[3])
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		switch {
+		case resp.Is(args[2], "LIB-NAME"):
+			sess.libName = v
+		case resp.Is(args[2], "LIB-VER"):
+			sess.libVer = v
+		default:
+			return nil, resp.Errorf("Unrecognized option '%s'", args[2])
+		}
+		return resp.OK, nil
+	case "info":
+		return resp.BulkString(s.clientLine(sess) + "\n"), nil
+	case "list":
+		var b strings.Builder
+		for _, other := range s.sessionList() {
+			b.WriteString(s.clientLine(other))
+			b.WriteByte('\n')
+		}
+		return resp.BulkString(b.String()), nil
+	}
+	return nil, resp.Errorf("unknown subcommand '%s'. Try CLIENT HELP.", args[1])
+}
+
+func (s *Server) clientLine(sess *Session) string {
+	sess.mu.Lock()
+	name, lib, ver, user := sess.name, sess.libName, sess.libVer, sess.who.Name
+	sess.mu.Unlock()
+	if user == "" {
+		user = "default"
+	}
+	now := time.Now()
+	idle := now.Sub(time.Unix(0, sess.lastActive.Load()))
+	cmd, _ := sess.lastCommand.Load().(string)
+	return fmt.Sprintf("id=%d addr=%s name=%s age=%d idle=%d flags=N db=0 cmd=%s user=%s resp=%d lib-name=%s lib-ver=%s",
+		sess.ID, sess.addr, name, int(now.Sub(sess.created).Seconds()), int(idle.Seconds()), cmd, user, sess.proto, lib, ver)
+}

@@ -1,0 +1,278 @@
+package commands_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestGoRedisConnects(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+
+	t.Run("DefaultOptionsWithPassword", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Password: a.AdminKey})
+		if got, err := c.Ping(ctx).Result(); err != nil || got != "PONG" {
+			t.Fatalf("PING = %q, %v", got, err)
+		}
+		// The default handshake is HELLO 3: the connection speaks RESP3.
+		info, err := c.ClientInfo(ctx).Result()
+		if err != nil {
+			t.Fatalf("CLIENT INFO: %v", err)
+		}
+		if info.Resp != 3 {
+			t.Fatalf("resp = %d, want 3", info.Resp)
+		}
+	})
+	t.Run("UsernameAndPassword", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Username: "admin", Password: a.AdminKey})
+		if got, err := c.Ping(ctx).Result(); err != nil || got != "PONG" {
+			t.Fatalf("PING = %q, %v", got, err)
+		}
+	})
+	t.Run("ClientNameIsSet", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Password: a.AdminKey, ClientName: "reporter-7"})
+		if got, err := c.ClientGetName(ctx).Result(); err != nil || got != "reporter-7" {
+			t.Fatalf("CLIENT GETNAME = %q, %v", got, err)
+		}
+	})
+	t.Run("RESP2WorksToo", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Password: a.AdminKey, Protocol: 2})
+		if got, err := c.Echo(ctx, "héllo\r\nworld").Result(); err != nil || got != "héllo\r\nworld" {
+			t.Fatalf("ECHO = %q, %v", got, err)
+		}
+	})
+	t.Run("WrongKeyFailsWithWrongpass", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Password: strings.Repeat("ab", 32), MaxRetries: -1})
+		err := c.Ping(ctx).Err()
+		if err == nil || err.Error() != "WRONGPASS invalid username-password pair or user is disabled." {
+			t.Fatalf("PING with a wrong key: %v", err)
+		}
+	})
+	t.Run("WrongUserForAdminKeyFails", func(t *testing.T) {
+		c := a.Client(t, redis.Options{Username: "someone-else", Password: a.AdminKey, MaxRetries: -1})
+		if err := c.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {
+			t.Fatalf("PING: %v", err)
+		}
+	})
+}
+
+func TestCompatibilityCommands(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	c := a.Admin(t)
+
+	tests := []struct {
+		args []any
+		want string
+	}{
+		{[]any{"PING"}, "PONG"},
+		{[]any{"PING", "hi"}, "hi"},
+		{[]any{"ECHO", "x"}, "x"},
+		{[]any{"SELECT", "0"}, "OK"},
+		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
+		{[]any{"CLIENT", "SETNAME", "a b"}, "ERR Client names cannot contain spaces, newlines or special characters."},
+		{[]any{"CLIENT", "SETINFO", "LIB-NAME", "mylib"}, "OK"},
+		{[]any{"CLIENT", "NOPE"}, "ERR unknown subcommand 'NOPE'. Try CLIENT HELP."},
+		{[]any{"NOSUCHCMD", "a", "b"}, "ERR unknown command 'nosuchcmd', with args beginning with: 'a' 'b' "},
+		{[]any{"ECHO"}, "ERR wrong number of arguments for 'echo' command"},
+		{[]any{"HELLO", "4"}, "NOPROTO unsupported protocol version"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.args...), func(t *testing.T) {
+			got, err := c.Do(ctx, tc.args...).Text()
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Fatalf("%v = %q, want %q", tc.args, got, tc.want)
+			}
+		})
+	}
+	t.Run("TimeIsNow", func(t *testing.T) {
+		tm, err := c.Time(ctx).Result()
+		if err != nil || time.Since(tm).Abs() > 5*time.Second {
+			t.Fatalf("TIME = %v, %v", tm, err)
+		}
+	})
+	t.Run("CommandCountMatchesCommandList", func(t *testing.T) {
+		n, err := c.Do(ctx, "COMMAND", "COUNT").Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := c.Do(ctx, "COMMAND", "LIST").StringSlice()
+		if err != nil || len(names) != n {
+			t.Fatalf("COMMAND LIST has %d names (%v), COUNT says %d", len(names), err, n)
+		}
+		infos, err := c.Command(ctx).Result()
+		if err != nil || infos["ping"] == nil || infos["ping"].Arity != -1 {
+			t.Fatalf("COMMAND: %v %+v", err, infos["ping"])
+		}
+	})
+	t.Run("InfoServerNamesTheVersion", func(t *testing.T) {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil || !strings.Contains(info, "# Server\r\n") || !strings.Contains(info, "agq_version:") {
+			t.Fatalf("INFO server = %q, %v", info, err)
+		}
+	})
+	t.Run("ClientListShowsThisConnection", func(t *testing.T) {
+		id, err := c.ClientID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := c.ClientList(ctx).Result()
+		if err != nil || !strings.Contains(list, fmt.Sprintf("id=%d ", id)) {
+			t.Fatalf("CLIENT LIST = %q, %v", list, err)
+		}
+	})
+}
+
+func TestRolesAndRevocation(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	workerKey := a.CreateKey(t, "worker", "worker-001")
+	w := a.Client(t, redis.Options{Username: "worker-001", Password: workerKey})
+
+	t.Run("WorkerCannotRunAdminCommands", func(t *testing.T) {
+		err := w.Do(ctx, "KEY.LIST").Err()
+		if err == nil || err.Error() != "NOPERM User worker-001 has no permissions to run the 'key.list' command" {
+			t.Fatalf("KEY.LIST as worker: %v", err)
+		}
+	})
+	t.Run("KeyListShowsMintedPrincipals", func(t *testing.T) {
+		rows, err := a.Admin(t).Do(ctx, "KEY.LIST").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, r := range rows {
+			if row := r.([]any); row[0] == "worker-001" && row[1] == "worker" && row[2] == "minted" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("KEY.LIST = %v", rows)
+		}
+	})
+	t.Run("RevokedKeyStopsWorking", func(t *testing.T) {
+		if err := w.Echo(ctx, "x").Err(); err != nil {
+			t.Fatalf("ECHO before revoke: %v", err)
+		}
+		if err := a.Admin(t).Do(ctx, "KEY.REVOKE", "worker-001").Err(); err != nil {
+			t.Fatalf("KEY.REVOKE: %v", err)
+		}
+		// Revoking twice is harmless: clients re-send after timeouts.
+		if err := a.Admin(t).Do(ctx, "KEY.REVOKE", "worker-001").Err(); err != nil {
+			t.Fatalf("second KEY.REVOKE: %v", err)
+		}
+		// The open connection loses its authentication at once…
+		if err := w.Echo(ctx, "x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Fatalf("ECHO on the revoked connection: %v", err)
+		}
+		// …and a new one cannot authenticate.
+		fresh := a.Client(t, redis.Options{Password: workerKey, MaxRetries: -1})
+		if err := fresh.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {
+			t.Fatalf("PING with the revoked key: %v", err)
+		}
+	})
+	t.Run("BadKeyCommandsAnswerErrors", func(t *testing.T) {
+		for _, args := range [][]any{
+			{"KEY.CREATE", "overlord", "x"},
+			{"KEY.CREATE", "worker", "has space"},
+			{"KEY.REVOKE", "never-existed"},
+			{"KEY.REVOKE", "admin"}, // from configuration
+		} {
+			if err := a.Admin(t).Do(ctx, args...).Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR ") {
+				t.Errorf("%v: %v", args, err)
+			}
+		}
+	})
+}
+
+func TestUnauthenticated(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.AuthTimeout = 500 * time.Millisecond })
+	conn, err := net.Dial("tcp", a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	send := func(cmd string) string {
+		t.Helper()
+		if _, err := conn.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading reply to %q: %v", cmd, err)
+		}
+		return strings.TrimRight(line, "\r\n")
+	}
+	if got := send("PING\r\n"); got != "+PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	if got := send("*1\r\n$4\r\nINFO\r\n"); got != "-NOAUTH Authentication required." {
+		t.Fatalf("INFO before AUTH = %q", got)
+	}
+	if got := send("KEY.LIST\r\n"); got != "-NOAUTH Authentication required." {
+		t.Fatalf("KEY.LIST before AUTH = %q", got)
+	}
+	// An idle unauthenticated connection is closed.
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := rd.ReadByte(); err == nil {
+		t.Fatal("idle unauthenticated connection was not closed")
+	}
+}
+
+func TestRepeatedAuthFailuresCloseTheConnection(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	conn, err := net.Dial("tcp", a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	rd := bufio.NewReader(conn)
+	start := time.Now()
+	closed := false
+	for i := 0; i < 20 && !closed; i++ {
+		if _, err := conn.Write([]byte("AUTH wrong\r\n")); err != nil {
+			closed = true
+			break
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			closed = true
+			break
+		}
+		if !strings.HasPrefix(line, "-WRONGPASS") {
+			t.Fatalf("reply %d = %q", i, line)
+		}
+	}
+	if !closed {
+		t.Fatal("connection still open after 20 failed AUTHs")
+	}
+	if time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("failures were not slowed down: %v", time.Since(start))
+	}
+}

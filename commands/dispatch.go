@@ -1,0 +1,173 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+// Handler runs one command. args[0] is the command name as sent.
+type Handler func(ctx context.Context, s *Session, args [][]byte) (resp.Reply, error)
+
+// Role bits for the registration table.
+type roles uint8
+
+const (
+	roleAdmin roles = 1 << iota
+	roleWorker
+	roleProducer
+
+	anyRole = roleAdmin | roleWorker | roleProducer
+)
+
+// Command is one entry of the registration table.
+type Command struct {
+	Name string
+	// Arity follows Redis: n > 0 exactly n arguments including the name,
+	// n < 0 at least -n.
+	Arity int
+	// NoAuth commands run before AUTH.
+	NoAuth bool
+	Roles  roles
+	// Blocking commands manage their own deadline (their timeout argument).
+	Blocking bool
+	Handler  Handler
+}
+
+func roleBit(role string) roles {
+	switch role {
+	case auth.RoleAdmin:
+		return roleAdmin
+	case auth.RoleWorker:
+		return roleWorker
+	case auth.RoleProducer:
+		return roleProducer
+	}
+	return 0
+}
+
+// dispatch is the single entry for every command and the single place where
+// replies and errors are written.
+func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
+	sess, _ := conn.Context().(*Session)
+	if sess == nil || len(cmd.Args) == 0 {
+		return
+	}
+	start := time.Now()
+	sess.lastActive.Store(start.UnixNano())
+	name := strings.ToLower(string(cmd.Args[0]))
+	c := s.table[name]
+	label := name
+	if c == nil {
+		label = "unknown"
+	}
+	sess.lastCommand.Store(label)
+
+	reply, err := s.run(sess, c, name, cmd.Args)
+	result := "ok"
+	if err != nil {
+		result = "error"
+		reply = s.errorReply(sess, name, err)
+	}
+	conn.WriteRaw(reply.AppendRESP(nil, sess.proto))
+	s.metrics.commands.WithLabelValues(label, result).Inc()
+	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	if c != nil && c.Name == "quit" {
+		conn.Close()
+	}
+}
+
+func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (reply resp.Reply, err error) {
+	if c == nil {
+		return nil, unknownCommand(name, args[1:])
+	}
+	if sess.revoked.Load() {
+		sess.clearAuth()
+		sess.revoked.Store(false)
+	}
+	if !c.NoAuth {
+		if !sess.isAuthed() {
+			return nil, resp.ErrNoAuth
+		}
+		who := sess.principal()
+		if c.Roles&roleBit(who.Role) == 0 {
+			return nil, resp.CodeErrorf("NOPERM", "User %s has no permissions to run the '%s' command", who.Name, name)
+		}
+	}
+	if (c.Arity > 0 && len(args) != c.Arity) || (c.Arity < 0 && len(args) < -c.Arity) {
+		return nil, resp.Errorf("wrong number of arguments for '%s' command", name)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Int64("conn", sess.ID).Str("command", name).Interface("panic", p).
+				Str("stack", string(debug.Stack())).Msg("command panicked")
+			s.metrics.panics.Inc()
+			reply, err = nil, resp.Errorf("internal error while running '%s'", name)
+		}
+	}()
+	ctx := sess.ctx
+	if !c.Blocking {
+		var cancel context.CancelFunc
+		ctx, cancel = s.ctxForCommand(sess)
+		defer cancel()
+	}
+	return c.Handler(ctx, sess, args)
+}
+
+// errorReply turns a handler error into the reply the client sees. Only
+// errors that are already replies pass through verbatim; store errors get a
+// generic text, and anything else is logged and hidden.
+func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
+	if e, ok := resp.AsError(err); ok {
+		return e
+	}
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
+		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("command timed out")
+		return resp.CodeErrorf("TRYAGAIN", "command timed out, retry later")
+	}
+	s.log.Error().Int64("conn", sess.ID).Str("principal", sess.principal().Name).Str("command", name).Err(err).Msg("command failed")
+	return resp.Errorf("internal error while running '%s'", name)
+}
+
+// unknownCommand formats Redis's own text for an unknown command.
+func unknownCommand(name string, args [][]byte) error {
+	var b strings.Builder
+	for i, a := range args {
+		if i == 8 {
+			break
+		}
+		v := string(a)
+		if len(v) > 64 {
+			v = v[:64]
+		}
+		fmt.Fprintf(&b, "'%s' ", v)
+	}
+	return resp.Errorf("unknown command '%s', with args beginning with: %s", name, b.String())
+}
+
+// buildTable registers every command family.
+func (s *Server) buildTable() map[string]*Command {
+	t := map[string]*Command{}
+	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands()} {
+		for _, c := range family {
+			if _, dup := t[c.Name]; dup {
+				panic("command registered twice: " + c.Name)
+			}
+			t[c.Name] = c
+		}
+	}
+	return t
+}

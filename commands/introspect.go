@@ -1,0 +1,149 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agq/agq/resp"
+)
+
+// COMMAND [COUNT | LIST | INFO name… | DOCS [name…]]
+//
+// The replies have Redis's exact shapes: redis-cli asks for COMMAND DOCS
+// when it starts interactively and crashes on a malformed answer.
+func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	if len(args) == 1 {
+		out := resp.Array{}
+		for _, name := range s.commandNames() {
+			out = append(out, commandInfo(s.table[name]))
+		}
+		return out, nil
+	}
+	switch strings.ToLower(string(args[1])) {
+	case "count":
+		return resp.Int(len(s.table)), nil
+	case "list":
+		return resp.StringArray(s.commandNames()), nil
+	case "info":
+		out := resp.Array{}
+		for _, a := range args[2:] {
+			if c := s.table[strings.ToLower(string(a))]; c != nil {
+				out = append(out, commandInfo(c))
+			} else {
+				out = append(out, resp.NilArray)
+			}
+		}
+		return out, nil
+	case "docs":
+		// No documentation entries: an empty map is a valid answer that
+		// redis-cli accepts; docs/protocol is where commands are described.
+		return resp.Map{}, nil
+	}
+	return nil, resp.Errorf("unknown subcommand '%s'. Try COMMAND HELP.", args[1])
+}
+
+func (s *Server) commandNames() []string {
+	names := make([]string, 0, len(s.table))
+	for n := range s.table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// commandInfo is Redis 7's ten-element command description.
+func commandInfo(c *Command) resp.Reply {
+	flags := resp.Array{}
+	if c.NoAuth {
+		flags = append(flags, resp.SimpleString("no_auth"))
+	}
+	if c.Blocking {
+		flags = append(flags, resp.SimpleString("blocking"))
+	}
+	return resp.Array{
+		resp.BulkString(c.Name),
+		resp.Int(c.Arity),
+		flags,
+		resp.Int(0), resp.Int(0), resp.Int(0),
+		resp.Array{}, resp.Array{}, resp.Array{}, resp.Array{},
+	}
+}
+
+// infoSection is one "# Name" block of INFO.
+type infoSection struct {
+	name   string
+	fields func(ctx context.Context) ([][2]string, error)
+}
+
+func (s *Server) infoSections() []infoSection {
+	return []infoSection{
+		{"server", s.infoServer},
+		{"clients", s.infoClients},
+		{"stats", s.infoStats},
+	}
+}
+
+// INFO [section …]
+func (s *Server) cmdInfo(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		want[strings.ToLower(string(a))] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	for _, sec := range s.infoSections() {
+		if !all && !want[sec.name] {
+			continue
+		}
+		fields, err := sec.fields(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		fmt.Fprintf(&b, "# %s\r\n", strings.ToUpper(sec.name[:1])+sec.name[1:])
+		for _, f := range fields {
+			fmt.Fprintf(&b, "%s:%s\r\n", f[0], f[1])
+		}
+	}
+	return resp.BulkString(b.String()), nil
+}
+
+func (s *Server) infoServer(context.Context) ([][2]string, error) {
+	port := ""
+	if s.ln != nil {
+		addr := s.ln.Addr().String()
+		port = addr[strings.LastIndexByte(addr, ':')+1:]
+	}
+	return [][2]string{
+		{"redis_version", "7.0.0"},
+		{"agq_version", Version},
+		{"redis_mode", "standalone"},
+		{"os", runtime.GOOS + " " + runtime.GOARCH},
+		{"arch_bits", "64"},
+		{"go_version", runtime.Version()},
+		{"process_id", fmt.Sprint(os.Getpid())},
+		{"node_id", s.opts.NodeID},
+		{"tcp_port", port},
+		{"uptime_in_seconds", fmt.Sprint(int(time.Since(s.started).Seconds()))},
+	}, nil
+}
+
+func (s *Server) infoClients(context.Context) ([][2]string, error) {
+	return [][2]string{
+		{"connected_clients", fmt.Sprint(len(s.sessionList()))},
+		{"maxclients", fmt.Sprint(s.opts.MaxClients)},
+	}, nil
+}
+
+func (s *Server) infoStats(context.Context) ([][2]string, error) {
+	return [][2]string{
+		{"total_connections_received", fmt.Sprint(s.nextID.Load())},
+	}, nil
+}

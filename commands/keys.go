@@ -1,0 +1,64 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+)
+
+func (s *Server) keyCommands() []*Command {
+	return []*Command{
+		{Name: "key.create", Arity: 3, Roles: roleAdmin, Handler: s.cmdKeyCreate},
+		{Name: "key.revoke", Arity: 2, Roles: roleAdmin, Handler: s.cmdKeyRevoke},
+		{Name: "key.list", Arity: 1, Roles: roleAdmin, Handler: s.cmdKeyList},
+	}
+}
+
+// KEY.CREATE role principal
+func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	role, name := strings.ToLower(string(args[1])), string(args[2])
+	key, err := s.keys.Create(ctx, role, name)
+	if err != nil {
+		return nil, keyError(err)
+	}
+	// Sessions still holding the replaced key lose it, as with KEY.REVOKE.
+	s.revokeSessions(name)
+	s.log.Info().Int64("conn", sess.ID).Str("by", sess.principal().Name).Str("principal", name).Str("role", role).Msg("key created")
+	return resp.BulkString(key), nil
+}
+
+// KEY.REVOKE principal
+func (s *Server) cmdKeyRevoke(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	if err := s.keys.Revoke(ctx, name); err != nil {
+		return nil, keyError(err)
+	}
+	s.revokeSessions(name)
+	s.log.Info().Int64("conn", sess.ID).Str("by", sess.principal().Name).Str("principal", name).Msg("key revoked")
+	return resp.OK, nil
+}
+
+// KEY.LIST
+func (s *Server) cmdKeyList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
+	entries, err := s.keys.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(resp.Array, len(entries))
+	for i, e := range entries {
+		out[i] = resp.StringArray([]string{e.Name, e.Role, e.Source, e.CreatedAt})
+	}
+	return out, nil
+}
+
+func keyError(err error) error {
+	for _, known := range []error{auth.ErrBadRole, auth.ErrBadPrincipal, auth.ErrStaticPrincipal, auth.ErrUnknownPrincipal} {
+		if errors.Is(err, known) {
+			return resp.Errorf("%s", known.Error())
+		}
+	}
+	return err
+}

@@ -1,0 +1,47 @@
+package commands
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	connections      prometheus.Gauge
+	connectionsTotal prometheus.Counter
+	rejectedConns    prometheus.Counter
+	commands         *prometheus.CounterVec
+	latency          *prometheus.HistogramVec
+	authFailures     prometheus.Counter
+	panics           prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agq_connections", Help: "Client connections currently open.",
+		}),
+		connectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_connections_total", Help: "Client connections accepted.",
+		}),
+		rejectedConns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_connections_rejected_total", Help: "Connections refused because max-clients was reached.",
+		}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agq_commands_total", Help: "Commands run, by command and result (ok or error).",
+		}, []string{"command", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agq_command_duration_seconds",
+			Help:    "Time from a command's arrival to its reply, blocking waits included.",
+			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"command"}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_auth_failures_total", Help: "AUTH and HELLO AUTH attempts refused.",
+		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics)
+	}
+	return m
+}

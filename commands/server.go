@@ -1,0 +1,174 @@
+// Package commands is agq's RESP front door: a registration table of
+// commands (name, arity, roles, handler), one dispatch and write point, and
+// one file per command family.
+package commands
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/redcon"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+// Version is agq's version, reported by HELLO and INFO.
+const Version = "0.1.0"
+
+// Options configure the front door.
+type Options struct {
+	NodeID            string
+	HeartbeatInterval time.Duration
+	JobTimeout        time.Duration
+	AckTimeout        time.Duration
+	MaxPayload        int64
+	MaxAttempts       int
+	MaxClients        int
+	AuthTimeout       time.Duration
+	// CommandTimeout bounds a non-blocking command's database work.
+	CommandTimeout time.Duration
+	Limits         resp.Limits
+}
+
+// Server serves RESP clients.
+type Server struct {
+	opts    Options
+	store   *store.Store
+	keys    *auth.Keyring
+	log     zerolog.Logger
+	metrics *metrics
+	table   map[string]*Command
+	started time.Time
+
+	nextID   atomic.Int64
+	mu       sync.Mutex
+	sessions map[int64]*Session
+	ln       net.Listener
+	closed   bool
+}
+
+// New builds a server; Serve starts it.
+func New(opts Options, st *store.Store, keys *auth.Keyring, log zerolog.Logger, reg prometheus.Registerer) *Server {
+	if opts.CommandTimeout == 0 {
+		opts.CommandTimeout = 10 * time.Second
+	}
+	if opts.MaxClients == 0 {
+		opts.MaxClients = 10000
+	}
+	if opts.AuthTimeout == 0 {
+		opts.AuthTimeout = 10 * time.Second
+	}
+	s := &Server{
+		opts:     opts,
+		store:    st,
+		keys:     keys,
+		log:      log,
+		metrics:  newMetrics(reg),
+		started:  time.Now(),
+		sessions: map[int64]*Session{},
+	}
+	s.table = s.buildTable()
+	return s
+}
+
+// Serve accepts connections on ln until Close; it returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	guarded := resp.NewGuardedListener(ln, s.opts.Limits)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.ln = guarded
+	s.mu.Unlock()
+	return redcon.Serve(guarded, s.dispatch, s.accept, s.connClosed)
+}
+
+// Close stops accepting, closes every client connection and returns.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	ln := s.ln
+	sessions := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for _, sess := range sessions {
+		sess.cancel()
+		sess.netConn.Close()
+	}
+}
+
+func (s *Server) accept(conn redcon.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if len(s.sessions) >= s.opts.MaxClients {
+		conn.NetConn().Write([]byte("-ERR max number of clients reached\r\n"))
+		s.metrics.rejectedConns.Inc()
+		return false
+	}
+	sess := newSession(s.nextID.Add(1), conn)
+	if s.opts.AuthTimeout > 0 && sess.guard != nil {
+		sess.guard.SetIdleTimeout(s.opts.AuthTimeout)
+	}
+	conn.SetContext(sess)
+	s.sessions[sess.ID] = sess
+	s.metrics.connections.Inc()
+	s.metrics.connectionsTotal.Inc()
+	return true
+}
+
+func (s *Server) connClosed(conn redcon.Conn, err error) {
+	sess, _ := conn.Context().(*Session)
+	if sess == nil {
+		return
+	}
+	sess.cancel()
+	s.mu.Lock()
+	delete(s.sessions, sess.ID)
+	s.mu.Unlock()
+	s.metrics.connections.Dec()
+	if err != nil {
+		s.log.Debug().Int64("conn", sess.ID).Err(err).Msg("connection closed")
+	}
+}
+
+// sessionList is a snapshot of the open sessions, for CLIENT LIST and INFO.
+func (s *Server) sessionList() []*Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		out = append(out, sess)
+	}
+	return out
+}
+
+// revokeSessions ends the authentication of every session of principal.
+func (s *Server) revokeSessions(principal string) {
+	for _, sess := range s.sessionList() {
+		if sess.principal().Name == principal {
+			sess.revoked.Store(true)
+		}
+	}
+}
+
+// ctxForCommand is the context a non-blocking command runs under.
+func (s *Server) ctxForCommand(sess *Session) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(sess.ctx, s.opts.CommandTimeout)
+}

@@ -1,0 +1,87 @@
+package commands
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+)
+
+// Session is the state of one client connection. Only the connection's own
+// goroutine writes it, except where fields are atomic or under mu (read by
+// CLIENT LIST and revocation from other goroutines).
+type Session struct {
+	ID      int64
+	conn    redcon.Conn
+	netConn net.Conn
+	guard   *resp.GuardedConn
+	addr    string
+	created time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	proto        int
+	authFailures int
+	revoked      atomic.Bool
+	lastActive   atomic.Int64 // unix nanoseconds
+	lastCommand  atomic.Value // string
+
+	mu       sync.Mutex
+	name     string
+	libName  string
+	libVer   string
+	authed   bool
+	who      auth.Principal
+	authUser string // the user named in AUTH, "" when none
+}
+
+func newSession(id int64, conn redcon.Conn) *Session {
+	ctx, cancel := context.WithCancel(context.Background())
+	nc := conn.NetConn()
+	g, _ := nc.(*resp.GuardedConn)
+	s := &Session{ID: id, conn: conn, netConn: nc, guard: g, addr: conn.RemoteAddr(), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2}
+	s.lastActive.Store(time.Now().UnixNano())
+	s.lastCommand.Store("")
+	return s
+}
+
+func (s *Session) principal() auth.Principal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.who
+}
+
+func (s *Session) isAuthed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.authed
+}
+
+func (s *Session) setAuth(p auth.Principal, user string) {
+	s.mu.Lock()
+	s.authed, s.who, s.authUser = true, p, user
+	s.mu.Unlock()
+	s.revoked.Store(false)
+	s.authFailures = 0
+	if s.guard != nil {
+		s.guard.SetIdleTimeout(0)
+	}
+}
+
+func (s *Session) clearAuth() {
+	s.mu.Lock()
+	s.authed, s.who, s.authUser = false, auth.Principal{}, ""
+	s.mu.Unlock()
+}
+
+func (s *Session) clientName() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.name
+}

@@ -1,0 +1,60 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agq/agq/store"
+)
+
+// AdminKeyFile is the name of the generated admin key inside the data dir.
+const AdminKeyFile = "admin.key"
+
+// EnsureAdmin makes sure some admin can connect. When configuration gives no
+// admin key and the data dir holds a generated one, that key is (re)stored;
+// when there is no admin anywhere, a key is minted and written to
+// <dataDir>/admin.key with mode 0600. It returns the path written, if any.
+func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written string, err error) {
+	if k.HasStaticAdmin() {
+		return "", nil
+	}
+	path := filepath.Join(dataDir, AdminKeyFile)
+	if raw, err := os.ReadFile(path); err == nil {
+		key := strings.TrimSpace(string(raw))
+		if key == "" {
+			return "", fmt.Errorf("%s is empty; delete it to mint a new admin key", path)
+		}
+		d := Digest(key)
+		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}); err != nil {
+			return "", fmt.Errorf("storing admin key: %w", err)
+		}
+		return "", nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading admin key: %w", err)
+	}
+	exists, err := k.store.AdminExists(ctx)
+	if err != nil || exists {
+		return "", err
+	}
+	key := GenerateKey()
+	d := Digest(key)
+	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"})
+	if err != nil {
+		return "", fmt.Errorf("storing admin key: %w", err)
+	}
+	if !created {
+		// Another agq node minted it first; its data dir holds the key.
+		return "", nil
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("creating data dir: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing admin key: %w", err)
+	}
+	return path, nil
+}

@@ -1,0 +1,241 @@
+// Package config assembles agq's settings from defaults, an optional TOML
+// file, AGQ_* environment variables and command-line flags, in rising order
+// of precedence.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is everything agq is told at start.
+type Config struct {
+	Listen            string
+	HTTPListen        string
+	DatabaseURL       string
+	DataDir           string
+	ConfigFile        string
+	AdminKey          string
+	HeartbeatInterval time.Duration
+	JobTimeout        time.Duration
+	AckTimeout        time.Duration
+	MaxPayload        int64
+	MaxAttempts       int
+	MaxClients        int
+	AuthTimeout       time.Duration
+	LogLevel          string
+	LogFormat         string
+
+	// Keys from the TOML file's [admins], [workers] and [producers]
+	// tables: principal name to key or "sha256:<hex digest>".
+	Admins    map[string]string
+	Workers   map[string]string
+	Producers map[string]string
+}
+
+// setting describes one configuration value: its flag name (the env name is
+// AGQ_ plus the flag in upper snake case, the TOML key the flag in snake case).
+type setting struct {
+	flag  string
+	def   string
+	usage string
+	set   func(c *Config, v string) error
+}
+
+var settings = []setting{
+	{"listen", "127.0.0.1:6380", "RESP address", func(c *Config, v string) error { c.Listen = v; return nil }},
+	{"http-listen", "127.0.0.1:6381", "health and metrics address (off disables)", func(c *Config, v string) error { c.HTTPListen = v; return nil }},
+	{"database-url", "", "external PostgreSQL URL (unset: managed local cluster in the data dir)", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
+	{"data-dir", "./agq-data", "managed cluster and generated admin key", func(c *Config, v string) error { c.DataDir = v; return nil }},
+	{"admin-key", "", "an admin key (or sha256:<hex digest>)", func(c *Config, v string) error { c.AdminKey = v; return nil }},
+	{"heartbeat-interval", "30s", "heartbeat interval told to workers; dead after 3 missed", durationSetter(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+	{"job-timeout", "1h", "default job timeout", durationSetter(func(c *Config) *time.Duration { return &c.JobTimeout })},
+	{"ack-timeout", "30s", "unacknowledged-delivery timeout", durationSetter(func(c *Config) *time.Duration { return &c.AckTimeout })},
+	{"max-payload", "2097152", "maximum bytes per job", func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("must be a positive number of bytes")
+		}
+		c.MaxPayload = n
+		return nil
+	}},
+	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
+	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
+	{"auth-timeout", "10s", "idle unauthenticated connections are closed after this", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
+	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{"log-format", "", "json or console (default: console on a terminal, else json)", func(c *Config, v string) error {
+		if v != "" && v != "json" && v != "console" {
+			return fmt.Errorf("must be json or console")
+		}
+		c.LogFormat = v
+		return nil
+	}},
+}
+
+func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("must be a positive duration such as 30s")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func intSetter(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("must be a positive integer")
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// EnvName is the environment variable of a flag: http-listen → AGQ_HTTP_LISTEN.
+func EnvName(flagName string) string {
+	return "AGQ_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ErrHelp is returned when --help was asked for; usage has been printed.
+var ErrHelp = flag.ErrHelp
+
+// Load builds the configuration from args (without the program name), the
+// environment (getenv) and the TOML file named by --config or AGQ_CONFIG.
+func Load(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("agq", flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	values := make(map[string]*string, len(settings))
+	for _, s := range settings {
+		values[s.flag] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.usage, EnvName(s.flag)))
+	}
+	configFile := fs.String("config", "", "TOML configuration file (env AGQ_CONFIG)")
+	fs.Usage = func() {
+		fmt.Fprintf(usageOut, "Usage: agq [flags]        run the server\n       agq migrate [flags] apply database migrations and exit\n\n")
+		fmt.Fprintf(usageOut, "Precedence: flags, then AGQ_* environment variables, then the TOML file, then defaults.\n")
+		fmt.Fprintf(usageOut, "The TOML file takes the flag names in snake case (heartbeat_interval = \"30s\") and\n")
+		fmt.Fprintf(usageOut, "key tables [admins], [workers], [producers]: \"name\" = \"<key or sha256:<hex>>\".\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+
+	var c Config
+	c.ConfigFile = *configFile
+	if !explicit["config"] {
+		c.ConfigFile = getenv("AGQ_CONFIG")
+	}
+	var file fileConfig
+	if c.ConfigFile != "" {
+		var err error
+		if file, err = readFile(c.ConfigFile); err != nil {
+			return Config{}, err
+		}
+	}
+	for _, s := range settings {
+		v, origin := s.def, "default"
+		if fv, ok := file.values[strings.ReplaceAll(s.flag, "-", "_")]; ok {
+			v, origin = fv, "config file"
+		}
+		if ev := getenv(EnvName(s.flag)); ev != "" {
+			v, origin = ev, EnvName(s.flag)
+		}
+		if explicit[s.flag] {
+			v, origin = *values[s.flag], "--"+s.flag
+		}
+		if err := s.set(&c, v); err != nil {
+			return Config{}, fmt.Errorf("%s (from %s): %w", s.flag, origin, err)
+		}
+	}
+	if c.HTTPListen == "off" {
+		c.HTTPListen = ""
+	}
+	c.Admins, c.Workers, c.Producers = file.admins, file.workers, file.producers
+	return c, nil
+}
+
+type fileConfig struct {
+	values                     map[string]string
+	admins, workers, producers map[string]string
+}
+
+func readFile(path string) (fileConfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("reading config file: %w", err)
+	}
+	var doc map[string]any
+	if err := toml.Unmarshal(raw, &doc); err != nil {
+		return fileConfig{}, fmt.Errorf("config file %s: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[strings.ReplaceAll(s.flag, "-", "_")] = true
+	}
+	fc := fileConfig{values: map[string]string{}}
+	for k, v := range doc {
+		switch k {
+		case "admins", "workers", "producers":
+			table, err := keyTable(k, v)
+			if err != nil {
+				return fileConfig{}, fmt.Errorf("config file %s: %w", path, err)
+			}
+			switch k {
+			case "admins":
+				fc.admins = table
+			case "workers":
+				fc.workers = table
+			default:
+				fc.producers = table
+			}
+		default:
+			if !known[k] {
+				return fileConfig{}, fmt.Errorf("config file %s: unknown setting %q", path, k)
+			}
+			switch x := v.(type) {
+			case string:
+				fc.values[k] = x
+			case int64:
+				fc.values[k] = strconv.FormatInt(x, 10)
+			default:
+				return fileConfig{}, fmt.Errorf("config file %s: %s must be a string or an integer", path, k)
+			}
+		}
+	}
+	return fc, nil
+}
+
+func keyTable(name string, v any) (map[string]string, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("[%s] must be a table of \"name\" = \"key\"", name)
+	}
+	out := make(map[string]string, len(m))
+	for principal, key := range m {
+		s, ok := key.(string)
+		if !ok || s == "" {
+			return nil, fmt.Errorf("[%s] %q: the key must be a non-empty string", name, principal)
+		}
+		out[principal] = s
+	}
+	return out, nil
+}
+
+// IsHelp reports whether err means --help was asked for.
+func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }

@@ -1,0 +1,269 @@
+// Package node wires one agq process together: the database (managed or
+// external), migrations, keys, the RESP front door, the HTTP side port and
+// the background services. cmd/agq and the test harness both start agq
+// through it, so tests exercise exactly what users run.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/commands"
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/internal/health"
+	"github.com/agq/agq/internal/pgcluster"
+	"github.com/agq/agq/migrations"
+	"github.com/agq/agq/store"
+)
+
+// Node is a running agq.
+type Node struct {
+	ID       string
+	cfg      config.Config
+	log      zerolog.Logger
+	cluster  *pgcluster.Cluster
+	store    *store.Store
+	server   *commands.Server
+	respLn   net.Listener
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	registry *prometheus.Registry
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// databaseURL returns the URL to use, starting the managed cluster when
+// none is configured.
+func openDatabase(ctx context.Context, cfg config.Config, log zerolog.Logger) (string, *pgcluster.Cluster, error) {
+	if cfg.DatabaseURL != "" {
+		return cfg.DatabaseURL, nil, nil
+	}
+	cl, err := pgcluster.Open(pgcluster.Config{DataDir: cfg.DataDir, Logger: log.With().Str("component", "postgres").Logger()})
+	if err != nil {
+		return "", nil, fmt.Errorf("managed postgres: %w", err)
+	}
+	if err := cl.Start(ctx); err != nil {
+		cl.Close()
+		return "", nil, fmt.Errorf("managed postgres: %w", err)
+	}
+	if err := ensureDatabase(ctx, cl); err != nil {
+		cl.Close()
+		return "", nil, err
+	}
+	return cl.ConnString("agq"), cl, nil
+}
+
+// ensureDatabase creates the agq database in a fresh managed cluster.
+func ensureDatabase(ctx context.Context, cl *pgcluster.Cluster) error {
+	st, err := store.Open(ctx, store.Config{URL: cl.ConnString("postgres"), MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var exists bool
+	if err := st.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agq')`).Scan(&exists); err != nil {
+		return fmt.Errorf("checking for the agq database: %w", err)
+	}
+	if !exists {
+		if _, err := st.Pool.Exec(ctx, `CREATE DATABASE agq`); err != nil {
+			return fmt.Errorf("creating the agq database: %w", err)
+		}
+	}
+	return nil
+}
+
+// Migrate applies migrations and returns; the managed cluster, if any, is
+// started for the purpose and stopped again.
+func Migrate(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
+	url, cl, err := openDatabase(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		defer cl.Close()
+	}
+	st, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := migrations.Apply(ctx, st.Pool)
+	if err != nil {
+		return err
+	}
+	log.Info().Ints("applied", applied).Int("version", migrations.Latest()).Msg("migrations applied")
+	return nil
+}
+
+// Start brings a node up: database, migrations, keys, listeners, services.
+func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node, err error) {
+	host, _ := os.Hostname()
+	n = &Node{
+		ID:       fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
+		cfg:      cfg,
+		registry: prometheus.NewRegistry(),
+	}
+	n.log = log.With().Str("node", n.ID).Logger()
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	url, cl, err := openDatabase(ctx, cfg, n.log)
+	if err != nil {
+		return nil, err
+	}
+	n.cluster = cl
+	if n.store, err = store.Open(ctx, store.Config{URL: url}); err != nil {
+		return nil, err
+	}
+	applied, err := migrations.Apply(ctx, n.store.Pool)
+	if err != nil {
+		return nil, err
+	}
+	if len(applied) > 0 {
+		n.log.Info().Ints("versions", applied).Msg("migrations applied")
+	}
+
+	keys, err := auth.NewKeyring(n.store, staticKeys(cfg), map[string]string{})
+	if err != nil {
+		return nil, err
+	}
+	written, err := keys.EnsureAdmin(ctx, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if written != "" {
+		n.log.Warn().Str("path", written).Msg("no admin key was configured: minted one and wrote it to this file (mode 0600)")
+	}
+
+	n.server = commands.New(commands.Options{
+		NodeID:            n.ID,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		JobTimeout:        cfg.JobTimeout,
+		AckTimeout:        cfg.AckTimeout,
+		MaxPayload:        cfg.MaxPayload,
+		MaxAttempts:       cfg.MaxAttempts,
+		MaxClients:        cfg.MaxClients,
+		AuthTimeout:       cfg.AuthTimeout,
+	}, n.store, keys, n.log, n.registry)
+
+	if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.server.Serve(n.respLn); err != nil {
+			n.log.Error().Err(err).Msg("RESP server stopped")
+		}
+	}()
+
+	if cfg.HTTPListen != "" {
+		if n.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPListen, err)
+		}
+		n.httpSrv = &http.Server{Handler: health.Handler(n.ready, n.registry), ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error().Err(err).Msg("HTTP server stopped")
+			}
+		}()
+	}
+	n.log.Info().Str("listen", n.RESPAddr()).Str("http", n.HTTPAddr()).Msg("agq ready")
+	return n, nil
+}
+
+func staticKeys(cfg config.Config) auth.StaticKeys {
+	keys := auth.StaticKeys{
+		auth.RoleAdmin:    cfg.Admins,
+		auth.RoleWorker:   cfg.Workers,
+		auth.RoleProducer: cfg.Producers,
+	}
+	if cfg.AdminKey != "" {
+		admins := map[string]string{"admin": cfg.AdminKey}
+		for k, v := range cfg.Admins {
+			admins[k] = v
+		}
+		keys[auth.RoleAdmin] = admins
+	}
+	return keys
+}
+
+// ready is /readyz: the database answers and the schema is current.
+func (n *Node) ready(ctx context.Context) error {
+	if err := n.store.Ping(ctx); err != nil {
+		return err
+	}
+	v, err := migrations.Current(ctx, n.store.Pool)
+	if err != nil {
+		return err
+	}
+	if v < migrations.Latest() {
+		return fmt.Errorf("schema version %d, want %d", v, migrations.Latest())
+	}
+	return nil
+}
+
+// RESPAddr is the address the RESP listener is bound to.
+func (n *Node) RESPAddr() string {
+	if n.respLn == nil {
+		return ""
+	}
+	return n.respLn.Addr().String()
+}
+
+// HTTPAddr is the address of the side port, "" when disabled.
+func (n *Node) HTTPAddr() string {
+	if n.httpLn == nil {
+		return ""
+	}
+	return n.httpLn.Addr().String()
+}
+
+// Cluster is the managed PostgreSQL, nil with an external database.
+func (n *Node) Cluster() *pgcluster.Cluster { return n.cluster }
+
+// Store is the node's database handle.
+func (n *Node) Store() *store.Store { return n.store }
+
+// Close stops serving, stops the services, closes the database and, when it
+// is managed, stops PostgreSQL. It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.server != nil {
+			n.server.Close()
+		}
+		if n.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = n.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		n.wg.Wait()
+		if n.store != nil {
+			n.store.Close()
+		}
+		if n.cluster != nil {
+			n.closeErr = n.cluster.Close()
+		}
+	})
+	return n.closeErr
+}

@@ -1,0 +1,243 @@
+package resp
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// redcon v1.6.2 parses whatever it reads without limits: a huge bulk length
+// overflows its index arithmetic and panics, a huge argument count spins, and
+// a long header or inline line grows its buffer forever. The guard sits
+// between the socket and redcon and hands redcon only input it has framed and
+// bounded, so redcon never sees a command it cannot handle.
+
+// Limits bound what one client may send.
+type Limits struct {
+	MaxArgs    int   // arguments per command (default 1<<16)
+	MaxBulk    int64 // bytes per argument (default 64 MiB)
+	MaxInline  int   // bytes per inline (telnet-style) command line (default 64 KiB)
+	MaxCommand int64 // bytes per whole command (default 256 MiB)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxArgs <= 0 {
+		l.MaxArgs = 1 << 16
+	}
+	if l.MaxBulk <= 0 {
+		l.MaxBulk = 64 << 20
+	}
+	if l.MaxInline <= 0 {
+		l.MaxInline = 64 << 10
+	}
+	if l.MaxCommand <= 0 {
+		l.MaxCommand = 256 << 20
+	}
+	return l
+}
+
+const (
+	// guardMaxRead caps one Read, which bounds what the guard holds back.
+	guardMaxRead = 64 << 10
+	// guardKeepBuf is the largest pending buffer kept for reuse once drained.
+	guardKeepBuf = 2 * guardMaxRead
+	// guardErrWriteTimeout keeps a client that reads nothing from pinning
+	// the connection while we tell it why we hang up.
+	guardErrWriteTimeout = 5 * time.Second
+)
+
+var errGuardReadDuringWatch = errors.New("resp: Read called while WatchPeer runs")
+
+// guardViolation is the error Read returns once the client broke framing or
+// a limit; redcon then closes the connection.
+type guardViolation struct{ reason string }
+
+func (e *guardViolation) Error() string { return "Protocol error: " + e.reason }
+
+type guardedListener struct {
+	net.Listener
+	limits Limits
+}
+
+// NewGuardedListener returns a listener whose Accept wraps every connection
+// in a *GuardedConn enforcing limits; zero fields take their defaults.
+func NewGuardedListener(ln net.Listener, limits Limits) net.Listener {
+	return &guardedListener{Listener: ln, limits: limits.withDefaults()}
+}
+
+// Accept waits for the next connection and returns it as a *GuardedConn.
+func (l *guardedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewGuardedConn(c, l.limits), nil
+}
+
+// GuardedConn is a net.Conn whose Read returns only bytes that form
+// well-framed RESP commands within its Limits. On a violation it writes a
+// Redis-style protocol error to the client and Read fails.
+//
+// Read, SetIdleTimeout and WatchPeer belong to the goroutine serving the
+// connection and must not run concurrently with each other, except that
+// stop may be called from anywhere; Write, Close and the deadline methods
+// are safe from any goroutine.
+type GuardedConn struct {
+	conn net.Conn
+
+	mu sync.Mutex // guards the fields below; never held across blocking I/O
+	// store[off:] holds bytes received but not yet served; the prefix up to
+	// frame.pos has been validated.
+	store    []byte
+	off      int
+	served   int64 // stream offset of the next byte to serve
+	frame    guardFrame
+	readErr  error // the peer's error, returned once pending bytes are served
+	errSent  bool
+	idle     time.Duration
+	watching bool
+}
+
+// NewGuardedConn wraps c so that its reads are validated against limits;
+// zero fields take their defaults.
+func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
+	return &GuardedConn{conn: c, frame: guardFrame{lim: limits.withDefaults()}}
+}
+
+// SetIdleTimeout makes every read of the underlying connection fail unless it
+// completes within d, which drops clients that connect and say nothing; 0
+// removes the deadline.
+func (c *GuardedConn) SetIdleTimeout(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle = d
+	if d <= 0 && !c.watching {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// Read reads validated bytes. It never returns data together with an error,
+// and it ends a read on a command boundary when one is available, because
+// redcon's reader grows its buffer whenever a read leaves it full in the
+// middle of a command.
+func (c *GuardedConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p = p[:min(len(p), guardMaxRead)]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.frame.bad != "" {
+			return c.violated(p)
+		}
+		if c.off < len(c.store) {
+			n := c.admit(c.store[c.off:min(len(c.store), c.off+len(p))])
+			if n > 0 {
+				copy(p, c.store[c.off:c.off+n])
+				c.consume(n)
+				return n, nil
+			}
+			continue // a violation with nothing before it
+		}
+		if c.readErr != nil {
+			return 0, c.readErr
+		}
+		if c.watching {
+			return 0, errGuardReadDuringWatch
+		}
+		n, err := c.readConn(p)
+		if n == 0 {
+			return 0, err
+		}
+		c.readErr = err
+		served := c.admit(p[:n])
+		// Keep the validated tail for the next Read.
+		c.store = append(c.store, p[served:c.frame.pos-c.served]...)
+		c.served += int64(served)
+		if served > 0 {
+			return served, nil
+		}
+	}
+}
+
+// readConn reads the underlying connection with the lock released.
+func (c *GuardedConn) readConn(p []byte) (int, error) {
+	if c.idle > 0 {
+		c.conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	return c.conn.Read(p)
+}
+
+// admit validates what b, the pending bytes from c.served on, holds beyond
+// what was already validated, and returns how many may be served: up to the
+// last complete command when there is one, else all validated bytes, and
+// never any byte of a command that broke the rules.
+func (c *GuardedConn) admit(b []byte) int {
+	if checked := int(c.frame.pos - c.served); checked < len(b) && c.frame.bad == "" {
+		c.frame.feed(b[checked:])
+	}
+	end := c.frame.pos
+	if c.frame.cmdStart > c.served || c.frame.bad != "" {
+		end = c.frame.cmdStart
+	}
+	return int(min(max(end-c.served, 0), int64(len(b))))
+}
+
+func (c *GuardedConn) consume(n int) {
+	c.off += n
+	c.served += int64(n)
+	if c.off == len(c.store) {
+		c.off = 0
+		c.store = c.store[:0]
+		if cap(c.store) > guardKeepBuf {
+			c.store = nil
+		}
+	}
+}
+
+// violated serves what came before the offending command, then tells the
+// client why it is being dropped. redcon flushes its replies before it reads
+// again, so the error follows the replies to the commands served.
+func (c *GuardedConn) violated(p []byte) (int, error) {
+	if n := c.admit(c.store[c.off:min(len(c.store), c.off+len(p))]); n > 0 {
+		copy(p, c.store[c.off:c.off+n])
+		c.consume(n)
+		return n, nil
+	}
+	err := &guardViolation{reason: c.frame.bad}
+	if !c.errSent {
+		c.errSent = true
+		c.store, c.off = nil, 0
+		c.conn.SetWriteDeadline(time.Now().Add(guardErrWriteTimeout))
+		c.conn.Write([]byte("-ERR " + err.Error() + "\r\n"))
+	}
+	return 0, err
+}
+
+// Write writes to the underlying connection.
+func (c *GuardedConn) Write(p []byte) (int, error) { return c.conn.Write(p) }
+
+// Close closes the underlying connection; a running watch then ends and
+// reports the peer gone.
+func (c *GuardedConn) Close() error { return c.conn.Close() }
+
+// LocalAddr returns the local network address.
+func (c *GuardedConn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// RemoteAddr returns the remote network address.
+func (c *GuardedConn) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
+
+// SetDeadline sets the underlying connection's read and write deadlines; the
+// idle timeout and WatchPeer replace the read deadline as they go.
+func (c *GuardedConn) SetDeadline(t time.Time) error { return c.conn.SetDeadline(t) }
+
+// SetReadDeadline sets the underlying connection's read deadline; the idle
+// timeout and WatchPeer replace it as they go.
+func (c *GuardedConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the underlying connection's write deadline.
+func (c *GuardedConn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }

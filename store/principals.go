@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Principal is an identity allowed to connect.
+type Principal struct {
+	Name      string
+	Role      string
+	KeyDigest []byte
+	Source    string
+	CreatedAt time.Time
+}
+
+// PrincipalPut creates the principal or replaces its key and role (a key
+// rotation); the old key stops working in the same statement.
+func (s *Store) PrincipalPut(ctx context.Context, p Principal) error {
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO principals (name, role, key_digest, source)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE
+		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
+		    created_at = now(), revoked_at = NULL`,
+		p.Name, p.Role, p.KeyDigest, p.Source)
+	return interpretError(err)
+}
+
+// PrincipalPutIfAbsent creates the principal only when no live principal of
+// that name exists; it reports whether it did.
+func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p Principal) (bool, error) {
+	tag, err := s.Pool.Exec(ctx, `
+		INSERT INTO principals (name, role, key_digest, source)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE
+		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
+		    created_at = now(), revoked_at = NULL
+		WHERE principals.revoked_at IS NOT NULL`,
+		p.Name, p.Role, p.KeyDigest, p.Source)
+	if err != nil {
+		return false, interpretError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// PrincipalByDigest finds the live principal holding a key digest; the
+// partial unique index principals_live_digest serves it.
+func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (Principal, error) {
+	var p Principal
+	err := s.Pool.QueryRow(ctx, `
+		SELECT name, role, key_digest, source, created_at FROM principals
+		WHERE key_digest = $1 AND revoked_at IS NULL`, digest).
+		Scan(&p.Name, &p.Role, &p.KeyDigest, &p.Source, &p.CreatedAt)
+	return p, interpretError(err)
+}
+
+// PrincipalRevoke revokes a principal's key. Revoking twice is not an error;
+// ErrNotFound means no such principal ever existed.
+func (s *Store) PrincipalRevoke(ctx context.Context, name string) error {
+	tag, err := s.Pool.Exec(ctx, `
+		UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// PrincipalList lists live principals by name.
+func (s *Store) PrincipalList(ctx context.Context) ([]Principal, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT name, role, source, created_at FROM principals
+		WHERE revoked_at IS NULL ORDER BY name`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []Principal
+	for rows.Next() {
+		var p Principal
+		if err := rows.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, p)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// AdminExists reports whether any live admin principal is stored.
+func (s *Store) AdminExists(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.Pool.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM principals WHERE role = 'admin' AND revoked_at IS NULL)`).Scan(&ok)
+	return ok, interpretError(err)
+}

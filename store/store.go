@@ -1,0 +1,100 @@
+// Package store is agq's only door to PostgreSQL: every SQL statement lives
+// here, one file per table or aggregate, with pgx errors translated to the
+// domain errors below in one place.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Domain errors returned by store functions.
+var (
+	// ErrNotFound means the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means a uniqueness rule refused the write.
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the database could not be reached.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// Store wraps the connection pool.
+type Store struct {
+	Pool *pgxpool.Pool
+}
+
+// Config sizes the pool.
+type Config struct {
+	URL      string
+	MaxConns int32
+}
+
+// Open connects to the database and checks that it answers.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "agq"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("creating pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to database: %w", err)
+	}
+	return &Store{Pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.Pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.Pool.Ping(ctx); err != nil {
+		return interpretError(err)
+	}
+	return nil
+}
+
+// interpretError maps pgx and PostgreSQL errors to the domain errors.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+		case "57P01", "57P02", "57P03": // admin shutdown, crash shutdown, cannot connect now
+			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
+		}
+		return err
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
