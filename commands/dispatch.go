@@ -131,6 +131,10 @@ func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
 		return e
 	}
 	switch {
+	case errors.Is(err, errClientGone):
+		return resp.Errorf("client disconnected")
+	case errors.Is(err, context.Canceled):
+		return resp.CodeErrorf("TRYAGAIN", "server shutting down")
 	case errors.Is(err, store.ErrUnavailable):
 		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
 		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
@@ -161,7 +165,7 @@ func unknownCommand(name string, args [][]byte) error {
 // buildTable registers every command family.
 func (s *Server) buildTable() map[string]*Command {
 	t := map[string]*Command{}
-	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands()} {
+	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.queueCommands()} {
 		for _, c := range family {
 			if _, dup := t[c.Name]; dup {
 				panic("command registered twice: " + c.Name)

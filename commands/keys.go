@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"strings"
 
@@ -25,7 +26,8 @@ func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte)
 		return nil, keyError(err)
 	}
 	// Sessions still holding the replaced key lose it, as with KEY.REVOKE.
-	s.revokeSessions(name)
+	d := auth.Digest(key)
+	s.RevokeSessions(name, hex.EncodeToString(d[:]))
 	s.log.Info().Int64("conn", sess.ID).Str("by", sess.principal().Name).Str("principal", name).Str("role", role).Msg("key created")
 	return resp.BulkString(key), nil
 }
@@ -36,7 +38,7 @@ func (s *Server) cmdKeyRevoke(ctx context.Context, sess *Session, args [][]byte)
 	if err := s.keys.Revoke(ctx, name); err != nil {
 		return nil, keyError(err)
 	}
-	s.revokeSessions(name)
+	s.RevokeSessions(name, "")
 	s.log.Info().Int64("conn", sess.ID).Str("by", sess.principal().Name).Str("principal", name).Msg("key revoked")
 	return resp.OK, nil
 }

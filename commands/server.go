@@ -5,6 +5,7 @@ package commands
 
 import (
 	"context"
+	"encoding/hex"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -42,6 +44,7 @@ type Server struct {
 	opts    Options
 	store   *store.Store
 	keys    *auth.Keyring
+	hub     *wakeup.Hub
 	log     zerolog.Logger
 	metrics *metrics
 	table   map[string]*Command
@@ -55,7 +58,7 @@ type Server struct {
 }
 
 // New builds a server; Serve starts it.
-func New(opts Options, st *store.Store, keys *auth.Keyring, log zerolog.Logger, reg prometheus.Registerer) *Server {
+func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log zerolog.Logger, reg prometheus.Registerer) *Server {
 	if opts.CommandTimeout == 0 {
 		opts.CommandTimeout = 10 * time.Second
 	}
@@ -69,6 +72,7 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, log zerolog.Logger, 
 		opts:     opts,
 		store:    st,
 		keys:     keys,
+		hub:      hub,
 		log:      log,
 		metrics:  newMetrics(reg),
 		started:  time.Now(),
@@ -159,10 +163,13 @@ func (s *Server) sessionList() []*Session {
 	return out
 }
 
-// revokeSessions ends the authentication of every session of principal.
-func (s *Server) revokeSessions(principal string) {
+// RevokeSessions ends the authentication of every session of principal
+// that holds a key other than the live one (liveDigest, hex; "" when the
+// key was revoked): its key was revoked or replaced, on this node or another.
+func (s *Server) RevokeSessions(principal, liveDigest string) {
 	for _, sess := range s.sessionList() {
-		if sess.principal().Name == principal {
+		p := sess.principal()
+		if p.Name == principal && hex.EncodeToString(p.Digest[:]) != liveDigest {
 			sess.revoked.Store(true)
 		}
 	}

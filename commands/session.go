@@ -39,6 +39,7 @@ type Session struct {
 	authed   bool
 	who      auth.Principal
 	authUser string // the user named in AUTH, "" when none
+	workerID string // set by WORKER.REGISTER on this connection
 }
 
 func newSession(id int64, conn redcon.Conn) *Session {

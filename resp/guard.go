@@ -212,6 +212,8 @@ func (c *GuardedConn) violated(p []byte) (int, error) {
 	if !c.errSent {
 		c.errSent = true
 		c.store, c.off = nil, 0
+		c.mu.Unlock()
+		defer c.mu.Lock()
 		c.conn.SetWriteDeadline(time.Now().Add(guardErrWriteTimeout))
 		c.conn.Write([]byte("-ERR " + err.Error() + "\r\n"))
 	}

@@ -30,6 +30,7 @@ func FuzzGuard(f *testing.F) {
 		"ECHO \"abc\r\n",
 		"ECHO \"a\"b\r\n",
 		"a b c d e f g h i\r\n",
+		"\"\" '' \"a b\" c \"d\\\"e\" f 'g' h\r\n",
 		"*9\r\n",
 		"*3\r\n$64\r\n" + string(bytes.Repeat([]byte("y"), 64)) + "\r\n$64\r\n" + string(bytes.Repeat([]byte("y"), 64)) + "\r\n$64\r\n",
 	}

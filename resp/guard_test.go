@@ -285,7 +285,7 @@ var guardValidTraffic = map[string]string{
 		"ECHO \"x\\r\\n\" plain\r\n",
 	"BinaryBulkBodiesContainingCRLF": "*2\r\n$4\r\nECHO\r\n$8\r\n\r\n\x00\xff*1\r\n\r\n" +
 		"*2\r\n$4\r\nECHO\r\n$3\r\n$\r\n\r\n",
-	"BulkLargerThanOneRead": "*2\r\n$4\r\nECHO\r\n$70000\r\n" + strings.Repeat("0123456789", 7000) + "\r\nPING\r\n",
+	"BulkLargerThanOneRead":   "*2\r\n$4\r\nECHO\r\n$70000\r\n" + strings.Repeat("0123456789", 7000) + "\r\nPING\r\n",
 	"MixedInlineAndMultibulk": "PING\r\n*1\r\n$4\r\nPING\r\nPING\r\n",
 }
 

@@ -15,15 +15,19 @@ type Principal struct {
 }
 
 // PrincipalPut creates the principal or replaces its key and role (a key
-// rotation); the old key stops working in the same statement.
+// rotation); the old key stops working in the same statement, and every
+// node is told to drop sessions holding it.
 func (s *Store) PrincipalPut(ctx context.Context, p Principal) error {
 	_, err := s.Pool.Exec(ctx, `
+		WITH put AS (
 		INSERT INTO principals (name, role, key_digest, source)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE
 		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
-		    created_at = now(), revoked_at = NULL`,
-		p.Name, p.Role, p.KeyDigest, p.Source)
+		    created_at = now(), revoked_at = NULL
+		)
+		SELECT pg_notify($5, $1 || ' ' || encode($3, 'hex'))`,
+		p.Name, p.Role, p.KeyDigest, p.Source, ChannelKeys)
 	return interpretError(err)
 }
 
@@ -58,12 +62,16 @@ func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (Principal
 // PrincipalRevoke revokes a principal's key. Revoking twice is not an error;
 // ErrNotFound means no such principal ever existed.
 func (s *Store) PrincipalRevoke(ctx context.Context, name string) error {
-	tag, err := s.Pool.Exec(ctx, `
-		UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
+	var found bool
+	err := s.Pool.QueryRow(ctx, `
+		WITH r AS (
+			UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1 RETURNING name
+		)
+		SELECT EXISTS (SELECT 1 FROM r), pg_notify($2, $1)`, name, ChannelKeys).Scan(&found, new(any))
 	if err != nil {
 		return interpretError(err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		return ErrNotFound
 	}
 	return nil

@@ -104,6 +104,18 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 // returns its connection string; it is dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, templateDB)
+}
+
+// NewEmptyDatabase creates a database without any migration applied, for
+// tests of what a first start does; it is dropped when the test ends.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, "template0")
+}
+
+func newDatabase(t testing.TB, template string) string {
+	t.Helper()
 	cl := Cluster(t)
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbCounter.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -114,7 +126,7 @@ func NewDatabase(t testing.TB) string {
 	}
 	defer admin.Close()
 	clusterMu.Lock()
-	_, err = admin.Pool.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, templateDB))
+	_, err = admin.Pool.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
 	clusterMu.Unlock()
 	if err != nil {
 		t.Fatalf("agqtest: creating database: %v", err)

@@ -103,12 +103,29 @@ func (a *Agq) CreateKey(t testing.TB, role, principal string) string {
 // flags are added) and returns its combined output, trimmed.
 func (a *Agq) RedisCLI(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	host, port := splitHostPort(t, a.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	full := append([]string{"-h", host, "-p", port}, args...)
-	out, err := exec.CommandContext(ctx, RedisCLIPath(t), full...).CombinedOutput()
+	out, err := a.RedisCLICommand(ctx, t, args...).CombinedOutput()
 	return strings.TrimRight(string(out), "\n"), err
+}
+
+// RedisCLICommand prepares the real redis-cli against the node: -h and -p
+// come first, then args. Its environment is the test's without REDISCLI_*
+// variables, with HOME in a temporary directory so that an interactive
+// session's history stays out of the user's home; callers may add to
+// cmd.Env, set cmd.Stdin, and so on.
+func (a *Agq) RedisCLICommand(ctx context.Context, t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	host, port := splitHostPort(t, a.Addr)
+	full := append([]string{"-h", host, "-p", port}, args...)
+	cmd := exec.CommandContext(ctx, RedisCLIPath(t), full...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDISCLI_") && !strings.HasPrefix(kv, "HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOME="+t.TempDir())
+	return cmd
 }
 
 // RedisCLIPath finds the redis-cli binary; its absence fails the test, since

@@ -45,6 +45,8 @@ type Principal struct {
 	Name   string
 	Role   string
 	Source string // config, env, minted, generated
+	// Digest is the digest of the key the principal authenticated with.
+	Digest [32]byte
 }
 
 // Entry is one row of KEY.LIST.
@@ -121,7 +123,9 @@ func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal
 func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (Principal, error) {
 	for _, s := range k.static {
 		if subtle.ConstantTimeCompare(s.digest[:], digest[:]) == 1 {
-			return s.Principal, nil
+			p := s.Principal
+			p.Digest = digest
+			return p, nil
 		}
 	}
 	row, err := k.store.PrincipalByDigest(ctx, digest[:])
@@ -136,7 +140,7 @@ func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (Principal, error
 	if subtle.ConstantTimeCompare(row.KeyDigest, digest[:]) != 1 {
 		return Principal{}, ErrBadCredentials
 	}
-	return Principal{Name: row.Name, Role: row.Role, Source: row.Source}, nil
+	return Principal{Name: row.Name, Role: row.Role, Source: row.Source, Digest: digest}, nil
 }
 
 // Create mints a key for principal with role, replacing any key it had, and

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,10 @@ import (
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/internal/health"
 	"github.com/agq/agq/internal/pgcluster"
+	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/migrations"
 	"github.com/agq/agq/store"
+	"github.com/agq/agq/watchdog"
 )
 
 // Node is a running agq.
@@ -40,6 +43,9 @@ type Node struct {
 	httpSrv  *http.Server
 	httpLn   net.Listener
 	registry *prometheus.Registry
+	hub      *wakeup.Hub
+	watchdog *watchdog.Watchdog
+	cancel   context.CancelFunc
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -153,6 +159,16 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node,
 		n.log.Warn().Str("path", written).Msg("no admin key was configured: minted one and wrote it to this file (mode 0600)")
 	}
 
+	bg, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.hub = wakeup.New(wakeup.Config{
+		ConnString: n.store.Pool.Config().ConnString(),
+		Logger:     n.log.With().Str("component", "listen").Logger(),
+		OnKeyRevoked: func(note string) {
+			principal, liveDigest, _ := strings.Cut(note, " ")
+			n.server.RevokeSessions(principal, liveDigest)
+		},
+	})
 	n.server = commands.New(commands.Options{
 		NodeID:            n.ID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
@@ -162,7 +178,10 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node,
 		MaxAttempts:       cfg.MaxAttempts,
 		MaxClients:        cfg.MaxClients,
 		AuthTimeout:       cfg.AuthTimeout,
-	}, n.store, keys, n.log, n.registry)
+	}, n.store, keys, n.hub, n.log, n.registry)
+	n.hub.Start(bg)
+	n.watchdog = watchdog.New(watchdog.Config{Store: n.store, Logger: n.log.With().Str("component", "watchdog").Logger()})
+	n.watchdog.Start(bg)
 
 	if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
@@ -251,6 +270,15 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.server != nil {
 			n.server.Close()
+		}
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.watchdog != nil {
+			n.watchdog.Stop()
+		}
+		if n.hub != nil {
+			n.hub.Stop()
 		}
 		if n.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,44 @@
+package worker
+
+import (
+	"context"
+	"time"
+)
+
+// backoff is the reconnection schedule: min, then doubling up to max (1s,
+// 2s, 4s … 60s by default), back to min after a success. No jitter: the
+// schedule is what the brief fixes, and workers that lost the server at the
+// same moment still drift apart through their different pop and heartbeat
+// phases.
+type backoff struct {
+	min, max time.Duration
+	cur      time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+// Next returns the wait before the next attempt and advances the schedule.
+func (b *backoff) Next() time.Duration {
+	d := b.cur
+	if d == 0 {
+		d = b.min
+	}
+	b.cur = min(2*d, b.max)
+	return min(d, b.max)
+}
+
+// Reset starts the schedule again after a success.
+func (b *backoff) Reset() { b.cur = 0 }
+
+// sleep waits d, or less if ctx ends first; it reports whether the whole
+// wait happened.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,313 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+var errPayloadTooLarge = resp.ErrPayloadTooBig
+
+func (s *Server) jobCommands() []*Command {
+	producer := roleProducer | roleAdmin
+	worker := roleWorker | roleAdmin
+	return []*Command{
+		{Name: "job.submit", Arity: 2, Roles: producer, Handler: s.cmdJobSubmit},
+		{Name: "lpush", Arity: -3, Roles: producer, Handler: s.cmdLPush},
+		{Name: "brpop", Arity: -3, Roles: worker, Blocking: true, Handler: s.cmdBRPop},
+		{Name: "rpop", Arity: -2, Roles: worker, Handler: s.cmdRPop},
+		{Name: "job.update", Arity: 3, Roles: worker, Handler: s.cmdJobUpdate},
+		{Name: "job.get", Arity: 2, Roles: producer, Handler: s.cmdJobGet},
+		{Name: "job.wait", Arity: 3, Roles: producer, Blocking: true, Handler: s.cmdJobWait},
+		{Name: "job.list", Arity: -1, Roles: producer, Handler: s.cmdJobList},
+		{Name: "job.cancel", Arity: 2, Roles: producer, Handler: s.cmdJobCancel},
+		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
+	}
+}
+
+// submit validates every job, then inserts them all in one transaction:
+// a bad element rejects the whole batch, naming its index.
+// keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
+func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]store.SubmitResult, error) {
+	jobs := make([]store.NewJob, len(docs))
+	for i, d := range docs {
+		j, err := s.parseJob(d, cmpOr(keyQueue, "ready"))
+		if err != nil {
+			if errors.Is(err, errPayloadTooLarge) {
+				return nil, errPayloadTooLarge
+			}
+			if batch {
+				return nil, resp.Errorf("job %d: %s", i, err)
+			}
+			return nil, resp.Errorf("invalid job: %s", err)
+		}
+		if keyQueue != "" && j.Queue != keyQueue {
+			return nil, resp.Errorf("job %d: its queue %q is not the key's queue %q", i, j.Queue, keyQueue)
+		}
+		jobs[i] = j
+	}
+	res, err := s.store.JobsSubmit(ctx, jobs)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, resp.CodeErrorf("TRYAGAIN", "%s", err)
+	}
+	return res, err
+}
+
+// JOB.SUBMIT json — one job object, or an array of them submitted together.
+func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	body := bytes.TrimSpace(args[1])
+	if len(body) > 0 && body[0] == '[' {
+		var docs []json.RawMessage
+		if err := json.Unmarshal(body, &docs); err != nil {
+			return nil, resp.Errorf("invalid job batch: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if len(docs) == 0 {
+			return nil, resp.Errorf("invalid job batch: empty array")
+		}
+		if len(docs) > 10000 {
+			return nil, resp.Errorf("invalid job batch: more than 10000 jobs")
+		}
+		raw := make([][]byte, len(docs))
+		for i, d := range docs {
+			raw[i] = d
+		}
+		res, err := s.submit(ctx, raw, "", true)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(res))
+		for i, r := range res {
+			ids[i] = r.ID
+		}
+		return resp.StringArray(ids), nil
+	}
+	res, err := s.submit(ctx, [][]byte{body}, "", false)
+	if err != nil {
+		return nil, err
+	}
+	return resp.BulkString(res[0].ID), nil
+}
+
+// LPUSH queue:<name> json [json …] — answers the queue's ready depth.
+func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	queues, err := queueKeys(args[1:2])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.submit(ctx, args[2:], queues[0], len(args) > 3); err != nil {
+		return nil, err
+	}
+	n, err := s.store.QueueDepth(ctx, queues[0])
+	if err != nil {
+		return nil, err
+	}
+	return resp.Int(n), nil
+}
+
+// updateDoc is the part of a JOB.UPDATE document agq interprets; the rest
+// is kept as progress or result.
+type updateDoc struct {
+	Status    string `json:"status"`
+	Error     string `json:"error"`
+	Retryable *bool  `json:"retryable"`
+}
+
+// JOB.UPDATE job_id json
+func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	if int64(len(args[2])) > s.opts.MaxPayload {
+		return nil, errPayloadTooLarge
+	}
+	var doc updateDoc
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(args[2], &probe); err != nil {
+		return nil, resp.Errorf("invalid update: must be a JSON object")
+	}
+	if err := json.Unmarshal(args[2], &doc); err != nil {
+		return nil, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	switch doc.Status {
+	case "", store.StatusRunning, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+	default:
+		return nil, resp.Errorf("invalid update: status must be running, completed, failed or cancelled")
+	}
+	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Raw: args[2]}
+	if doc.Retryable != nil {
+		p.Retryable = *doc.Retryable
+	}
+	if doc.Status == store.StatusFailed && p.Error == "" {
+		p.Error = "failed without an error message"
+	}
+	if sess.principal().Role == auth.RoleAdmin {
+		p.Admin = true
+	} else {
+		w, err := s.sessionWorker(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		p.WorkerID = w.ID
+	}
+	_, err := s.store.JobUpdate(ctx, p)
+	if err != nil {
+		return nil, jobError(id, err)
+	}
+	return resp.OK, nil
+}
+
+// jobError words store errors about one job for the client.
+func jobError(id string, err error) error {
+	var owner *store.NotOwnerError
+	var state *store.StateError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return resp.Errorf("no such job %s", id)
+	case errors.Is(err, store.ErrJobCancelled):
+		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
+	case errors.As(err, &owner):
+		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
+	case errors.As(err, &state):
+		return resp.Errorf("job %s is %s", id, state.Status)
+	}
+	return err
+}
+
+// JOB.GET job_id
+func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	j, err := s.store.JobGet(ctx, string(args[1]))
+	if errors.Is(err, store.ErrNotFound) {
+		return resp.Nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.Bulk(jobJSON(j)), nil
+}
+
+// JOB.WAIT job_id timeout — the job once it is completed, failed or
+// cancelled; nil on timeout.
+func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	timeout, err := resp.ParseTimeout(args[2])
+	if err != nil {
+		return nil, err
+	}
+	var gone <-chan struct{}
+	if sess.guard != nil {
+		var stop func()
+		gone, stop = sess.guard.WatchPeer()
+		defer stop()
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	jw := s.hub.NewJobWaiter(id)
+	defer jw.Close()
+	for {
+		getCtx, cancel := s.ctxForCommand(sess)
+		j, err := s.store.JobGet(getCtx, id)
+		cancel()
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, resp.Errorf("no such job %s", id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if store.IsTerminal(j.Status) {
+			return resp.Bulk(jobJSON(j)), nil
+		}
+		recheck := time.NewTimer(recheckEvery)
+		select {
+		case <-jw.C():
+		case <-recheck.C:
+		case <-deadline:
+			recheck.Stop()
+			return resp.Nil, nil
+		case <-gone:
+			recheck.Stop()
+			return nil, errClientGone
+		case <-ctx.Done():
+			recheck.Stop()
+			return nil, ctx.Err()
+		}
+		recheck.Stop()
+	}
+}
+
+// JOB.LIST [QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]
+// Answers [next_cursor, [job json …]] like SCAN; cursor "0" starts and ends.
+func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	p := store.JobListParams{Limit: 100}
+	for i := 1; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			return nil, resp.ErrSyntax
+		}
+		v := string(args[i+1])
+		switch strings.ToUpper(string(args[i])) {
+		case "QUEUE":
+			p.Queue = v
+		case "STATUS":
+			p.Status = strings.ToLower(v)
+			switch p.Status {
+			case store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
+				store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+			default:
+				return nil, resp.Errorf("unknown status '%s'", v)
+			}
+		case "TYPE":
+			p.Type = v
+		case "LIMIT":
+			n, err := resp.ParseInt(args[i+1])
+			if err != nil || n < 1 || n > 1000 {
+				return nil, resp.Errorf("LIMIT must be between 1 and 1000")
+			}
+			p.Limit = int(n)
+		case "CURSOR":
+			if v != "0" {
+				p.Cursor = v
+			}
+		default:
+			return nil, resp.ErrSyntax
+		}
+	}
+	jobs, err := s.store.JobList(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	next := "0"
+	if len(jobs) == p.Limit {
+		next = jobs[len(jobs)-1].ID
+	}
+	items := make(resp.Array, len(jobs))
+	for i, j := range jobs {
+		items[i] = resp.Bulk(jobJSON(j))
+	}
+	return resp.Array{resp.BulkString(next), items}, nil
+}
+
+// JOB.CANCEL job_id
+func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	if _, err := s.store.JobCancel(ctx, id); err != nil {
+		return nil, jobError(id, err)
+	}
+	return resp.OK, nil
+}
+
+// JOB.RETRY job_id
+func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	if _, err := s.store.JobRetry(ctx, id); err != nil {
+		return nil, jobError(id, err)
+	}
+	return resp.OK, nil
+}

@@ -1,0 +1,540 @@
+package commands_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
+)
+
+// testWorker is a worker speaking the protocol with plain go-redis.
+type testWorker struct {
+	id string
+	c  *redis.Client
+}
+
+func registerWorker(t *testing.T, a *agqtest.Agq, id string, tools ...string) *testWorker {
+	t.Helper()
+	key := a.CreateKey(t, "worker", id)
+	c := a.Client(t, redis.Options{Username: id, Password: key})
+	reg, _ := json.Marshal(map[string]any{
+		"worker_id": id, "hostname": "test-host", "agw_version": "0.1.0",
+		"capabilities": map[string]any{"tools": tools},
+	})
+	got, err := c.Do(context.Background(), "WORKER.REGISTER", string(reg)).Text()
+	if err != nil {
+		t.Fatalf("WORKER.REGISTER %s: %v", id, err)
+	}
+	if !strings.HasPrefix(got, "OK worker_id="+id+" heartbeat_interval=") {
+		t.Fatalf("WORKER.REGISTER reply = %q", got)
+	}
+	return &testWorker{id: id, c: c}
+}
+
+type delivered struct {
+	JobID    string          `json:"job_id"`
+	Queue    string          `json:"queue"`
+	Type     string          `json:"type"`
+	Attempt  int             `json:"attempt"`
+	Payload  json.RawMessage `json:"payload"`
+	Priority int             `json:"priority"`
+}
+
+// pop does BRPOP and decodes the job; ok is false on timeout.
+func (w *testWorker) pop(t *testing.T, timeout string, queues ...string) (string, delivered, bool) {
+	t.Helper()
+	args := []any{"BRPOP"}
+	for _, q := range queues {
+		args = append(args, "queue:"+q)
+	}
+	args = append(args, timeout)
+	res, err := w.c.Do(context.Background(), args...).StringSlice()
+	if err == redis.Nil {
+		return "", delivered{}, false
+	}
+	if err != nil {
+		t.Fatalf("BRPOP: %v", err)
+	}
+	var d delivered
+	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+		t.Fatalf("job json %q: %v", res[1], err)
+	}
+	return res[0], d, true
+}
+
+func (w *testWorker) update(ctx context.Context, id string, doc any) error {
+	b, _ := json.Marshal(doc)
+	return w.c.Do(ctx, "JOB.UPDATE", id, string(b)).Err()
+}
+
+func submit(t *testing.T, c *redis.Client, job map[string]any) string {
+	t.Helper()
+	b, _ := json.Marshal(job)
+	id, err := c.Do(context.Background(), "JOB.SUBMIT", string(b)).Text()
+	if err != nil {
+		t.Fatalf("JOB.SUBMIT %s: %v", b, err)
+	}
+	return id
+}
+
+type jobView struct {
+	ID       string            `json:"job_id"`
+	Status   string            `json:"status"`
+	Attempt  int               `json:"attempt"`
+	WorkerID *string           `json:"worker_id"`
+	Errors   []json.RawMessage `json:"errors"`
+	Result   json.RawMessage   `json:"result"`
+	RunAt    time.Time         `json:"run_at"`
+}
+
+func getJob(t *testing.T, c *redis.Client, id string) jobView {
+	t.Helper()
+	raw, err := c.Do(context.Background(), "JOB.GET", id).Text()
+	if err != nil {
+		t.Fatalf("JOB.GET %s: %v", id, err)
+	}
+	var v jobView
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestCapabilityRouting(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	sorter := registerWorker(t, a, "sorter", "sort")
+	grepper := registerWorker(t, a, "grepper", "grep")
+
+	// The oldest job is one the sorter cannot run: it must not block it.
+	grepJob := submit(t, admin, map[string]any{"plan": map[string]any{"tasks": []any{map[string]any{"tool": "grep"}}}})
+	sortJob := submit(t, admin, map[string]any{"plan": map[string]any{"tasks": []any{map[string]any{"tool": "sort"}}}})
+	bothJob := submit(t, admin, map[string]any{"requires": []string{"sort", "grep"}})
+
+	_, d, ok := sorter.pop(t, "1", "ready")
+	if !ok || d.JobID != sortJob {
+		t.Fatalf("sorter got %+v (ok=%v), want %s", d, ok, sortJob)
+	}
+	if _, d, ok := sorter.pop(t, "0.2", "ready"); ok {
+		t.Fatalf("sorter got %s, which it cannot run", d.JobID)
+	}
+	_, d, ok = grepper.pop(t, "1", "ready")
+	if !ok || d.JobID != grepJob {
+		t.Fatalf("grepper got %+v (ok=%v), want %s", d, ok, grepJob)
+	}
+	if _, d, ok := grepper.pop(t, "0.2", "ready"); ok {
+		t.Fatalf("grepper got %s, which it cannot run", d.JobID)
+	}
+	if got := getJob(t, admin, bothJob).Status; got != "queued" {
+		t.Fatalf("job needing both tools is %s, want queued", got)
+	}
+}
+
+func TestBlockedPopIsWokenByRedisCLILPush(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	w := registerWorker(t, a, "w1", "echo")
+	type result struct {
+		d       delivered
+		ok      bool
+		elapsed time.Duration
+	}
+	got := make(chan result, 1)
+	pushed := make(chan time.Time, 1)
+	go func() {
+		_, d, ok := w.pop(t, "5", "ready")
+		got <- result{d, ok, time.Since(<-pushed)}
+	}()
+	// Let the pop block first.
+	agqtest.Eventually(t, 5*time.Second, func() error {
+		list, _ := a.Admin(t).ClientList(context.Background()).Result()
+		if !strings.Contains(list, "cmd=brpop") {
+			return fmt.Errorf("no blocked client yet")
+		}
+		return nil
+	})
+	pushed <- time.Now()
+	out, err := a.RedisCLI(t, "-a", a.AdminKey, "--no-auth-warning", "LPUSH", "queue:ready", `{"job_id":"cli-1","type":"echo","payload":{"n":1}}`)
+	if err != nil || out != "1" {
+		t.Fatalf("redis-cli LPUSH = %q, %v", out, err)
+	}
+	r := <-got
+	if !r.ok || r.d.JobID != "cli-1" {
+		t.Fatalf("blocked pop got %+v", r)
+	}
+	t.Logf("pop woke %v after the push started", r.elapsed)
+	if r.elapsed > 2*time.Second {
+		t.Fatalf("pop took %v to wake", r.elapsed)
+	}
+}
+
+func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	key := a.CreateKey(t, "worker", "crowd")
+	ctx := context.Background()
+	// busy counts backends of this database doing something other than
+	// waiting for a command (the LISTEN connection waits too); total counts all.
+	pool := a.Node.Store().Pool
+	dbConns := func() (busy, total int) {
+		err := pool.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE state <> 'idle' AND pid <> pg_backend_pid()), count(*)
+			FROM pg_stat_activity WHERE datname = current_database()`).Scan(&busy, &total)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return busy, total
+	}
+	reg := func(c *redis.Client, id string) {
+		b, _ := json.Marshal(map[string]any{"worker_id": id, "hostname": "h", "agw_version": "1", "capabilities": map[string]any{"tools": []string{"x"}}})
+		if err := c.Do(ctx, "WORKER.REGISTER", string(b)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block := func(n int) (stop func()) {
+		var wg sync.WaitGroup
+		clients := make([]*redis.Client, n)
+		for i := range clients {
+			id := fmt.Sprintf("crowd-%d", i)
+			clients[i] = a.Client(t, redis.Options{Username: id, Password: key, PoolSize: 1})
+			reg(clients[i], id)
+			wg.Add(1)
+			go func(c *redis.Client) {
+				defer wg.Done()
+				c.Do(ctx, "BRPOP", "queue:idle", "30")
+			}(clients[i])
+		}
+		agqtest.Eventually(t, 20*time.Second, func() error {
+			list, _ := a.Admin(t).ClientList(ctx).Result()
+			if got := strings.Count(list, "cmd=brpop"); got < n {
+				return fmt.Errorf("%d of %d pops blocked", got, n)
+			}
+			return nil
+		})
+		return func() {
+			for _, c := range clients {
+				c.Close()
+			}
+			wg.Wait()
+		}
+	}
+	stop1 := block(1)
+	busy1, total1 := dbConns()
+	stop1()
+	stop500 := block(500)
+	busy500, total500 := dbConns()
+	acquired := pool.Stat().AcquiredConns()
+	defer stop500()
+	t.Logf("database connections: 1 blocked worker: %d busy of %d; 500 blocked: %d busy of %d, %d acquired from the pool",
+		busy1, total1, busy500, total500, acquired)
+	if busy500 > busy1 || acquired > 0 {
+		t.Fatalf("500 blocked workers hold connections: %d busy (1 worker: %d), %d acquired", busy500, busy1, acquired)
+	}
+	if max := int(pool.Config().MaxConns) + 1; total500 > max {
+		t.Fatalf("%d connections open, more than the pool's %d plus LISTEN", total500, max-1)
+	}
+	// And the pool is free: a job pushed now is delivered to one of them.
+	if err := a.Admin(t).Do(ctx, "LPUSH", "queue:idle", `{"type":"x"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	agqtest.Eventually(t, 5*time.Second, func() error {
+		n, err := a.Admin(t).Do(ctx, "LLEN", "queue:idle").Int()
+		if err != nil || n != 0 {
+			return fmt.Errorf("LLEN = %d, %v", n, err)
+		}
+		return nil
+	})
+}
+
+func TestQueueOrderAndPriority(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w1", "t")
+	low1 := submit(t, admin, map[string]any{"queue": "low", "type": "t"})
+	high1 := submit(t, admin, map[string]any{"queue": "high", "type": "t"})
+	high2 := submit(t, admin, map[string]any{"queue": "high", "type": "t", "priority": 5})
+	want := []struct{ key, id string }{{"queue:high", high2}, {"queue:high", high1}, {"queue:low", low1}}
+	for i, wnt := range want {
+		key, d, ok := w.pop(t, "1", "high", "low")
+		if !ok || key != wnt.key || d.JobID != wnt.id {
+			t.Fatalf("pop %d = %s %s (ok=%v), want %s %s", i, key, d.JobID, ok, wnt.key, wnt.id)
+		}
+	}
+	if _, _, ok := w.pop(t, "0.1", "high", "low"); ok {
+		t.Fatal("pop from empty queues returned a job")
+	}
+}
+
+func TestJobUpdateRules(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	owner := registerWorker(t, a, "owner", "t")
+	other := registerWorker(t, a, "other", "t")
+
+	id := submit(t, admin, map[string]any{"type": "t"})
+	if _, d, ok := owner.pop(t, "1", "ready"); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v %v", d, ok)
+	}
+	t.Run("AnotherWorkerIsRefused", func(t *testing.T) {
+		err := other.update(ctx, id, map[string]any{"status": "completed"})
+		if err == nil || err.Error() != fmt.Sprintf("ERR job %s is owned by owner", id) {
+			t.Fatalf("update by another worker: %v", err)
+		}
+	})
+	t.Run("ProgressIsStored", func(t *testing.T) {
+		if err := owner.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := owner.update(ctx, id, map[string]any{"current_task": 2, "progress_percent": 40}); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := admin.Do(ctx, "JOB.GET", id).Text()
+		if !strings.Contains(raw, `"progress":{"current_task":2,"progress_percent":40}`) {
+			t.Fatalf("JOB.GET = %s", raw)
+		}
+	})
+	t.Run("CompletedTwiceIsOneTransition", func(t *testing.T) {
+		done := map[string]any{"status": "completed", "task_results": []any{map[string]any{"tool": "t", "exit_code": 0}}}
+		for i := 0; i < 2; i++ {
+			if err := owner.update(ctx, id, done); err != nil {
+				t.Fatalf("completed update %d: %v", i+1, err)
+			}
+		}
+		v := getJob(t, admin, id)
+		if v.Status != "completed" || v.Attempt != 1 || !strings.Contains(string(v.Result), `"task_results"`) {
+			t.Fatalf("job = %+v", v)
+		}
+		if err := owner.update(ctx, id, map[string]any{"status": "failed", "error": "late"}); err == nil {
+			t.Fatal("a completed job accepted a failure")
+		}
+	})
+	t.Run("CancelledJobAnswersCancelled", func(t *testing.T) {
+		id2 := submit(t, admin, map[string]any{"type": "t"})
+		if _, d, ok := owner.pop(t, "1", "ready"); !ok || d.JobID != id2 {
+			t.Fatalf("pop: %+v %v", d, ok)
+		}
+		if err := admin.Do(ctx, "JOB.CANCEL", id2).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("CANCELLED job %s was cancelled", id2)
+		for i := 0; i < 2; i++ {
+			err := owner.update(ctx, id2, map[string]any{"current_task": 1})
+			if err == nil || err.Error() != want {
+				t.Fatalf("update %d of a cancelled job: %v", i+1, err)
+			}
+		}
+		if got := getJob(t, admin, id2).Status; got != "cancelled" {
+			t.Fatalf("status = %s", got)
+		}
+	})
+	t.Run("QueuedJobIsCancelledAtOnce", func(t *testing.T) {
+		id3 := submit(t, admin, map[string]any{"type": "nobody-runs-this"})
+		if err := admin.Do(ctx, "JOB.CANCEL", id3).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := getJob(t, admin, id3).Status; got != "cancelled" {
+			t.Fatalf("status = %s", got)
+		}
+	})
+}
+
+func TestRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "max_attempts": 3, "retry_backoff_seconds": 0.3})
+
+	var delays []time.Duration
+	for attempt := 1; attempt <= 3; attempt++ {
+		_, d, ok := w.pop(t, "5", "ready")
+		if !ok || d.JobID != id || d.Attempt != attempt {
+			t.Fatalf("attempt %d: got %+v ok=%v", attempt, d, ok)
+		}
+		failedAt := time.Now()
+		if err := w.update(ctx, id, map[string]any{"status": "failed", "error": fmt.Sprintf("boom %d", attempt), "retryable": true}); err != nil {
+			t.Fatal(err)
+		}
+		// The same failure sent twice is one transition.
+		if err := w.update(ctx, id, map[string]any{"status": "failed", "error": fmt.Sprintf("boom %d", attempt), "retryable": true}); err != nil {
+			t.Fatalf("repeated failure: %v", err)
+		}
+		v := getJob(t, admin, id)
+		if len(v.Errors) != attempt {
+			t.Fatalf("after attempt %d the error history has %d entries", attempt, len(v.Errors))
+		}
+		if attempt < 3 {
+			if v.Status != "retrying" {
+				t.Fatalf("after attempt %d status = %s", attempt, v.Status)
+			}
+			delays = append(delays, v.RunAt.Sub(failedAt))
+		} else if v.Status != "failed" {
+			t.Fatalf("after the last attempt status = %s", v.Status)
+		}
+	}
+	// 0.3s then 0.6s, each ±20%.
+	if delays[0] < 200*time.Millisecond || delays[1] <= delays[0] {
+		t.Fatalf("retry delays %v do not grow", delays)
+	}
+	if err := admin.Do(ctx, "JOB.RETRY", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, ok := w.pop(t, "5", "ready"); !ok || d.JobID != id || d.Attempt != 1 {
+		t.Fatalf("revived job: %+v ok=%v", d, ok)
+	}
+}
+
+func TestSubmissionIsIdempotentAndBatchesAreAtomic(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	for i := 0; i < 2; i++ {
+		if id := submit(t, admin, map[string]any{"job_id": "same-id", "type": "t"}); id != "same-id" {
+			t.Fatalf("id = %s", id)
+		}
+	}
+	first := submit(t, admin, map[string]any{"unique_key": "report-42", "type": "t"})
+	if again := submit(t, admin, map[string]any{"unique_key": "report-42", "type": "t"}); again != first {
+		t.Fatalf("unique_key submitted twice gave %s and %s", first, again)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:ready").Int(); n != 2 {
+		t.Fatalf("LLEN = %d, want 2", n)
+	}
+
+	batch := make([]map[string]any, 1000)
+	for i := range batch {
+		batch[i] = map[string]any{"queue": "bulk", "type": "t", "payload": i}
+	}
+	batch[737]["priority"] = "high" // wrong type
+	b, _ := json.Marshal(batch)
+	err := admin.Do(ctx, "JOB.SUBMIT", string(b)).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "ERR job 737: ") {
+		t.Fatalf("bad batch: %v", err)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:bulk").Int(); n != 0 {
+		t.Fatalf("a rejected batch left %d jobs", n)
+	}
+	delete(batch[737], "priority")
+	b, _ = json.Marshal(batch)
+	ids, err := admin.Do(ctx, "JOB.SUBMIT", string(b)).StringSlice()
+	if err != nil || len(ids) != 1000 {
+		t.Fatalf("batch: %d ids, %v", len(ids), err)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:bulk").Int(); n != 1000 {
+		t.Fatalf("LLEN = %d, want 1000", n)
+	}
+	if err := admin.Do(ctx, "JOB.SUBMIT", `{"type":"t","payload":"`+strings.Repeat("x", 3<<20)+`"}`).Err(); err == nil || err.Error() != "ERR payload too large" {
+		t.Fatalf("oversize job: %v", err)
+	}
+}
+
+func TestDisconnectingWorkersLoseNoJobs(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.AckTimeout = time.Second })
+	ctx := context.Background()
+	admin := a.Admin(t)
+	key := a.CreateKey(t, "worker", "fleet")
+	const jobs = 1000
+
+	var mu sync.Mutex
+	completions := map[string]int{}
+	stopChaos, stop := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	// Workers 0-3 complete what they get; 4-7 register, block and vanish —
+	// mid-wait, or right after a job was handed to them.
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			vanisher := g >= 4
+			done := stop
+			if vanisher {
+				done = stopChaos
+			}
+			for round := 0; ; round++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id := fmt.Sprintf("fleet-%d-%d", g, round)
+				c := redis.NewClient(&redis.Options{Addr: a.Addr, Username: id, Password: key, PoolSize: 1, MaxRetries: -1})
+				reg, _ := json.Marshal(map[string]any{"worker_id": id, "hostname": "h", "agw_version": "1", "capabilities": map[string]any{"tools": []string{"t"}}})
+				if err := c.Do(ctx, "WORKER.REGISTER", string(reg)).Err(); err != nil {
+					c.Close()
+					continue
+				}
+				if vanisher {
+					pctx, cancel := context.WithTimeout(ctx, time.Duration(1+g+round%5)*7*time.Millisecond)
+					c.Do(pctx, "BRPOP", "queue:ready", "2")
+					cancel()
+					c.Close()
+					continue
+				}
+				for i := 0; i < 20; i++ {
+					res, err := c.Do(ctx, "BRPOP", "queue:ready", "0.2").StringSlice()
+					if err != nil {
+						break
+					}
+					var d delivered
+					json.Unmarshal([]byte(res[1]), &d)
+					if err := c.Do(ctx, "JOB.UPDATE", d.JobID, `{"status":"completed"}`).Err(); err == nil {
+						mu.Lock()
+						completions[d.JobID]++
+						mu.Unlock()
+					}
+				}
+				c.Do(ctx, "WORKER.UNREGISTER", id)
+				c.Close()
+			}
+		}(g)
+	}
+	submitted := make([]string, 0, jobs)
+	for i := 0; i < jobs; i++ {
+		submitted = append(submitted, submit(t, admin, map[string]any{"type": "t", "job_id": fmt.Sprintf("j%04d", i)}))
+		if i%100 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(2 * time.Second) // chaos goes on for a while after the last submission
+	close(stopChaos)
+	// Deliveries the vanished workers took come back after the ack timeout.
+	agqtest.Eventually(t, 60*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(completions) < jobs {
+			for _, id := range submitted {
+				if completions[id] == 0 {
+					raw, _ := admin.Do(ctx, "JOB.GET", id).Text()
+					return fmt.Errorf("%d of %d jobs completed; %s", len(completions), jobs, raw)
+				}
+			}
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	for _, id := range submitted {
+		v := getJob(t, admin, id)
+		if v.Status != "completed" {
+			t.Errorf("job %s is %s", id, v.Status)
+		}
+		if completions[id] != 1 {
+			t.Errorf("job %s completed %d times", id, completions[id])
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package commands
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/agq/agq/store"
+)
+
+var (
+	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+	queuePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+)
+
+// jobSpec is the JOB.SUBMIT document. Unknown fields are refused: a typo in
+// a field name must not silently change what runs.
+type jobSpec struct {
+	JobID               string          `json:"job_id"`
+	Queue               string          `json:"queue"`
+	Type                string          `json:"type"`
+	Requires            *[]string       `json:"requires"`
+	Plan                json.RawMessage `json:"plan"`
+	Inputs              json.RawMessage `json:"inputs"`
+	Payload             json.RawMessage `json:"payload"`
+	Priority            int             `json:"priority"`
+	MaxAttempts         *int            `json:"max_attempts"`
+	RetryBackoffSeconds *float64        `json:"retry_backoff_seconds"`
+	TimeoutSeconds      *int            `json:"timeout_seconds"`
+	RunAt               *time.Time      `json:"run_at"`
+	DelaySeconds        *float64        `json:"delay_seconds"`
+	UniqueKey           string          `json:"unique_key"`
+}
+
+// planTools is the part of a plan that names the tools it needs.
+type planTools struct {
+	Tasks []struct {
+		Tool string `json:"tool"`
+	} `json:"tasks"`
+}
+
+// parseJob validates one job document. defaultQueue applies when it names none.
+func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error) {
+	if int64(len(raw)) > s.opts.MaxPayload {
+		return store.NewJob{}, errPayloadTooLarge
+	}
+	if !utf8.Valid(raw) {
+		return store.NewJob{}, fmt.Errorf("not valid UTF-8")
+	}
+	var spec jobSpec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return store.NewJob{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return store.NewJob{}, fmt.Errorf("trailing data after the JSON object")
+	}
+	j := store.NewJob{
+		ID:                  spec.JobID,
+		Queue:               cmpOr(spec.Queue, defaultQueue),
+		Type:                spec.Type,
+		Plan:                spec.Plan,
+		Inputs:              spec.Inputs,
+		Payload:             spec.Payload,
+		Priority:            spec.Priority,
+		MaxAttempts:         s.opts.MaxAttempts,
+		RetryBackoffSeconds: 1,
+		TimeoutSeconds:      int(s.opts.JobTimeout / time.Second),
+		UniqueKey:           spec.UniqueKey,
+	}
+	if j.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return store.NewJob{}, err
+		}
+		j.ID = id.String()
+	} else if !jobIDPattern.MatchString(j.ID) {
+		return store.NewJob{}, fmt.Errorf("job_id must be 1-128 letters, digits, '_', '-' or '.'")
+	}
+	if !queuePattern.MatchString(j.Queue) {
+		return store.NewJob{}, fmt.Errorf("queue must be 1-128 letters, digits, '_', '-' or '.'")
+	}
+	if len(j.Type) > 128 {
+		return store.NewJob{}, fmt.Errorf("type is longer than 128 bytes")
+	}
+	if len(j.UniqueKey) > 256 {
+		return store.NewJob{}, fmt.Errorf("unique_key is longer than 256 bytes")
+	}
+	if j.Priority < -1_000_000 || j.Priority > 1_000_000 {
+		return store.NewJob{}, fmt.Errorf("priority must be between -1000000 and 1000000")
+	}
+	if spec.MaxAttempts != nil {
+		if *spec.MaxAttempts < 1 || *spec.MaxAttempts > 1000 {
+			return store.NewJob{}, fmt.Errorf("max_attempts must be between 1 and 1000")
+		}
+		j.MaxAttempts = *spec.MaxAttempts
+	}
+	if spec.RetryBackoffSeconds != nil {
+		if *spec.RetryBackoffSeconds < 0 || *spec.RetryBackoffSeconds > 86400 {
+			return store.NewJob{}, fmt.Errorf("retry_backoff_seconds must be between 0 and 86400")
+		}
+		j.RetryBackoffSeconds = *spec.RetryBackoffSeconds
+	}
+	if spec.TimeoutSeconds != nil {
+		if *spec.TimeoutSeconds < 1 || *spec.TimeoutSeconds > 30*86400 {
+			return store.NewJob{}, fmt.Errorf("timeout_seconds must be between 1 and 2592000")
+		}
+		j.TimeoutSeconds = *spec.TimeoutSeconds
+	}
+	switch {
+	case spec.RunAt != nil && spec.DelaySeconds != nil:
+		return store.NewJob{}, fmt.Errorf("give run_at or delay_seconds, not both")
+	case spec.RunAt != nil:
+		j.RunAt = *spec.RunAt
+	case spec.DelaySeconds != nil:
+		if *spec.DelaySeconds < 0 || *spec.DelaySeconds > 366*86400 {
+			return store.NewJob{}, fmt.Errorf("delay_seconds must be between 0 and 31622400")
+		}
+		j.RunAt = time.Now().Add(time.Duration(*spec.DelaySeconds * float64(time.Second)))
+	}
+	requires, err := deriveRequires(spec)
+	if err != nil {
+		return store.NewJob{}, err
+	}
+	j.Requires = requires
+	return j, nil
+}
+
+// deriveRequires: the given list, else the tools of plan.tasks, else the
+// type, else nothing.
+func deriveRequires(spec jobSpec) ([]string, error) {
+	var out []string
+	switch {
+	case spec.Requires != nil:
+		out = *spec.Requires
+	case len(spec.Plan) > 0 && string(spec.Plan) != "null":
+		var p planTools
+		if err := json.Unmarshal(spec.Plan, &p); err != nil {
+			return nil, fmt.Errorf("plan must be an object whose tasks name their tool: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		for i, t := range p.Tasks {
+			if t.Tool == "" {
+				return nil, fmt.Errorf("plan.tasks[%d].tool is missing", i)
+			}
+			out = append(out, t.Tool)
+		}
+	}
+	if len(out) == 0 && spec.Type != "" && spec.Requires == nil {
+		out = []string{spec.Type}
+	}
+	seen := map[string]bool{}
+	uniq := []string{}
+	for _, r := range out {
+		if r == "" || len(r) > 128 {
+			return nil, fmt.Errorf("requires entries must be 1-128 bytes")
+		}
+		if !seen[r] {
+			seen[r] = true
+			uniq = append(uniq, r)
+		}
+	}
+	return uniq, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// deliveryJSON is the job as BRPOP hands it to a worker.
+func deliveryJSON(j store.Job) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"job_id":          j.ID,
+		"queue":           j.Queue,
+		"type":            j.Type,
+		"requires":        j.Requires,
+		"plan":            rawOrNull(j.Plan),
+		"inputs":          rawOrNull(j.Inputs),
+		"payload":         rawOrNull(j.Payload),
+		"priority":        j.Priority,
+		"attempt":         j.Attempt,
+		"max_attempts":    j.MaxAttempts,
+		"timeout_seconds": j.TimeoutSeconds,
+	})
+	return b
+}
+
+// jobJSON is the full record JOB.GET, JOB.WAIT and JOB.LIST answer.
+func jobJSON(j store.Job) []byte {
+	m := map[string]any{
+		"job_id":                j.ID,
+		"queue":                 j.Queue,
+		"type":                  j.Type,
+		"requires":              j.Requires,
+		"plan":                  rawOrNull(j.Plan),
+		"inputs":                rawOrNull(j.Inputs),
+		"payload":               rawOrNull(j.Payload),
+		"priority":              j.Priority,
+		"status":                j.Status,
+		"attempt":               j.Attempt,
+		"attempts":              j.Attempt,
+		"max_attempts":          j.MaxAttempts,
+		"retry_backoff_seconds": j.RetryBackoffSeconds,
+		"timeout_seconds":       j.TimeoutSeconds,
+		"run_at":                j.RunAt.UTC(),
+		"unique_key":            j.UniqueKey,
+		"worker_id":             j.WorkerID,
+		"cancel_requested":      j.CancelRequested,
+		"progress":              rawOrNull(j.Progress),
+		"result":                rawOrNull(j.Result),
+		"errors":                rawOrNull(j.Errors),
+		"created_at":            j.CreatedAt.UTC(),
+		"started_at":            j.StartedAt,
+		"finished_at":           j.FinishedAt,
+		"updated_at":            j.UpdatedAt.UTC(),
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func rawOrNull(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("null")
+	}
+	return r
+}

@@ -1,0 +1,180 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+// recheckEvery bounds how long a blocked pop trusts notifications alone; a
+// due time that was announced before this node started is found this way.
+const recheckEvery = 15 * time.Second
+
+// queueKeys parses queue:<name> keys.
+func queueKeys(args [][]byte) ([]string, error) {
+	names := make([]string, len(args))
+	for i, a := range args {
+		name, ok := strings.CutPrefix(string(a), "queue:")
+		if !ok || !queuePattern.MatchString(name) {
+			return nil, resp.Errorf("keys must be queue:<name> (got '%s')", a)
+		}
+		names[i] = name
+	}
+	return names, nil
+}
+
+// claimFirst claims up to limit jobs from the first queue, in the given
+// order, that has one the worker can run.
+func (s *Server) claimFirst(ctx context.Context, w store.Worker, queues []string, limit int) (string, []store.Job, error) {
+	for _, q := range queues {
+		jobs, err := s.store.JobClaim(ctx, store.JobClaimParams{
+			Queue: q, WorkerID: w.ID, Capabilities: w.Capabilities,
+			AckTimeout: s.opts.AckTimeout, Lease: s.lease(), Limit: limit,
+		})
+		if err != nil {
+			return "", nil, err
+		}
+		if len(jobs) > 0 {
+			return q, jobs, nil
+		}
+	}
+	return "", nil, nil
+}
+
+// popWorker resolves the popping worker; only a live one may pop.
+func (s *Server) popWorker(ctx context.Context, sess *Session) (store.Worker, error) {
+	w, err := s.sessionWorker(ctx, sess)
+	if err != nil {
+		return w, err
+	}
+	if w.State != store.WorkerActive && w.State != store.WorkerDraining {
+		return w, resp.Errorf("Worker not registered: %s", w.ID)
+	}
+	return w, nil
+}
+
+// RPOP queue:<name> [count]
+func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	queues, err := queueKeys(args[1:2])
+	if err != nil {
+		return nil, err
+	}
+	limit := 1
+	if len(args) == 3 {
+		n, err := resp.ParseInt(args[2])
+		if err != nil || n < 1 || n > 1000 {
+			return nil, resp.Errorf("value is out of range, must be positive")
+		}
+		limit = int(n)
+	} else if len(args) > 3 {
+		return nil, resp.ErrSyntax
+	}
+	w, err := s.popWorker(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	_, jobs, err := s.claimFirst(ctx, w, queues, limit)
+	if err != nil {
+		return nil, err
+	}
+	if len(args) == 2 {
+		if len(jobs) == 0 {
+			return resp.Nil, nil
+		}
+		return resp.Bulk(deliveryJSON(jobs[0])), nil
+	}
+	if len(jobs) == 0 {
+		return resp.NilArray, nil
+	}
+	out := make(resp.Array, len(jobs))
+	for i, j := range jobs {
+		out[i] = resp.Bulk(deliveryJSON(j))
+	}
+	return out, nil
+}
+
+// BRPOP queue:<a> [queue:<b> …] timeout
+//
+// The wait holds no database connection: the waiter is registered with the
+// notification hub before each check of the database, so a job committed
+// between check and wait still wakes it. While blocked, the socket is
+// watched: a client that leaves is never handed a job.
+func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	queues, err := queueKeys(args[1 : len(args)-1])
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := resp.ParseTimeout(args[len(args)-1])
+	if err != nil {
+		return nil, err
+	}
+	lookup, cancel := s.ctxForCommand(sess)
+	w, err := s.popWorker(lookup, sess)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+
+	var gone <-chan struct{}
+	if sess.guard != nil {
+		var stop func()
+		gone, stop = sess.guard.WatchPeer()
+		defer stop()
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	waiter := s.hub.NewWaiter(queues, w.Capabilities)
+	handed := false
+	defer func() { waiter.Close(handed) }()
+
+	for {
+		waiter.Consume()
+		claimCtx, cancel := s.ctxForCommand(sess)
+		queue, jobs, err := s.claimFirst(claimCtx, w, queues, 1)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) > 0 {
+			handed = true
+			select {
+			case <-gone:
+				// Claimed as the client left: give it back untouched.
+				relCtx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout)
+				defer cancel()
+				if err := s.store.JobRelease(relCtx, jobs[0].ID, w.ID); err != nil {
+					s.log.Warn().Err(err).Str("job", jobs[0].ID).Msg("releasing a job claimed for a departed client")
+				}
+				return nil, errClientGone
+			default:
+			}
+			return resp.Array{resp.BulkString("queue:" + queue), resp.Bulk(deliveryJSON(jobs[0]))}, nil
+		}
+		recheck := time.NewTimer(recheckEvery)
+		select {
+		case <-waiter.C():
+			recheck.Stop() // woken: check the database again
+
+		case <-recheck.C:
+		case <-deadline:
+			recheck.Stop()
+			return resp.NilArray, nil
+		case <-gone:
+			recheck.Stop()
+			return nil, errClientGone
+		case <-ctx.Done():
+			recheck.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+var errClientGone = errors.New("client disconnected while blocked")

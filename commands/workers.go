@@ -1,0 +1,209 @@
+package commands
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/registry"
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+func (s *Server) workerCommands() []*Command {
+	return []*Command{
+		{Name: "worker.register", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerRegister},
+		{Name: "worker.heartbeat", Arity: -2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerHeartbeat},
+		{Name: "worker.unregister", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerUnregister},
+		{Name: "worker.list", Arity: -1, Roles: roleAdmin, Handler: s.cmdWorkerList},
+		{Name: "worker.get", Arity: 2, Roles: roleAdmin, Handler: s.cmdWorkerGet},
+		{Name: "worker.drain", Arity: 2, Roles: roleAdmin, Handler: s.cmdWorkerDrain},
+	}
+}
+
+// lease is how long a held job survives without a heartbeat.
+func (s *Server) lease() time.Duration { return 3 * s.opts.HeartbeatInterval }
+
+// WORKER.REGISTER json
+func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	w, err := registry.ParseRegistration(args[1])
+	if err != nil {
+		var inv *registry.InvalidRegistrationError
+		if errors.As(err, &inv) {
+			return nil, resp.Errorf("%s", inv.Error())
+		}
+		return nil, resp.Errorf("%s", err.Error())
+	}
+	w.Principal = sess.principal().Name
+	if err := s.store.WorkerRegister(ctx, w, s.lease()); err != nil {
+		if errors.Is(err, store.ErrWorkerTaken) {
+			return nil, resp.Errorf("%s", registry.ErrWorkerTaken.Error())
+		}
+		return nil, err
+	}
+	sess.mu.Lock()
+	sess.workerID = w.ID
+	sess.mu.Unlock()
+	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
+	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.opts.HeartbeatInterval.Seconds()))), nil
+}
+
+// checkWorkerAccess refuses a worker principal acting on another
+// principal's worker; admins may act on any.
+func (s *Server) checkWorkerAccess(ctx context.Context, sess *Session, id string) error {
+	who := sess.principal()
+	if who.Role == auth.RoleAdmin {
+		return nil
+	}
+	w, err := s.store.WorkerGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return resp.Errorf("Worker not registered: %s", id)
+	}
+	if err != nil {
+		return err
+	}
+	if w.Principal != who.Name {
+		return resp.CodeErrorf("NOPERM", "worker %s belongs to another principal", id)
+	}
+	return nil
+}
+
+// WORKER.HEARTBEAT worker_id [stats_json]
+func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	if len(args) > 3 {
+		return nil, resp.Errorf("wrong number of arguments for 'worker.heartbeat' command")
+	}
+	id := string(args[1])
+	var stats json.RawMessage
+	if len(args) == 3 {
+		var probe map[string]any
+		if err := json.Unmarshal(args[2], &probe); err != nil {
+			return nil, resp.Errorf("invalid stats: must be a JSON object")
+		}
+		stats = args[2]
+	}
+	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
+		return nil, err
+	}
+	res, err := s.store.WorkerHeartbeat(ctx, id, stats, s.lease())
+	if errors.Is(err, store.ErrWorkerUnknown) {
+		return nil, resp.Errorf("Worker not registered: %s", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.SimpleString(registry.HeartbeatReply(res)), nil
+}
+
+// WORKER.UNREGISTER worker_id
+func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
+		return nil, err
+	}
+	if err := s.store.WorkerUnregister(ctx, id); err != nil {
+		if errors.Is(err, store.ErrWorkerUnknown) {
+			return nil, resp.Errorf("Worker not registered: %s", id)
+		}
+		return nil, err
+	}
+	s.log.Info().Int64("conn", sess.ID).Str("worker", id).Msg("worker unregistered")
+	return resp.OK, nil
+}
+
+// WORKER.LIST [ACTIVE|DRAINING|DEAD|UNREGISTERED]
+func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	if len(args) > 2 {
+		return nil, resp.ErrSyntax
+	}
+	state := ""
+	if len(args) == 2 {
+		state = strings.ToUpper(string(args[1]))
+		switch state {
+		case store.WorkerActive, store.WorkerDraining, store.WorkerDead, store.WorkerUnregistered:
+		default:
+			return nil, resp.Errorf("state must be ACTIVE, DRAINING, DEAD or UNREGISTERED")
+		}
+	}
+	workers, err := s.store.WorkerList(ctx, state)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(workers))
+	for i, w := range workers {
+		ids[i] = w.ID
+	}
+	return resp.StringArray(ids), nil
+}
+
+// WORKER.GET worker_id
+func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	w, err := s.store.WorkerGet(ctx, string(args[1]))
+	if errors.Is(err, store.ErrNotFound) {
+		return resp.Nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.Bulk(workerJSON(w)), nil
+}
+
+// WORKER.DRAIN worker_id
+func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	if err := s.store.WorkerDrain(ctx, id); err != nil {
+		if errors.Is(err, store.ErrWorkerUnknown) {
+			return nil, resp.Errorf("Worker not registered: %s", id)
+		}
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+func workerJSON(w store.Worker) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"worker_id":           w.ID,
+		"principal":           w.Principal,
+		"state":               w.State,
+		"hostname":            w.Hostname,
+		"platform":            w.Platform,
+		"agw_version":         w.AgwVersion,
+		"capabilities":        w.Capabilities,
+		"metadata":            rawOrNull(w.Metadata),
+		"max_concurrent_jobs": w.MaxConcurrentJobs,
+		"stats":               rawOrNull(w.Stats),
+		"registered_at":       w.RegisteredAt.UTC(),
+		"last_heartbeat_at":   w.LastHeartbeatAt.UTC(),
+		"state_changed_at":    w.StateChangedAt.UTC(),
+	})
+	return b
+}
+
+// sessionWorker is the worker a connection acts as: the one it registered,
+// else the worker id it authenticated as, else its principal's most recent
+// live worker. A connection authenticated with a worker's key acts as that
+// worker on every pooled connection.
+func (s *Server) sessionWorker(ctx context.Context, sess *Session) (store.Worker, error) {
+	sess.mu.Lock()
+	id, user, who := sess.workerID, sess.authUser, sess.who
+	sess.mu.Unlock()
+	if id == "" && user != "" && user != "default" && user != who.Name {
+		id = user
+	}
+	var w store.Worker
+	var err error
+	if id != "" {
+		w, err = s.store.WorkerGet(ctx, id)
+	} else {
+		w, err = s.store.WorkerOfPrincipal(ctx, who.Name)
+		id = who.Name
+	}
+	if errors.Is(err, store.ErrNotFound) || (err == nil && w.Principal != who.Name) {
+		return store.Worker{}, resp.Errorf("Worker not registered: %s", id)
+	}
+	return w, err
+}

@@ -1,0 +1,344 @@
+// Package wakeup fans PostgreSQL notifications out to blocked clients. One
+// LISTEN connection per agq process receives every "jobs became claimable"
+// and "job finished" note; blocked pops and JOB.WAITs wait on in-memory
+// channels and hold no database connection.
+package wakeup
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/store"
+)
+
+// Config configures a Hub.
+type Config struct {
+	// ConnString is the database the LISTEN connection opens.
+	ConnString string
+	Logger     zerolog.Logger
+	// OnKeyRevoked is called with "<principal> <live key digest hex>" for every
+	// revoked (no digest) or replaced key.
+	OnKeyRevoked func(principal string)
+	// ReconnectDelay is the pause between LISTEN reconnection attempts.
+	ReconnectDelay time.Duration
+}
+
+// Hub routes notifications to waiters.
+type Hub struct {
+	cfg Config
+
+	mu       sync.Mutex
+	seq      uint64
+	byQueue  map[string][]*Waiter // in arrival order
+	jobWait  map[string]map[*JobWaiter]struct{}
+	timers   dueHeap
+	timerSig chan struct{}
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a hub; Start begins listening.
+func New(cfg Config) *Hub {
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay = time.Second
+	}
+	return &Hub{
+		cfg:      cfg,
+		byQueue:  map[string][]*Waiter{},
+		jobWait:  map[string]map[*JobWaiter]struct{}{},
+		timerSig: make(chan struct{}, 1),
+	}
+}
+
+// Start runs the LISTEN loop and the due-time timer until Stop.
+func (h *Hub) Start(ctx context.Context) {
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.wg.Add(2)
+	go func() { defer h.wg.Done(); h.listenLoop(ctx) }()
+	go func() { defer h.wg.Done(); h.timerLoop(ctx) }()
+}
+
+// Stop ends the loops and waits for them.
+func (h *Hub) Stop() {
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wg.Wait()
+}
+
+// Waiter is a blocked pop waiting for claimable jobs in some queues.
+type Waiter struct {
+	h      *Hub
+	queues []string
+	caps   []string
+	c      chan store.ReadyNote
+}
+
+// C receives a note when a job the waiter can run may be claimable.
+func (w *Waiter) C() <-chan store.ReadyNote { return w.c }
+
+// NewWaiter registers a waiter. Register before checking the database, so
+// a job committed between the check and the wait still wakes it.
+func (h *Hub) NewWaiter(queues, caps []string) *Waiter {
+	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1)}
+	h.mu.Lock()
+	for _, q := range queues {
+		h.byQueue[q] = append(h.byQueue[q], w)
+	}
+	h.mu.Unlock()
+	return w
+}
+
+// Close unregisters the waiter. A wake-up it received but did not act on
+// (handed is false) is passed to another waiter, so no job is left behind
+// by a client that gave up.
+func (w *Waiter) Close(handed bool) {
+	h := w.h
+	h.mu.Lock()
+	for _, q := range w.queues {
+		h.byQueue[q] = slices.DeleteFunc(h.byQueue[q], func(x *Waiter) bool { return x == w })
+		if len(h.byQueue[q]) == 0 {
+			delete(h.byQueue, q)
+		}
+	}
+	h.mu.Unlock()
+	if handed {
+		return
+	}
+	select {
+	case note := <-w.c:
+		note.N = 1
+		h.deliver(note)
+	default:
+	}
+}
+
+// Consume drops a pending wake-up after the waiter checked the database.
+func (w *Waiter) Consume() {
+	select {
+	case <-w.c:
+	default:
+	}
+}
+
+// deliver wakes up to note.N idle waiters of the queue able to run jobs
+// needing note.Requires, oldest first; a future note is kept for its time.
+func (h *Hub) deliver(note store.ReadyNote) {
+	if note.At > time.Now().UnixMilli() {
+		h.mu.Lock()
+		heap.Push(&h.timers, note)
+		h.mu.Unlock()
+		select {
+		case h.timerSig <- struct{}{}:
+		default:
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	woken := 0
+	for _, w := range h.byQueue[note.Queue] {
+		if woken >= note.N {
+			break
+		}
+		if !covers(w.caps, note.Requires) {
+			continue
+		}
+		select {
+		case w.c <- note:
+			woken++
+		default: // already woken and not yet back
+		}
+	}
+}
+
+// wakeAll wakes every waiter: after a LISTEN reconnect notes may be lost.
+func (h *Hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for q, ws := range h.byQueue {
+		for _, w := range ws {
+			select {
+			case w.c <- store.ReadyNote{Queue: q, N: 1}:
+			default:
+			}
+		}
+	}
+	for _, set := range h.jobWait {
+		for jw := range set {
+			jw.signal()
+		}
+	}
+}
+
+func covers(caps, requires []string) bool {
+	for _, r := range requires {
+		if !slices.Contains(caps, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// JobWaiter waits for one job to finish.
+type JobWaiter struct {
+	h  *Hub
+	id string
+	c  chan struct{}
+}
+
+// C receives when the job may have finished.
+func (jw *JobWaiter) C() <-chan struct{} { return jw.c }
+
+func (jw *JobWaiter) signal() {
+	select {
+	case jw.c <- struct{}{}:
+	default:
+	}
+}
+
+// NewJobWaiter registers interest in a job's end; register before reading it.
+func (h *Hub) NewJobWaiter(id string) *JobWaiter {
+	jw := &JobWaiter{h: h, id: id, c: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.jobWait[id] == nil {
+		h.jobWait[id] = map[*JobWaiter]struct{}{}
+	}
+	h.jobWait[id][jw] = struct{}{}
+	h.mu.Unlock()
+	return jw
+}
+
+// Close unregisters the job waiter.
+func (jw *JobWaiter) Close() {
+	h := jw.h
+	h.mu.Lock()
+	delete(h.jobWait[jw.id], jw)
+	if len(h.jobWait[jw.id]) == 0 {
+		delete(h.jobWait, jw.id)
+	}
+	h.mu.Unlock()
+}
+
+func (h *Hub) jobDone(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for jw := range h.jobWait[id] {
+		jw.signal()
+	}
+}
+
+// listenLoop keeps one LISTEN connection open, reconnecting after errors.
+func (h *Hub) listenLoop(ctx context.Context) {
+	first := true
+	for ctx.Err() == nil {
+		err := h.listenOnce(ctx, !first)
+		first = false
+		if ctx.Err() != nil {
+			return
+		}
+		h.cfg.Logger.Warn().Err(err).Msg("LISTEN connection lost; reconnecting")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.cfg.ReconnectDelay):
+		}
+	}
+}
+
+func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
+	conn, err := pgx.Connect(ctx, h.cfg.ConnString)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return err
+		}
+	}
+	if reconnect {
+		// Notes sent while we were away are lost: everyone re-checks.
+		h.wakeAll()
+		h.cfg.Logger.Info().Msg("LISTEN connection restored")
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case store.ChannelJobs:
+			var note store.ReadyNote
+			if err := json.Unmarshal([]byte(n.Payload), &note); err != nil || note.Queue == "" {
+				h.cfg.Logger.Warn().Str("payload", n.Payload).Msg("malformed job notification")
+				continue
+			}
+			h.deliver(note)
+		case store.ChannelDone:
+			h.jobDone(n.Payload)
+		case store.ChannelKeys:
+			if h.cfg.OnKeyRevoked != nil {
+				h.cfg.OnKeyRevoked(n.Payload)
+			}
+		}
+	}
+}
+
+// timerLoop delivers future notes when their time comes.
+func (h *Hub) timerLoop(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		var due []store.ReadyNote
+		now := time.Now().UnixMilli()
+		for h.timers.Len() > 0 && h.timers[0].At <= now {
+			due = append(due, heap.Pop(&h.timers).(store.ReadyNote))
+		}
+		wait := time.Hour
+		if h.timers.Len() > 0 {
+			wait = time.Duration(h.timers[0].At-now) * time.Millisecond
+		}
+		h.mu.Unlock()
+		for _, note := range due {
+			note.At = 0
+			h.deliver(note)
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.timerSig:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// dueHeap orders future notes by time.
+type dueHeap []store.ReadyNote
+
+func (d dueHeap) Len() int           { return len(d) }
+func (d dueHeap) Less(i, j int) bool { return d[i].At < d[j].At }
+func (d dueHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *dueHeap) Push(x any)        { *d = append(*d, x.(store.ReadyNote)) }
+func (d *dueHeap) Pop() any {
+	old := *d
+	x := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return x
+}

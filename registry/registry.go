@@ -1,0 +1,141 @@
+// Package registry holds the rules for workers: what a registration must
+// contain, which capabilities a worker offers, and how the seed protocol's
+// replies read.
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/agq/agq/store"
+)
+
+// Errors whose texts are the protocol's replies.
+var (
+	ErrInvalidCapabilities = errors.New("Invalid capabilities format")
+	ErrInvalidWorkerID     = errors.New("invalid worker_id")
+	ErrWorkerTaken         = errors.New("Worker ID already registered")
+)
+
+// InvalidRegistrationError names what is wrong with a registration.
+type InvalidRegistrationError struct{ Reason string }
+
+func (e *InvalidRegistrationError) Error() string { return "invalid registration: " + e.Reason }
+
+var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidWorkerID reports whether id is 1-64 letters, digits, '_' or '-'.
+func ValidWorkerID(id string) bool { return workerIDPattern.MatchString(id) }
+
+// Registration is the WORKER.REGISTER document.
+type Registration struct {
+	WorkerID          string            `json:"worker_id"`
+	Hostname          string            `json:"hostname"`
+	Platform          string            `json:"platform"`
+	AgwVersion        string            `json:"agw_version"`
+	Capabilities      json.RawMessage   `json:"capabilities"`
+	MaxConcurrentJobs *int              `json:"max_concurrent_jobs"`
+	Tags              map[string]string `json:"tags"`
+}
+
+type capabilities struct {
+	Tools        []string `json:"tools"`
+	AgenticUnits []string `json:"agentic_units"`
+	Types        []string `json:"types"`
+}
+
+// ParseRegistration validates a registration and returns the worker record
+// to store (principal left for the caller).
+func ParseRegistration(raw []byte) (store.Worker, error) {
+	var reg Registration
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&reg); err != nil {
+		return store.Worker{}, &InvalidRegistrationError{Reason: jsonReason(err)}
+	}
+	if dec.More() {
+		return store.Worker{}, &InvalidRegistrationError{Reason: "trailing data after the JSON object"}
+	}
+	if !ValidWorkerID(reg.WorkerID) {
+		return store.Worker{}, ErrInvalidWorkerID
+	}
+	if strings.TrimSpace(reg.Hostname) == "" {
+		return store.Worker{}, &InvalidRegistrationError{Reason: "hostname is required"}
+	}
+	if strings.TrimSpace(reg.AgwVersion) == "" {
+		return store.Worker{}, &InvalidRegistrationError{Reason: "agw_version is required"}
+	}
+	caps, err := parseCapabilities(reg.Capabilities)
+	if err != nil {
+		return store.Worker{}, err
+	}
+	maxJobs := 1
+	if reg.MaxConcurrentJobs != nil {
+		if *reg.MaxConcurrentJobs < 1 || *reg.MaxConcurrentJobs > 100000 {
+			return store.Worker{}, &InvalidRegistrationError{Reason: "max_concurrent_jobs must be between 1 and 100000"}
+		}
+		maxJobs = *reg.MaxConcurrentJobs
+	}
+	return store.Worker{
+		ID:                reg.WorkerID,
+		Hostname:          reg.Hostname,
+		Platform:          reg.Platform,
+		AgwVersion:        reg.AgwVersion,
+		Capabilities:      caps,
+		Metadata:          json.RawMessage(raw),
+		MaxConcurrentJobs: maxJobs,
+	}, nil
+}
+
+// parseCapabilities requires {"tools":[…]} with optional agentic_units and
+// types, all arrays of non-empty strings, and returns their sorted union.
+func parseCapabilities(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, ErrInvalidCapabilities
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, ErrInvalidCapabilities
+	}
+	if t, ok := probe["tools"]; !ok || string(t) == "null" {
+		return nil, ErrInvalidCapabilities
+	}
+	var c capabilities
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, ErrInvalidCapabilities
+	}
+	var all []string
+	for _, list := range [][]string{c.Tools, c.AgenticUnits, c.Types} {
+		for _, name := range list {
+			if name == "" || len(name) > 128 {
+				return nil, ErrInvalidCapabilities
+			}
+			all = append(all, name)
+		}
+	}
+	slices.Sort(all)
+	return slices.Compact(all), nil
+}
+
+// jsonReason shortens encoding/json's messages for a reply line.
+func jsonReason(err error) string {
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// HeartbeatReply renders +OK with the tokens the worker must act on.
+func HeartbeatReply(res store.HeartbeatResult) string {
+	out := "OK"
+	if res.Drain {
+		out += " drain=true"
+	}
+	if len(res.Cancels) > 0 {
+		out += " cancel=" + strings.Join(res.Cancels, ",")
+	}
+	return out
+}

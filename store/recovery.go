@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobsRequeueUnacked returns deliveries nobody acknowledged in time to
+// their queues without counting the attempt: the worker may never have
+// received them. The ack_deadline condition in the UPDATE re-checks each
+// row, so a job acknowledged meanwhile is left alone (jobs_running_ack).
+func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH due AS (
+				SELECT id FROM jobs
+				WHERE status = 'running' AND ack_deadline IS NOT NULL AND ack_deadline < now()
+				ORDER BY ack_deadline LIMIT $1
+				FOR UPDATE SKIP LOCKED
+			)
+			UPDATE jobs j SET
+				status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+				finished_at = CASE WHEN j.cancel_requested THEN now() END,
+				attempt = greatest(j.attempt - 1, 0), worker_id = NULL, run_at = now(),
+				ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
+				updated_at = now()
+			FROM due WHERE j.id = due.id AND j.status = 'running' AND j.ack_deadline < now()
+			RETURNING j.id, j.status, j.queue, j.requires`, limit)
+		if err != nil {
+			return err
+		}
+		n, err = notifyMoved(ctx, tx, rows)
+		return err
+	})
+	return n, interpretError(err)
+}
+
+// notifyMoved reads rows of (id, status, queue, requires) for jobs a
+// statement just moved and tells listeners: claimable jobs wake waiters,
+// finished ones wake JOB.WAIT. It closes rows.
+func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
+	type moved struct {
+		id, status, queue string
+		requires          []string
+	}
+	var all []moved
+	for rows.Next() {
+		var m moved
+		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.requires); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		all = append(all, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, m := range all {
+		var err error
+		if m.status == StatusQueued {
+			err = notifyReady(ctx, tx, ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
+		} else {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, m.id)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return len(all), nil
+}

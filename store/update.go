@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Errors of job transitions.
+var (
+	// ErrJobCancelled means the job was cancelled; the worker must stop it.
+	ErrJobCancelled = errors.New("job was cancelled")
+)
+
+// NotOwnerError means another worker holds the job.
+type NotOwnerError struct{ Owner string }
+
+func (e *NotOwnerError) Error() string { return "job is owned by " + e.Owner }
+
+// StateError means the job's status does not allow the transition.
+type StateError struct{ Status string }
+
+func (e *StateError) Error() string { return "job is " + e.Status }
+
+// JobUpdateParams is one JOB.UPDATE.
+type JobUpdateParams struct {
+	ID       string
+	WorkerID string // the reporting worker; ignored when Admin
+	Admin    bool
+	// Status is "", "running", "completed", "failed" or "cancelled".
+	Status    string
+	Error     string
+	Retryable bool
+	// Raw is the update as sent: progress for running updates, the result
+	// for completed ones.
+	Raw json.RawMessage
+}
+
+// errorEntry is one element of a job's error history.
+type errorEntry struct {
+	Attempt  int       `json:"attempt"`
+	WorkerID string    `json:"worker_id,omitempty"`
+	Error    string    `json:"error"`
+	At       time.Time `json:"at"`
+}
+
+// JobUpdate applies a worker's report to a job it holds. Repeating a report
+// that already took effect is a no-op that succeeds, since clients re-send
+// after timeouts.
+func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Job, error) {
+	var out Job
+	var cancelled bool
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var cur struct {
+			status          string
+			worker          *string
+			cancelRequested bool
+			attempt, max    int
+			backoff         float64
+			queue           string
+			requires        []string
+			errors          []errorEntry
+		}
+		err := tx.QueryRow(ctx, `
+			SELECT status, worker_id, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
+			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
+			Scan(&cur.status, &cur.worker, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
+		if err != nil {
+			return err
+		}
+		owner := ""
+		if cur.worker != nil {
+			owner = *cur.worker
+		}
+		switch {
+		case cur.status == StatusCancelled:
+			cancelled = true
+			return nil
+		case IsTerminal(cur.status):
+			if p.Status == cur.status {
+				return nil // the same final report again
+			}
+			return &StateError{Status: cur.status}
+		case cur.status == StatusRetrying && p.Status == StatusFailed && len(cur.errors) > 0 &&
+			cur.errors[len(cur.errors)-1].Attempt == cur.attempt && cur.errors[len(cur.errors)-1].WorkerID == p.WorkerID:
+			return nil // the same failure report again
+		case cur.status != StatusRunning:
+			return &StateError{Status: cur.status}
+		case !p.Admin && owner != p.WorkerID:
+			return &NotOwnerError{Owner: owner}
+		case cur.cancelRequested:
+			// The holder now knows: the job ends cancelled.
+			cancelled = true
+			return finish(ctx, tx, p.ID, StatusCancelled, nil)
+		}
+
+		switch p.Status {
+		case "", StatusRunning:
+			progress := any(nil)
+			if p.Status == "" {
+				progress = string(p.Raw)
+			}
+			_, err = tx.Exec(ctx, `
+				UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
+				WHERE id = $1`, p.ID, progress)
+			return err
+		case StatusCompleted:
+			return finish(ctx, tx, p.ID, StatusCompleted, p.Raw)
+		case StatusCancelled:
+			return finish(ctx, tx, p.ID, StatusCancelled, p.Raw)
+		case StatusFailed:
+			entry := errorEntry{Attempt: cur.attempt, WorkerID: owner, Error: p.Error, At: time.Now().UTC()}
+			hist, _ := json.Marshal(append(cur.errors, entry))
+			if p.Retryable && cur.attempt < cur.max {
+				runAt := time.Now().Add(RetryDelay(cur.backoff, cur.attempt))
+				_, err := tx.Exec(ctx, `
+					UPDATE jobs SET status = 'retrying', worker_id = NULL, run_at = $2, errors = $3,
+						ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+					WHERE id = $1`, p.ID, runAt, string(hist))
+				if err != nil {
+					return err
+				}
+				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: runAt.UnixMilli()})
+			}
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET errors = $2 WHERE id = $1`, p.ID, string(hist)); err != nil {
+				return err
+			}
+			return finish(ctx, tx, p.ID, StatusFailed, p.Raw)
+		}
+		return fmt.Errorf("unknown status %q", p.Status)
+	})
+	if err != nil {
+		return out, interpretError(err)
+	}
+	if cancelled {
+		return out, ErrJobCancelled
+	}
+	return s.JobGet(ctx, p.ID)
+}
+
+// finish moves a job to a final status and tells JOB.WAIT waiters.
+func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMessage) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE jobs SET status = $2, result = coalesce($3::jsonb, result), finished_at = now(),
+			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+		WHERE id = $1`, id, status, nullJSON(result))
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, id)
+	return err
+}
+
+// RetryDelay is the wait before attempt+1: backoff × 2^(attempt−1), capped
+// at one hour, with ±20% jitter so failed jobs do not return in lockstep.
+func RetryDelay(backoffSeconds float64, attempt int) time.Duration {
+	if backoffSeconds <= 0 {
+		backoffSeconds = 1
+	}
+	d := backoffSeconds * math.Pow(2, float64(max(attempt-1, 0)))
+	d = math.Min(d, 3600)
+	d *= 0.8 + 0.4*rand.Float64()
+	return time.Duration(d * float64(time.Second))
+}
+
+// JobCancel cancels a job: a waiting one at once, a running one by asking
+// its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled
+// job succeeds; a completed or failed one is a StateError.
+func (s *Store) JobCancel(ctx context.Context, id string) (Job, error) {
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+			return err
+		}
+		switch status {
+		case StatusCancelled:
+			return nil
+		case StatusCompleted, StatusFailed:
+			return &StateError{Status: status}
+		case StatusRunning:
+			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
+			return err
+		}
+		return finish(ctx, tx, id, StatusCancelled, nil)
+	})
+	if err != nil {
+		return Job{}, interpretError(err)
+	}
+	return s.JobGet(ctx, id)
+}
+
+// JobRetry puts a failed or cancelled job back in its queue with a fresh
+// set of attempts; its error history is kept. A job already waiting or
+// running again is left as it is (the retry already happened).
+func (s *Store) JobRetry(ctx context.Context, id string) (Job, error) {
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var status, queue string
+		var requires []string
+		if err := tx.QueryRow(ctx, `SELECT status, queue, requires FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &queue, &requires); err != nil {
+			return err
+		}
+		switch status {
+		case StatusCompleted:
+			return &StateError{Status: status}
+		case StatusFailed, StatusCancelled:
+		default:
+			return nil
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE jobs SET status = 'queued', attempt = 0, worker_id = NULL, cancel_requested = false,
+				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
+			WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
+	})
+	if err != nil {
+		return Job{}, interpretError(err)
+	}
+	return s.JobGet(ctx, id)
+}

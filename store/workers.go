@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Worker states.
+const (
+	WorkerActive       = "ACTIVE"
+	WorkerDraining     = "DRAINING"
+	WorkerDead         = "DEAD"
+	WorkerUnregistered = "UNREGISTERED"
+)
+
+// Errors of worker statements.
+var (
+	// ErrWorkerTaken means another principal holds the worker id while it is live.
+	ErrWorkerTaken = errors.New("worker id is held by another principal")
+	// ErrWorkerUnknown means no live worker has the id.
+	ErrWorkerUnknown = errors.New("worker not registered")
+)
+
+// Worker is one row of workers.
+type Worker struct {
+	ID                string
+	Principal         string
+	State             string
+	Hostname          string
+	Platform          string
+	AgwVersion        string
+	Capabilities      []string
+	Metadata          json.RawMessage
+	MaxConcurrentJobs int
+	Stats             json.RawMessage
+	RegisteredAt      time.Time
+	LastHeartbeatAt   time.Time
+	StateChangedAt    time.Time
+}
+
+const workerColumns = `worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
+	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at`
+
+func scanWorker(row pgx.Row) (Worker, error) {
+	var w Worker
+	err := row.Scan(&w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
+		&w.Metadata, &w.MaxConcurrentJobs, &w.Stats, &w.RegisteredAt, &w.LastHeartbeatAt, &w.StateChangedAt)
+	return w, err
+}
+
+// WorkerRegister registers a worker or lets the same principal take its
+// record over (a reconnect or restart with the same id): it becomes ACTIVE
+// and keeps the jobs it holds, whose leases restart. Another principal may
+// not take an id that is live.
+func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration) error {
+	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
+			VALUES ($1, $2, 'ACTIVE', $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (worker_id) DO UPDATE SET
+				principal = excluded.principal, state = 'ACTIVE', hostname = excluded.hostname,
+				platform = excluded.platform, agw_version = excluded.agw_version,
+				capabilities = excluded.capabilities, metadata = excluded.metadata,
+				max_concurrent_jobs = excluded.max_concurrent_jobs, registered_at = now(),
+				last_heartbeat_at = now(),
+				state_changed_at = CASE WHEN workers.state = 'ACTIVE' THEN workers.state_changed_at ELSE now() END
+			WHERE workers.principal = excluded.principal OR workers.state NOT IN ('ACTIVE', 'DRAINING')`,
+			w.ID, w.Principal, w.Hostname, w.Platform, w.AgwVersion, w.Capabilities, string(w.Metadata), w.MaxConcurrentJobs)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrWorkerTaken
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE jobs SET lease_expires_at = now() + $2::interval, updated_at = now()
+			WHERE worker_id = $1 AND status = 'running'`, w.ID, lease)
+		return err
+	}))
+}
+
+// HeartbeatResult is what the server tells a worker in its heartbeat reply.
+type HeartbeatResult struct {
+	Drain   bool
+	Cancels []string
+}
+
+// WorkerHeartbeat records a heartbeat, stores the stats when given, and
+// extends the lease of every job the worker holds (jobs_running_worker),
+// returning those it must cancel.
+func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (HeartbeatResult, error) {
+	var res HeartbeatResult
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `
+			UPDATE workers SET last_heartbeat_at = now(), stats = coalesce($2::jsonb, stats)
+			WHERE worker_id = $1 AND state IN ('ACTIVE', 'DRAINING')
+			RETURNING state`, id, nullJSON(stats)).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrWorkerUnknown
+		}
+		if err != nil {
+			return err
+		}
+		res.Drain = state == WorkerDraining
+		rows, err := tx.Query(ctx, `
+			UPDATE jobs SET lease_expires_at = now() + $2::interval
+			WHERE worker_id = $1 AND status = 'running'
+			RETURNING id, cancel_requested`, id, lease)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var jobID string
+			var cancel bool
+			if err := rows.Scan(&jobID, &cancel); err != nil {
+				return err
+			}
+			if cancel {
+				res.Cancels = append(res.Cancels, jobID)
+			}
+		}
+		return rows.Err()
+	})
+	return res, interpretError(err)
+}
+
+// WorkerUnregister ends a worker's registration; jobs it still holds go back
+// to their queues at once, the attempt not counted (it did not fail them).
+// Unregistering an unregistered worker succeeds.
+func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
+	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE workers SET state = 'UNREGISTERED',
+				state_changed_at = CASE WHEN state = 'UNREGISTERED' THEN state_changed_at ELSE now() END
+			WHERE worker_id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrWorkerUnknown
+		}
+		return requeueHeld(ctx, tx, id, false)
+	}))
+}
+
+// requeueHeld puts the running jobs of a worker back in their queues. A job
+// whose cancellation was asked for ends cancelled instead. countAttempt
+// says whether the attempt is spent (the worker died holding it) or not.
+func requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) error {
+	rows, err := tx.Query(ctx, `
+		UPDATE jobs SET
+			status = CASE WHEN cancel_requested THEN 'cancelled'
+			              WHEN $2 AND attempt >= max_attempts THEN 'failed'
+			              ELSE 'queued' END,
+			attempt = CASE WHEN $2 THEN attempt ELSE greatest(attempt - 1, 0) END,
+			finished_at = CASE WHEN cancel_requested OR ($2 AND attempt >= max_attempts) THEN now() END,
+			errors = CASE WHEN $2 THEN errors || jsonb_build_array(jsonb_build_object(
+				'attempt', attempt, 'worker_id', worker_id, 'error', 'worker ' || worker_id || ' was lost while holding the job', 'at', now()))
+				ELSE errors END,
+			worker_id = CASE WHEN cancel_requested THEN worker_id END,
+			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+		WHERE worker_id = $1 AND status = 'running'
+		RETURNING id, status, queue, requires`, workerID, countAttempt)
+	if err != nil {
+		return err
+	}
+	_, err = notifyMoved(ctx, tx, rows)
+	return err
+}
+
+// WorkerGet returns one worker.
+func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
+	w, err := scanWorker(s.Pool.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers WHERE worker_id = $1`, id))
+	return w, interpretError(err)
+}
+
+// WorkerOfPrincipal returns the live worker a principal registered most
+// recently: the identity of its connections that did not register themselves.
+func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error) {
+	w, err := scanWorker(s.Pool.QueryRow(ctx, `
+		SELECT `+workerColumns+` FROM workers
+		WHERE principal = $1 AND state IN ('ACTIVE', 'DRAINING')
+		ORDER BY registered_at DESC LIMIT 1`, principal))
+	return w, interpretError(err)
+}
+
+// WorkerList lists workers, optionally of one state, by id.
+func (s *Store) WorkerList(ctx context.Context, state string) ([]Worker, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT `+workerColumns+` FROM workers WHERE $1 = '' OR state = $1 ORDER BY worker_id`, state)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []Worker
+	for rows.Next() {
+		w, err := scanWorker(rows)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, w)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// WorkerDrain marks a live worker DRAINING: it gets no new work and its next
+// heartbeat says drain=true.
+func (s *Store) WorkerDrain(ctx context.Context, id string) error {
+	tag, err := s.Pool.Exec(ctx, `
+		UPDATE workers SET state = 'DRAINING',
+			state_changed_at = CASE WHEN state = 'DRAINING' THEN state_changed_at ELSE now() END
+		WHERE worker_id = $1 AND state IN ('ACTIVE', 'DRAINING')`, id)
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrWorkerUnknown
+	}
+	return nil
+}
