@@ -110,7 +110,7 @@ func parseCapabilities(raw json.RawMessage) ([]string, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, ErrInvalidCapabilities
 	}
-	var all []string
+	all := []string{}
 	for _, list := range [][]string{c.Tools, c.AgenticUnits, c.Types} {
 		for _, name := range list {
 			if name == "" || len(name) > 128 {

@@ -1,0 +1,152 @@
+package commands_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
+)
+
+func TestWorkerRegistration(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.HeartbeatInterval = 7 * time.Second })
+	ctx := context.Background()
+	key := a.CreateKey(t, "worker", "w-1")
+	c := a.Client(t, redis.Options{Username: "w-1", Password: key})
+
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"RepliesWithIdAndInterval", `{"worker_id":"w-1","hostname":"h","agw_version":"0.1.0","capabilities":{"tools":["sort"]}}`, "OK worker_id=w-1 heartbeat_interval=7"},
+		{"ReRegisteringTakesTheRecordOver", `{"worker_id":"w-1","hostname":"h2","agw_version":"0.1.1","capabilities":{"tools":["sort","uniq"]},"max_concurrent_jobs":4,"tags":{"tier":"dev"}}`, "OK worker_id=w-1 heartbeat_interval=7"},
+		{"ToolsAreRequired", `{"worker_id":"w-1","hostname":"h","agw_version":"1","capabilities":{"agentic_units":["x"]}}`, "ERR Invalid capabilities format"},
+		{"ToolsMustBeStrings", `{"worker_id":"w-1","hostname":"h","agw_version":"1","capabilities":{"tools":[1]}}`, "ERR Invalid capabilities format"},
+		{"CapabilitiesMustBeAnObject", `{"worker_id":"w-1","hostname":"h","agw_version":"1","capabilities":"sort"}`, "ERR Invalid capabilities format"},
+		{"WorkerIdIsChecked", `{"worker_id":"bad id!","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, "ERR invalid worker_id"},
+		{"HostnameIsRequired", `{"worker_id":"w-1","agw_version":"1","capabilities":{"tools":[]}}`, "ERR invalid registration: hostname is required"},
+		{"BadJSONIsAnError", `{"worker_id":`, "ERR invalid registration: unexpected EOF"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := c.Do(ctx, "WORKER.REGISTER", tc.doc).Text()
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Fatalf("WORKER.REGISTER = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("AnotherPrincipalCannotTakeALiveId", func(t *testing.T) {
+		otherKey := a.CreateKey(t, "worker", "w-2")
+		other := a.Client(t, redis.Options{Password: otherKey})
+		err := other.Do(ctx, "WORKER.REGISTER", `{"worker_id":"w-1","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`).Err()
+		if err == nil || err.Error() != "ERR Worker ID already registered" {
+			t.Fatalf("taking w-1: %v", err)
+		}
+		if err := other.Do(ctx, "WORKER.HEARTBEAT", "w-1").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			t.Fatalf("heartbeat for another principal's worker: %v", err)
+		}
+	})
+	t.Run("HeartbeatStoresStats", func(t *testing.T) {
+		got, err := c.Do(ctx, "WORKER.HEARTBEAT", "w-1", `{"active_jobs":2,"cpu_usage_percent":45.2}`).Text()
+		if err != nil || got != "OK" {
+			t.Fatalf("WORKER.HEARTBEAT = %q, %v", got, err)
+		}
+		raw, err := a.Admin(t).Do(ctx, "WORKER.GET", "w-1").Text()
+		if err != nil || !strings.Contains(raw, `"stats":{"active_jobs":2,"cpu_usage_percent":45.2}`) || !strings.Contains(raw, `"state":"ACTIVE"`) {
+			t.Fatalf("WORKER.GET = %s, %v", raw, err)
+		}
+		if err := c.Do(ctx, "WORKER.HEARTBEAT", "w-1", `not json`).Err(); err == nil {
+			t.Fatal("bad stats accepted")
+		}
+	})
+	t.Run("DrainIsToldThroughTheHeartbeat", func(t *testing.T) {
+		if err := a.Admin(t).Do(ctx, "WORKER.DRAIN", "w-1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Do(ctx, "WORKER.HEARTBEAT", "w-1").Text()
+		if err != nil || got != "OK drain=true" {
+			t.Fatalf("WORKER.HEARTBEAT = %q, %v", got, err)
+		}
+		ids, err := a.Admin(t).Do(ctx, "WORKER.LIST", "DRAINING").StringSlice()
+		if err != nil || len(ids) != 1 || ids[0] != "w-1" {
+			t.Fatalf("WORKER.LIST DRAINING = %v, %v", ids, err)
+		}
+	})
+	t.Run("UnregisteredWorkerIsUnknownToHeartbeats", func(t *testing.T) {
+		if err := c.Do(ctx, "WORKER.UNREGISTER", "w-1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Do(ctx, "WORKER.HEARTBEAT", "w-1").Err()
+		if err == nil || err.Error() != "ERR Worker not registered: w-1" {
+			t.Fatalf("heartbeat after unregister: %v", err)
+		}
+		if err := c.Do(ctx, "BRPOP", "queue:ready", "0.1").Err(); err == nil || err.Error() != "ERR Worker not registered: w-1" {
+			t.Fatalf("pop after unregister: %v", err)
+		}
+	})
+}
+
+func TestHeldJobsAcrossUnregisterAndCancel(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "holder", "t")
+
+	t.Run("HeartbeatNamesJobsToCancel", func(t *testing.T) {
+		id := submit(t, admin, map[string]any{"type": "t"})
+		if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id {
+			t.Fatalf("pop: %+v", d)
+		}
+		if err := w.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Do(ctx, "JOB.CANCEL", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := w.c.Do(ctx, "WORKER.HEARTBEAT", "holder").Text()
+		if err != nil || got != "OK cancel="+id {
+			t.Fatalf("WORKER.HEARTBEAT = %q, %v", got, err)
+		}
+		if err := w.update(ctx, id, map[string]any{"status": "cancelled"}); err == nil || !strings.HasPrefix(err.Error(), "CANCELLED") {
+			t.Fatalf("update after cancel: %v", err)
+		}
+	})
+	t.Run("UnregisterRequeuesHeldJobsAtOnce", func(t *testing.T) {
+		id := submit(t, admin, map[string]any{"type": "t"})
+		if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id {
+			t.Fatalf("pop: %+v", d)
+		}
+		if err := w.c.Do(ctx, "WORKER.UNREGISTER", "holder").Err(); err != nil {
+			t.Fatal(err)
+		}
+		v := getJob(t, admin, id)
+		if v.Status != "queued" || v.Attempt != 0 || v.WorkerID != nil {
+			t.Fatalf("job after unregister: %+v", v)
+		}
+	})
+}
+
+func TestUnacknowledgedDeliveryReturnsWithoutCountingAnAttempt(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.AckTimeout = 500 * time.Millisecond })
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "silent", "t")
+	id := submit(t, admin, map[string]any{"type": "t"})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id || d.Attempt != 1 {
+		t.Fatalf("pop: %+v", d)
+	}
+	// No JOB.UPDATE: the delivery is not acknowledged.
+	_, d, ok := w.pop(t, "10", "ready")
+	if !ok || d.JobID != id || d.Attempt != 1 {
+		t.Fatalf("redelivery: %+v ok=%v", d, ok)
+	}
+}
