@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // QueueDepth counts the jobs of a queue that are claimable now: what LLEN
@@ -100,4 +102,34 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
 		  AND ($3 = '' OR type = $3)
 		  AND id > $4
 		ORDER BY id LIMIT $5`, p.Queue, p.Status, p.Type, p.Cursor, p.Limit))
+}
+
+// Querier is what both a pool and a single connection offer.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// FutureReadyNotes returns a ReadyNote for each distinct future due time of
+// scheduled and retrying jobs, soonest first: what a node that just started
+// listening must time itself, since the notes for them were sent before.
+func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, error) {
+	rows, err := q.Query(ctx, `
+		SELECT queue, requires, (extract(epoch FROM run_at) * 1000)::bigint, count(*)
+		FROM jobs
+		WHERE status IN ('scheduled', 'retrying') AND run_at > now()
+		GROUP BY queue, requires, run_at
+		ORDER BY run_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []ReadyNote
+	for rows.Next() {
+		var n ReadyNote
+		if err := rows.Scan(&n.Queue, &n.Requires, &n.At, &n.N); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, n)
+	}
+	return out, interpretError(rows.Err())
 }

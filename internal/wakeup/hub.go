@@ -18,6 +18,8 @@ import (
 	"github.com/agq/agq/store"
 )
 
+const maxTimers = 100000
+
 // Config configures a Hub.
 type Config struct {
 	// ConnString is the database the LISTEN connection opens.
@@ -134,7 +136,11 @@ func (w *Waiter) Consume() {
 func (h *Hub) deliver(note store.ReadyNote) {
 	if note.At > time.Now().UnixMilli() {
 		h.mu.Lock()
-		heap.Push(&h.timers, note)
+		// Past this many pending due times, blocked pops' periodic re-check
+		// finds the rest; memory stays bounded.
+		if h.timers.Len() < maxTimers {
+			heap.Push(&h.timers, note)
+		}
 		h.mu.Unlock()
 		select {
 		case h.timerSig <- struct{}{}:
@@ -264,6 +270,14 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return err
 		}
+	}
+	// Due times announced before we listened are learnt from the table.
+	notes, err := store.FutureReadyNotes(ctx, conn, 10000)
+	if err != nil {
+		return err
+	}
+	for _, note := range notes {
+		h.deliver(note)
 	}
 	if reconnect {
 		// Notes sent while we were away are lost: everyone re-checks.
