@@ -31,17 +31,18 @@ func (s *Store) PrincipalPut(ctx context.Context, p Principal) error {
 	return interpretError(err)
 }
 
-// PrincipalPutIfAbsent creates the principal only when no live principal of
-// that name exists; it reports whether it did.
-func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p Principal) (bool, error) {
+// PrincipalPutIfAbsent creates the principal only when no principal of that
+// name exists — or, with replaceRevoked, none that is live; it reports
+// whether it did.
+func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p Principal, replaceRevoked bool) (bool, error) {
 	tag, err := s.Pool.Exec(ctx, `
 		INSERT INTO principals (name, role, key_digest, source)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE
 		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
 		    created_at = now(), revoked_at = NULL
-		WHERE principals.revoked_at IS NOT NULL`,
-		p.Name, p.Role, p.KeyDigest, p.Source)
+		WHERE $5 AND principals.revoked_at IS NOT NULL`,
+		p.Name, p.Role, p.KeyDigest, p.Source, replaceRevoked)
 	if err != nil {
 		return false, interpretError(err)
 	}

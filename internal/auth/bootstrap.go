@@ -28,8 +28,10 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 		if key == "" {
 			return "", fmt.Errorf("%s is empty; delete it to mint a new admin key", path)
 		}
+		// Stored only into a database that never had an admin principal
+		// (a new database): a revoked admin key must stay revoked.
 		d := Digest(key)
-		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}); err != nil {
+		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
 			return "", fmt.Errorf("storing admin key: %w", err)
 		}
 		return "", nil
@@ -42,7 +44,7 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 	}
 	key := GenerateKey()
 	d := Digest(key)
-	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"})
+	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}, true)
 	if err != nil {
 		return "", fmt.Errorf("storing admin key: %w", err)
 	}
