@@ -165,7 +165,7 @@ func unknownCommand(name string, args [][]byte) error {
 // buildTable registers every command family.
 func (s *Server) buildTable() map[string]*Command {
 	t := map[string]*Command{}
-	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.queueCommands()} {
+	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.queueCommands(), s.keyspaceCommands(), s.scheduleCommands()} {
 		for _, c := range family {
 			if _, dup := t[c.Name]; dup {
 				panic("command registered twice: " + c.Name)
