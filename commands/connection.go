@@ -163,7 +163,9 @@ func (s *Server) cmdHello(ctx context.Context, sess *Session, args [][]byte) (re
 		sess.name = *setName
 		sess.mu.Unlock()
 	}
-	sess.proto = proto
+	sess.mu.Lock()
+	sess.proto = proto // under mu: CLIENT LIST on other connections reads it
+	sess.mu.Unlock()
 	return resp.Map{
 		{Key: "server", Value: resp.BulkString("agq")},
 		{Key: "version", Value: resp.BulkString(Version)},
@@ -239,7 +241,7 @@ func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (res
 
 func (s *Server) clientLine(sess *Session) string {
 	sess.mu.Lock()
-	name, lib, ver, user := sess.name, sess.libName, sess.libVer, sess.who.Name
+	name, lib, ver, user, proto := sess.name, sess.libName, sess.libVer, sess.who.Name, sess.proto
 	sess.mu.Unlock()
 	if user == "" {
 		user = "default"
@@ -248,5 +250,5 @@ func (s *Server) clientLine(sess *Session) string {
 	idle := now.Sub(time.Unix(0, sess.lastActive.Load()))
 	cmd, _ := sess.lastCommand.Load().(string)
 	return fmt.Sprintf("id=%d addr=%s name=%s age=%d idle=%d flags=N db=0 cmd=%s user=%s resp=%d lib-name=%s lib-ver=%s",
-		sess.ID, sess.addr, name, int(now.Sub(sess.created).Seconds()), int(idle.Seconds()), cmd, user, sess.proto, lib, ver)
+		sess.ID, sess.addr, name, int(now.Sub(sess.created).Seconds()), int(idle.Seconds()), cmd, user, proto, lib, ver)
 }

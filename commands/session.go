@@ -26,7 +26,7 @@ type Session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	proto        int
+	proto        int // written under mu; read freely by the owning goroutine
 	authFailures int
 	revoked      atomic.Bool
 	lastActive   atomic.Int64 // unix nanoseconds

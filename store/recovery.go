@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -41,6 +42,11 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 // statement just moved and tells listeners: claimable jobs wake waiters,
 // finished ones wake JOB.WAIT. It closes rows.
 func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
+	return notifyMovedAt(ctx, tx, rows, time.Time{})
+}
+
+// notifyMovedAt is notifyMoved for jobs claimable from at (zero: now).
+func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) (int, error) {
 	type moved struct {
 		id, status, queue string
 		requires          []string
@@ -61,7 +67,11 @@ func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	for _, m := range all {
 		var err error
 		if m.status == StatusQueued {
-			err = notifyReady(ctx, tx, ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
+			note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
+			if !at.IsZero() {
+				note.At = at.UnixMilli()
+			}
+			err = notifyReady(ctx, tx, note)
 		} else {
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, m.id)
 		}

@@ -1,6 +1,10 @@
-// Package watchdog recovers jobs whose holders stopped answering: deliveries
-// nobody acknowledged go back to their queues. Every recovery re-checks the
-// job's state in the same statement, so a job that just moved is left alone.
+// Package watchdog recovers work whose holders stopped answering and keeps
+// the jobs table small: deliveries nobody acknowledged go back to their
+// queues, workers silent for three heartbeat intervals become DEAD and lose
+// their jobs, running jobs past their lease or timeout have that attempt
+// failed, and finished jobs past their retention are deleted in small
+// batches. Every recovery re-checks the job's state in the same statement,
+// so a job that just moved on is left alone. It runs on the leader only.
 package watchdog
 
 import (
@@ -9,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/store"
@@ -16,27 +21,53 @@ import (
 
 // Config configures the watchdog.
 type Config struct {
-	Store    *store.Store
-	Logger   zerolog.Logger
-	Interval time.Duration // between sweeps; default 1s
-	Batch    int           // rows per statement; default 500
+	Store  *store.Store
+	Logger zerolog.Logger
+	// HeartbeatInterval is the workers' interval; they are dead after 3.
+	HeartbeatInterval time.Duration
+	// RetainCompleted and RetainFailed (also for cancelled jobs) are how
+	// long finished jobs are kept; defaults 7 and 30 days.
+	RetainCompleted time.Duration
+	RetainFailed    time.Duration
+	Interval        time.Duration // between sweeps; default 1s
+	RetentionEvery  time.Duration // between retention passes; default 1m
+	Batch           int           // rows per statement; default 500
+	// Recovered counts recoveries by kind; optional.
+	Recovered *prometheus.CounterVec
 }
 
-// Watchdog runs the recovery sweeps.
+// Watchdog runs the sweeps.
 type Watchdog struct {
-	cfg    Config
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg           Config
+	lastRetention time.Time
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
 }
 
-// New validates cfg and fills defaults.
+// NewRecoveredCounter is the counter Config.Recovered expects, to be
+// registered once per process.
+func NewRecoveredCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agq_watchdog_recovered_total",
+		Help: "Jobs and workers the watchdog recovered or removed, by kind.",
+	}, []string{"kind"})
+}
+
+// New fills defaults.
 func New(cfg Config) *Watchdog {
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
+	cfg.RetainCompleted = cmp.Or(cfg.RetainCompleted, 7*24*time.Hour)
+	cfg.RetainFailed = cmp.Or(cfg.RetainFailed, 30*24*time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.RetentionEvery = cmp.Or(cfg.RetentionEvery, time.Minute)
 	cfg.Batch = cmp.Or(cfg.Batch, 500)
+	if cfg.Recovered == nil {
+		cfg.Recovered = NewRecoveredCounter()
+	}
 	return &Watchdog{cfg: cfg}
 }
 
-// Start runs sweeps every Interval until Stop.
+// Start runs sweeps every Interval until Stop or ctx ends.
 func (w *Watchdog) Start(ctx context.Context) {
 	ctx, w.cancel = context.WithCancel(ctx)
 	w.wg.Add(1)
@@ -65,18 +96,51 @@ func (w *Watchdog) Stop() {
 	w.wg.Wait()
 }
 
-// RunOnce performs one sweep.
+// RunOnce performs one sweep of every recovery, and retention when due.
 func (w *Watchdog) RunOnce(ctx context.Context) error {
-	for {
-		n, err := w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch)
-		if err != nil {
-			return err
+	steps := []struct {
+		kind string
+		run  func() (int, error)
+	}{
+		{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }},
+		{"dead_worker", func() (int, error) {
+			dead, err := w.cfg.Store.WorkersMarkDead(ctx, 3*w.cfg.HeartbeatInterval, w.cfg.Batch)
+			for _, id := range dead {
+				w.cfg.Logger.Warn().Str("worker", id).Msg("worker missed three heartbeats: DEAD, its jobs re-queued")
+			}
+			return len(dead), err
+		}},
+		{"expired_lease", func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
+		{"timed_out_job", func() (int, error) { return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.Batch) }},
+	}
+	if time.Since(w.lastRetention) >= w.cfg.RetentionEvery {
+		steps = append(steps, struct {
+			kind string
+			run  func() (int, error)
+		}{"retention_delete", func() (int, error) {
+			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
+				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
+			})
+		}})
+	}
+	for _, step := range steps {
+		// A full batch means there may be more: repeat, within reason.
+		for range 100 {
+			n, err := step.run()
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				w.cfg.Recovered.WithLabelValues(step.kind).Add(float64(n))
+				w.cfg.Logger.Info().Str("kind", step.kind).Int("count", n).Msg("watchdog")
+			}
+			if n < w.cfg.Batch {
+				break
+			}
 		}
-		if n > 0 {
-			w.cfg.Logger.Info().Int("jobs", n).Msg("unacknowledged deliveries returned to their queues")
-		}
-		if n < w.cfg.Batch {
-			return nil
+		if step.kind == "retention_delete" {
+			w.lastRetention = time.Now()
 		}
 	}
+	return nil
 }

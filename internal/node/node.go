@@ -24,11 +24,11 @@ import (
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/internal/health"
+	"github.com/agq/agq/internal/leader"
 	"github.com/agq/agq/internal/pgcluster"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/migrations"
 	"github.com/agq/agq/store"
-	"github.com/agq/agq/watchdog"
 )
 
 // Node is a running agq.
@@ -44,7 +44,7 @@ type Node struct {
 	httpLn   net.Listener
 	registry *prometheus.Registry
 	hub      *wakeup.Hub
-	watchdog *watchdog.Watchdog
+	elector  *leader.Elector
 	cancel   context.CancelFunc
 
 	wg        sync.WaitGroup
@@ -180,8 +180,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node,
 		AuthTimeout:       cfg.AuthTimeout,
 	}, n.store, keys, n.hub, n.log, n.registry)
 	n.hub.Start(bg)
-	n.watchdog = watchdog.New(watchdog.Config{Store: n.store, Logger: n.log.With().Str("component", "watchdog").Logger()})
-	n.watchdog.Start(bg)
+	n.startElector(bg)
 
 	if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
@@ -274,8 +273,8 @@ func (n *Node) Close() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
-		if n.watchdog != nil {
-			n.watchdog.Stop()
+		if n.elector != nil {
+			n.elector.Stop()
 		}
 		if n.hub != nil {
 			n.hub.Stop()

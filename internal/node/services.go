@@ -1,0 +1,46 @@
+package node
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agq/agq/internal/leader"
+	"github.com/agq/agq/watchdog"
+)
+
+// startElector campaigns for leadership; the leader runs the watchdog.
+func (n *Node) startElector(ctx context.Context) {
+	recovered := watchdog.NewRecoveredCounter()
+	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "agq_leader", Help: "1 when this node is the leader running the watchdog and scheduler.",
+	}, func() float64 {
+		if n.elector != nil && n.elector.IsLeader() {
+			return 1
+		}
+		return 0
+	})
+	n.registry.MustRegister(recovered, isLeader)
+	n.elector = leader.New(leader.Config{
+		ConnString: n.store.Pool.Config().ConnString(),
+		NodeID:     n.ID,
+		Logger:     n.log.With().Str("component", "leader").Logger(),
+		Lead: func(ctx context.Context) {
+			wd := watchdog.New(watchdog.Config{
+				Store:             n.store,
+				Logger:            n.log.With().Str("component", "watchdog").Logger(),
+				HeartbeatInterval: n.cfg.HeartbeatInterval,
+				RetainCompleted:   n.cfg.RetainCompleted,
+				RetainFailed:      n.cfg.RetainFailed,
+				Recovered:         recovered,
+			})
+			wd.Start(ctx)
+			<-ctx.Done()
+			wd.Stop()
+		},
+	})
+	n.elector.Start(ctx)
+}
+
+// IsLeader reports whether this node runs the leader-only services now.
+func (n *Node) IsLeader() bool { return n.elector != nil && n.elector.IsLeader() }
