@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/rs/zerolog"
 )
 
 // Config is everything agq is told at start.
@@ -31,6 +32,8 @@ type Config struct {
 	MaxAttempts       int
 	MaxClients        int
 	AuthTimeout       time.Duration
+	RetainCompleted   time.Duration
+	RetainFailed      time.Duration
 	LogLevel          string
 	LogFormat         string
 
@@ -70,7 +73,17 @@ var settings = []setting{
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
 	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
 	{"auth-timeout", "10s", "idle unauthenticated connections are closed after this", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
-	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{"retain-completed", "168h", "completed jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainCompleted })},
+	{"retain-failed", "720h", "failed and cancelled jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainFailed })},
+	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		// Checked here, with the same parser cmd/agq uses, so that a typo
+		// is reported with where it came from.
+		if _, err := zerolog.ParseLevel(strings.ToLower(v)); err != nil || v == "" {
+			return fmt.Errorf("must be trace, debug, info, warn or error")
+		}
+		c.LogLevel = v
+		return nil
+	}},
 	{"log-format", "", "json or console (default: console on a terminal, else json)", func(c *Config, v string) error {
 		if v != "" && v != "json" && v != "console" {
 			return fmt.Errorf("must be json or console")
