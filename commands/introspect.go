@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
 )
 
 // COMMAND [COUNT | LIST | INFO name… | DOCS [name…]]
@@ -85,6 +87,10 @@ func (s *Server) infoSections() []infoSection {
 		{"server", s.infoServer},
 		{"clients", s.infoClients},
 		{"stats", s.infoStats},
+		{"leader", s.infoLeader},
+		{"queues", s.infoQueues},
+		{"workers", s.infoWorkers},
+		{"jobs", s.infoJobs},
 	}
 }
 
@@ -146,4 +152,60 @@ func (s *Server) infoStats(context.Context) ([][2]string, error) {
 	return [][2]string{
 		{"total_connections_received", fmt.Sprint(s.nextID.Load())},
 	}, nil
+}
+
+func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
+	isLeader := "0"
+	if s.opts.IsLeader != nil && s.opts.IsLeader() {
+		isLeader = "1"
+	}
+	node, since, err := s.store.Leader(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		node = ""
+	} else if err != nil {
+		return nil, err
+	}
+	fields := [][2]string{{"is_leader", isLeader}, {"leader_node_id", node}}
+	if node != "" {
+		fields = append(fields, [2]string{"leader_since", since.UTC().Format(time.RFC3339)})
+	}
+	return fields, nil
+}
+
+func (s *Server) infoQueues(ctx context.Context) ([][2]string, error) {
+	qs, err := s.store.QueueStats(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	fields := [][2]string{{"queues", fmt.Sprint(len(qs))}}
+	for _, q := range qs {
+		fields = append(fields, [2]string{"queue_" + q.Name, fmt.Sprintf("queued=%d,scheduled=%d,running=%d,retrying=%d,paused=%t",
+			q.Counts[store.StatusQueued], q.Counts[store.StatusScheduled], q.Counts[store.StatusRunning], q.Counts[store.StatusRetrying], q.Paused)})
+	}
+	return fields, nil
+}
+
+func (s *Server) infoWorkers(ctx context.Context) ([][2]string, error) {
+	counts, err := s.store.WorkerCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var fields [][2]string
+	for _, st := range []string{store.WorkerActive, store.WorkerDraining, store.WorkerDead, store.WorkerUnregistered} {
+		fields = append(fields, [2]string{"workers_" + strings.ToLower(st), fmt.Sprint(counts[st])})
+	}
+	return fields, nil
+}
+
+func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
+	counts, err := s.store.JobCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var fields [][2]string
+	for _, st := range []string{store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
+		store.StatusCompleted, store.StatusFailed, store.StatusCancelled} {
+		fields = append(fields, [2]string{"jobs_" + st, fmt.Sprint(counts[st])})
+	}
+	return fields, nil
 }

@@ -37,6 +37,8 @@ type Options struct {
 	// CommandTimeout bounds a non-blocking command's database work.
 	CommandTimeout time.Duration
 	Limits         resp.Limits
+	// IsLeader reports whether this node runs the leader-only services.
+	IsLeader func() bool
 }
 
 // Server serves RESP clients.

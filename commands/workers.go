@@ -179,6 +179,8 @@ func workerJSON(w store.Worker) []byte {
 		"registered_at":       w.RegisteredAt.UTC(),
 		"last_heartbeat_at":   w.LastHeartbeatAt.UTC(),
 		"state_changed_at":    w.StateChangedAt.UTC(),
+		"timed_out_jobs":      w.TimedOutJobs,
+		"last_timeout_at":     w.LastTimeoutAt,
 	})
 	return b
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,16 +94,36 @@ type JobListParams struct {
 	Limit                       int
 }
 
-// JobList pages through jobs by id. A queue filter is served by
-// jobs_queue_status; without one the primary key gives the order.
+// JobList pages through jobs by id. Only the filters given enter the
+// statement, so each shape gets a plan of its own: with a queue,
+// jobs_queue_status serves (queue, status, id > cursor); without one the
+// primary key gives the order.
 func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
-	return collectJobs(s.Pool.Query(ctx, `
-		SELECT `+jobColumns+` FROM jobs
-		WHERE ($1 = '' OR queue = $1)
-		  AND ($2 = '' OR status = $2 OR ($2 = 'queued' AND status IN ('scheduled', 'retrying') AND run_at <= now()))
-		  AND ($3 = '' OR type = $3)
-		  AND id > $4
-		ORDER BY id LIMIT $5`, p.Queue, p.Status, p.Type, p.Cursor, p.Limit))
+	where := []string{"id > $1"}
+	args := []any{p.Cursor}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
+	}
+	if p.Queue != "" {
+		add("queue = ?", p.Queue)
+	}
+	switch p.Status {
+	case "":
+	case StatusQueued:
+		// A due scheduled or retrying job is shown as queued.
+		where = append(where, "(status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= now()))")
+	case StatusScheduled, StatusRetrying:
+		add("status = ? AND run_at > now()", p.Status)
+	default:
+		add("status = ?", p.Status)
+	}
+	if p.Type != "" {
+		add("type = ?", p.Type)
+	}
+	args = append(args, p.Limit)
+	return collectJobs(s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM jobs WHERE %s ORDER BY id LIMIT $%d`,
+		jobColumns, strings.Join(where, " AND "), len(args)), args...))
 }
 
 // Querier is what both a pool and a single connection offer.
@@ -130,6 +152,37 @@ func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, e
 			return nil, interpretError(err)
 		}
 		out = append(out, n)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// JobCounts counts jobs by status (a due scheduled or retrying job counts
+// as queued, as everywhere else).
+func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
+	return countBy(ctx, s, `
+		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
+		FROM jobs GROUP BY 1`)
+}
+
+// WorkerCounts counts workers by state.
+func (s *Store) WorkerCounts(ctx context.Context) (map[string]int64, error) {
+	return countBy(ctx, s, `SELECT state, count(*) FROM workers GROUP BY 1`)
+}
+
+func countBy(ctx context.Context, s *Store, sql string) (map[string]int64, error) {
+	rows, err := s.Pool.Query(ctx, sql)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, interpretError(err)
+		}
+		out[k] = n
 	}
 	return out, interpretError(rows.Err())
 }

@@ -40,15 +40,19 @@ type Worker struct {
 	RegisteredAt      time.Time
 	LastHeartbeatAt   time.Time
 	StateChangedAt    time.Time
+	// TimedOutJobs counts jobs this worker let run past their timeout.
+	TimedOutJobs  int
+	LastTimeoutAt *time.Time
 }
 
 const workerColumns = `worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
-	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at`
+	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at, timed_out_jobs, last_timeout_at`
 
 func scanWorker(row pgx.Row) (Worker, error) {
 	var w Worker
 	err := row.Scan(&w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
-		&w.Metadata, &w.MaxConcurrentJobs, &w.Stats, &w.RegisteredAt, &w.LastHeartbeatAt, &w.StateChangedAt)
+		&w.Metadata, &w.MaxConcurrentJobs, &w.Stats, &w.RegisteredAt, &w.LastHeartbeatAt, &w.StateChangedAt,
+		&w.TimedOutJobs, &w.LastTimeoutAt)
 	return w, err
 }
 

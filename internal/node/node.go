@@ -116,9 +116,9 @@ func Migrate(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
 }
 
 // Start brings a node up: database, migrations, keys, listeners, services.
-func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node, err error) {
+func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node, err error) {
 	host, _ := os.Hostname()
-	n = &Node{
+	n := &Node{
 		ID:       fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
 		cfg:      cfg,
 		registry: prometheus.NewRegistry(),
@@ -178,6 +178,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (n *Node,
 		MaxAttempts:       cfg.MaxAttempts,
 		MaxClients:        cfg.MaxClients,
 		AuthTimeout:       cfg.AuthTimeout,
+		IsLeader:          n.IsLeader,
 	}, n.store, keys, n.hub, n.log, n.registry)
 	n.hub.Start(bg)
 	n.startElector(bg)

@@ -91,8 +91,11 @@ func (e *Executor) Check(spec Spec) error {
 }
 
 func (e *Executor) resolve(spec Spec) ([]string, error) {
-	if len(spec.Tasks) == 0 {
+	switch {
+	case len(spec.Tasks) == 0:
 		return nil, refused(0, "", "the plan has no tasks")
+	case e.Tools == nil:
+		return nil, refused(0, "", "this worker offers no tools")
 	}
 	paths := make([]string, len(spec.Tasks))
 	for i, t := range spec.Tasks {

@@ -10,17 +10,24 @@ import (
 )
 
 // newClient connects as the worker: Username is the worker id and Password
-// its key, so every pooled connection authenticates as this worker.
-func newClient(cfg Config) *redis.Client {
+// its key, so every pooled connection authenticates as this worker. agw
+// uses two clients: one whose poolSize connections block in BRPOP, closed
+// when popping stops so that no blocked pop takes a job after a shutdown
+// began, and one for everything else (registration, heartbeats, reports).
+func newClient(cfg Config, poolSize int) *redis.Client {
 	return redis.NewClient(&redis.Options{
-		Addr:       cfg.Addr,
-		Username:   cfg.WorkerID,
-		Password:   cfg.Key,
-		ClientName: cfg.WorkerID,
-		// Each pop loop holds a connection in BRPOP and, while it runs a
-		// job, another for its reports; plus heartbeats and registration.
-		PoolSize:    2*cfg.Concurrency + 4,
+		Addr:        cfg.Addr,
+		Username:    cfg.WorkerID,
+		Password:    cfg.Key,
+		ClientName:  cfg.WorkerID,
+		PoolSize:    poolSize,
 		DialTimeout: cfg.DialTimeout,
+		// agw retries by itself, on the 1s…60s schedule, and must see
+		// every lost connection: the server may have restarted or
+		// declared this worker dead meanwhile, so agw registers again
+		// before its next pop. go-redis's own silent retries would hide
+		// that.
+		MaxRetries: -1,
 		// agq sends no maintenance notifications; skip asking for them.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})

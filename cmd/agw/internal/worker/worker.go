@@ -68,20 +68,27 @@ var (
 type Worker struct {
 	cfg     Config
 	log     zerolog.Logger
-	rdb     *redis.Client
+	rdb     *redis.Client // registration, heartbeats, reports
+	pop     *redis.Client // the pop loops' BRPOPs; closed when popping stops
 	sampler *stats.Sampler
 	regBody []byte
 
-	regMu    sync.Mutex
-	regStale bool          // register again before the next command that needs it
-	interval atomic.Int64  // heartbeat interval from the last registration, ns
+	// Registration state: lost counts the times the registration was
+	// marked stale (a lost connection, "not registered"); registeredAt is
+	// the value of lost when the last successful registration began. The
+	// worker is registered while they are equal.
+	regMu        sync.Mutex // one registration at a time
+	lost         atomic.Uint64
+	registeredAt atomic.Uint64
+	interval     atomic.Int64 // heartbeat interval from the last registration, ns
 
-	jobsMu  sync.Mutex
-	running map[string]context.CancelCauseFunc
+	jobsMu                    sync.Mutex
+	running                   map[string]context.CancelCauseFunc
 	active, completed, failed atomic.Int64
 
 	popCtx    context.Context // ends when popping must stop (shutdown or drain)
-	stopPop   context.CancelFunc
+	endPop    context.CancelFunc
+	popOnce   sync.Once
 	draining  atomic.Bool
 	jobsCtx   context.Context // parent of every job; ended by the shutdown timeout
 	stopJobs  context.CancelCauseFunc
@@ -124,22 +131,25 @@ func New(cfg Config) (*Worker, error) {
 	}
 
 	w := &Worker{
-		cfg:      cfg,
-		log:      cfg.Log.With().Str("worker_id", cfg.WorkerID).Logger(),
-		sampler:  stats.NewSampler(cmp.Or(cfg.Executor.TempDir, os.TempDir())),
-		regStale: true,
-		running:  map[string]context.CancelCauseFunc{},
-		force:    make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Log.With().Str("worker_id", cfg.WorkerID).Logger(),
+		sampler: stats.NewSampler(cmp.Or(cfg.Executor.TempDir, os.TempDir())),
+		running: map[string]context.CancelCauseFunc{},
+		force:   make(chan struct{}),
 	}
 	w.interval.Store(int64(cfg.DefaultHeartbeat))
+	w.lost.Store(1) // not registered yet
 	var err error
 	if w.regBody, err = registrationBody(cfg); err != nil {
 		return nil, err
 	}
-	w.popCtx, w.stopPop = context.WithCancel(context.Background())
+	w.popCtx, w.endPop = context.WithCancel(context.Background())
 	w.jobsCtx, w.stopJobs = context.WithCancelCause(context.Background())
 	w.reportCtx, w.stopRep = context.WithCancel(context.Background())
-	w.rdb = newClient(cfg)
+	// Reports: one per running job at a time, plus a heartbeat and a
+	// registration.
+	w.rdb = newClient(cfg, cfg.Concurrency+4)
+	w.pop = newClient(cfg, cfg.Concurrency)
 	return w, nil
 }
 
@@ -149,6 +159,7 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.rdb.Close()
 	defer w.stopRep()
+	defer w.stopJobs(errShuttingDown)
 	defer w.stopPop()
 	w.log.Info().Str("addr", w.cfg.Addr).Strs("queues", w.cfg.Queues).Int("concurrency", w.cfg.Concurrency).
 		Strs("tools", w.cfg.Executor.Tools.Names()).Msg("agw starting")
@@ -177,6 +188,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.unregister()
 	w.log.Info().Int64("completed_jobs_total", w.completed.Load()).Int64("failed_jobs_total", w.failed.Load()).Msg("agw stopped")
 	return nil
+}
+
+// stopPop stops the pop loops: no new BRPOP starts, and those blocked are
+// cut off by closing their connections (agq neither delivers nor loses a
+// job to a client that leaves while blocked). A job a loop already holds is
+// still run and reported.
+func (w *Worker) stopPop() {
+	w.popOnce.Do(func() {
+		w.endPop()
+		w.pop.Close()
+	})
 }
 
 // ForceStop stops waiting for running jobs during a shutdown: they are

@@ -1,0 +1,180 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/cmd/agw/internal/pipeline"
+)
+
+// errJobCancelled is report's answer to "-CANCELLED job <id> was cancelled".
+var errJobCancelled = errors.New("the job was cancelled")
+
+// report sends one JOB.UPDATE until agq answers it. Connection trouble is
+// retried with backoff, as is "worker not registered" after registering
+// again; the same bytes are sent each time, and agq treats a repeated update
+// as one transition. It gives up on a refusal (any other error reply), on
+// -CANCELLED, and when the shutdown abandons the last reports.
+func (w *Worker) report(jobID string, body []byte, log zerolog.Logger) error {
+	ctx := w.reportCtx
+	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	for {
+		err := w.cmdUpdate(ctx, jobID, body)
+		switch classify(err) {
+		case outcomeOK:
+			return nil
+		case outcomeCancelled:
+			return errJobCancelled
+		case outcomeRefused:
+			return fmt.Errorf("agq refused the update: %w", err)
+		case outcomeNotRegistered:
+			w.markStale()
+			if err := w.ensureRegistered(ctx); err != nil {
+				return fmt.Errorf("abandoned: %w", err)
+			}
+		case outcomeConn:
+			w.markStale()
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("abandoned at shutdown: %w", err)
+		}
+		wait := b.Next()
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("JOB.UPDATE failed")
+		if !sleep(ctx, wait) {
+			return fmt.Errorf("abandoned at shutdown: %w", err)
+		}
+	}
+}
+
+// The JOB.UPDATE bodies.
+
+type runningUpdate struct {
+	Status    string `json:"status"`
+	WorkerID  string `json:"worker_id"`
+	StartedAt string `json:"started_at"`
+}
+
+type progressUpdate struct {
+	CurrentTask     int `json:"current_task"`
+	ProgressPercent int `json:"progress_percent"`
+}
+
+type completedUpdate struct {
+	Status          string                `json:"status"`
+	CompletedAt     string                `json:"completed_at"`
+	Output          string                `json:"output"`
+	OutputTruncated bool                  `json:"output_truncated,omitempty"`
+	TaskResults     []pipeline.TaskResult `json:"task_results"`
+}
+
+type failedUpdate struct {
+	Status      string                `json:"status"`
+	FailedAt    string                `json:"failed_at"`
+	Error       string                `json:"error"`
+	Retryable   bool                  `json:"retryable"`
+	TaskResults []pipeline.TaskResult `json:"task_results"`
+}
+
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// completedBody is the completed report, cut to fit in limit bytes: first
+// the output (halved until it fits, flagged output_truncated), then the
+// stderr tails.
+func completedBody(res pipeline.Result, now time.Time, limit int) []byte {
+	u := completedUpdate{
+		Status:          "completed",
+		CompletedAt:     timestamp(now),
+		Output:          res.Output,
+		OutputTruncated: res.OutputTruncated,
+		TaskResults:     taskResults(res.Tasks),
+	}
+	for {
+		b := mustMarshal(u)
+		if len(b) <= limit {
+			return b
+		}
+		switch {
+		case u.Output != "":
+			u.Output, u.OutputTruncated = halve(u.Output), true
+		case shortenStderr(u.TaskResults):
+		default:
+			return b
+		}
+	}
+}
+
+// failedBody is the failed report, its stderr tails cut to fit in limit.
+func failedBody(msg string, retryable bool, tasks []pipeline.TaskResult, now time.Time, limit int) []byte {
+	u := failedUpdate{
+		Status:      "failed",
+		FailedAt:    timestamp(now),
+		Error:       msg,
+		Retryable:   retryable,
+		TaskResults: taskResults(tasks),
+	}
+	for {
+		b := mustMarshal(u)
+		if len(b) <= limit || !shortenStderr(u.TaskResults) {
+			return b
+		}
+	}
+}
+
+func taskResults(tasks []pipeline.TaskResult) []pipeline.TaskResult {
+	out := make([]pipeline.TaskResult, len(tasks))
+	copy(out, tasks)
+	return out
+}
+
+// shortStderr is what each stderr tail is cut to when a report is too big.
+const shortStderr = 256
+
+func shortenStderr(tasks []pipeline.TaskResult) bool {
+	changed := false
+	for i := range tasks {
+		if s := tasks[i].Stderr; len(s) > shortStderr {
+			cut := len(s) - shortStderr
+			for cut < len(s) && !utf8.RuneStart(s[cut]) {
+				cut++
+			}
+			tasks[i].Stderr, changed = s[cut:], true
+		}
+	}
+	return changed
+}
+
+// halve keeps the first half of s, ending on a whole UTF-8 character.
+func halve(s string) string {
+	n := len(s) / 2
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// marshal encodes v without escaping <, > and & (which would make a report
+// of HTML six times its size) and without a trailing newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// mustMarshal encodes the update structs above, which cannot fail to encode.
+func mustMarshal(v any) []byte {
+	b, err := marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,138 @@
+// Command agw is agq's reference worker: it registers with an agq server,
+// takes jobs from its queues, runs each job's plan as a pipeline of Unix
+// tools without a shell, and reports the results. Run "agw --help" for its
+// settings.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/cmd/agw/internal/pipeline"
+	"github.com/agq/agq/cmd/agw/internal/worker"
+)
+
+// version is agw's version, reported at registration; release builds set
+// it with -ldflags "-X main.version=…".
+var version = "0.1.0"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	s, err := parseSettings(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "agw: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(s, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "agw: %v\n", err)
+		return 2
+	}
+	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
+	if err := protectSecrets(); err != nil {
+		log.Warn().Err(err).Msg("could not make agw's memory unreadable to its own jobs")
+	}
+
+	tools, missing, err := pipeline.ResolveTools(s.Tools, nil)
+	if err != nil {
+		log.Error().Err(err).Msg("tools")
+		return 2
+	}
+	if len(missing) > 0 {
+		log.Warn().Strs("tools", missing).Msg("AGW_TOOLS names tools not found on PATH; they are not offered")
+	}
+	if tools.Len() == 0 {
+		log.Error().Msg("no tool to offer: none of the tools was found on PATH")
+		return 2
+	}
+	for _, t := range tools.Names() {
+		if pipeline.RunsPrograms(t) {
+			log.Warn().Str("tool", t).Msg("offering a tool that runs other programs: job submitters can run anything agw's user can")
+		}
+	}
+	if os.Geteuid() == 0 {
+		log.Warn().Msg("agw runs as root, and so will every job's tools; run it as an unprivileged user")
+	}
+
+	w, err := worker.New(worker.Config{
+		Addr:            s.Addr,
+		WorkerID:        s.WorkerID,
+		Key:             s.Key,
+		Queues:          s.Queues,
+		Concurrency:     s.Concurrency,
+		ShutdownTimeout: s.ShutdownTimeout,
+		Executor:        &pipeline.Executor{Tools: tools, MaxOutput: s.MaxOutput, KillGrace: s.KillGrace},
+		Version:         version,
+		Log:             log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("agw cannot start")
+		return 2
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	go func() {
+		sig := <-signals
+		log.Info().Str("signal", sig.String()).Msg("signal received: draining")
+		cancel()
+		sig = <-signals
+		log.Warn().Str("signal", sig.String()).Msg("second signal: cancelling running jobs now")
+		w.ForceStop()
+	}()
+
+	if err := w.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("agw stopped")
+		return 1
+	}
+	return 0
+}
+
+func newLogger(s settings, out io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(strings.ToLower(s.LogLevel))
+	if err != nil || level == zerolog.NoLevel {
+		return zerolog.Logger{}, fmt.Errorf("log-level %q: must be debug, info, warn or error", s.LogLevel)
+	}
+	f, isFile := out.(*os.File)
+	terminal := isFile && isatty.IsTerminal(f.Fd())
+	format := s.LogFormat
+	if format == "" {
+		format = "json"
+		if terminal {
+			format = "console"
+		}
+	}
+	if format == "console" {
+		out = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly, NoColor: !terminal}
+	}
+	return zerolog.New(out).Level(level).With().Timestamp().Logger(), nil
+}
+
+// redisLogger sends go-redis's own messages (failed dials and the like,
+// which agw reports itself) to the debug log.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Msgf(format, v...)
+}

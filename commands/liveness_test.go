@@ -1,0 +1,148 @@
+package commands_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
+)
+
+func fastHeartbeats(c *config.Config) { c.HeartbeatInterval = time.Second }
+
+func TestSilentWorkerIsDeadAndItsJobGoesToAnother(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, fastHeartbeats)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	silent := registerWorker(t, a, "silent", "t")
+	alive := registerWorker(t, a, "alive", "t")
+	id := submit(t, admin, map[string]any{"type": "t"})
+	if _, d, ok := silent.pop(t, "1", "ready"); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v", d)
+	}
+	if err := silent.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// alive keeps heartbeating while it waits; silent never does again.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+				alive.c.Do(ctx, "WORKER.HEARTBEAT", "alive")
+			}
+		}
+	}()
+	_, d, ok := alive.pop(t, "10", "ready")
+	if !ok || d.JobID != id || d.Attempt != 2 {
+		t.Fatalf("the other worker got %+v (ok=%v), want %s at attempt 2", d, ok, id)
+	}
+	elapsed := time.Since(start)
+	t.Logf("job re-delivered %v after its worker went silent", elapsed)
+	if elapsed > 6*time.Second {
+		t.Fatalf("dead worker's job came back after %v", elapsed)
+	}
+	state, err := admin.Do(ctx, "WORKER.LIST", "DEAD").StringSlice()
+	if err != nil || len(state) != 1 || state[0] != "silent" {
+		t.Fatalf("WORKER.LIST DEAD = %v, %v", state, err)
+	}
+	err = silent.update(ctx, id, map[string]any{"status": "completed"})
+	if err == nil || err.Error() != fmt.Sprintf("ERR job %s is owned by alive", id) {
+		t.Fatalf("the dead worker's late update: %v", err)
+	}
+	raw, _ := admin.Do(ctx, "JOB.GET", id).Text()
+	if !strings.Contains(raw, "worker silent was lost while holding the job") {
+		t.Fatalf("error history does not say why: %s", raw)
+	}
+}
+
+func TestJobPastItsTimeoutFailsTheAttemptAndRetries(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, fastHeartbeats)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "slow", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "timeout_seconds": 1, "retry_backoff_seconds": 0.1})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v", d)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker keeps heartbeating: only the timeout can end the attempt.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+				w.c.Do(ctx, "WORKER.HEARTBEAT", "slow")
+			}
+		}
+	}()
+	_, d, ok := w.pop(t, "10", "ready")
+	if !ok || d.JobID != id || d.Attempt != 2 {
+		t.Fatalf("retry: %+v ok=%v", d, ok)
+	}
+	raw, _ := admin.Do(ctx, "JOB.GET", id).Text()
+	if !strings.Contains(raw, "timed out after 1 seconds") {
+		t.Fatalf("error history: %s", raw)
+	}
+	worker, _ := admin.Do(ctx, "WORKER.GET", "slow").Text()
+	if !strings.Contains(worker, `"timed_out_jobs":1`) {
+		t.Fatalf("worker not flagged: %s", worker)
+	}
+}
+
+func TestCancelledJobNeverAcknowledgedEndsCancelledAtLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, fastHeartbeats)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "gone", "t")
+	id := submit(t, admin, map[string]any{"type": "t"})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v", d)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "JOB.CANCEL", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := admin.Do(ctx, "JOB.WAIT", id, "10").Text()
+	if err != nil || !strings.Contains(raw, `"status":"cancelled"`) || !strings.Contains(raw, `"attempt":1`) {
+		t.Fatalf("JOB.WAIT = %s, %v", raw, err)
+	}
+}
+
+func TestInfoShowsLeaderQueuesWorkersAndJobs(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	registerWorker(t, a, "w", "t")
+	submit(t, admin, map[string]any{"type": "t", "queue": "mail"})
+	agqtest.Eventually(t, 10*time.Second, func() error {
+		info, err := admin.Info(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{"is_leader:1", "leader_node_id:" + a.Node.ID, "queue_mail:queued=1", "workers_active:1", "jobs_queued:1"} {
+			if !strings.Contains(info, want) {
+				return fmt.Errorf("INFO lacks %q:\n%s", want, info)
+			}
+		}
+		return nil
+	})
+}
