@@ -1,0 +1,10 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/agq/agq/internal/agqtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(agqtest.Main(m)) }
