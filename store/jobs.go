@@ -157,6 +157,9 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 			if j.UniqueKey != "" {
 				uniq = &j.UniqueKey
 			}
+			if j.Requires == nil {
+				j.Requires = []string{} // the column is NOT NULL: no requirement
+			}
 			var runAt *time.Time
 			if !j.RunAt.IsZero() {
 				runAt = &j.RunAt
