@@ -154,8 +154,7 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 		}
 		p.WorkerID = w.ID
 	}
-	_, err := s.store.JobUpdate(ctx, p)
-	if err != nil {
+	if err := s.store.JobUpdate(ctx, p); err != nil {
 		return nil, jobError(id, err)
 	}
 	return resp.OK, nil
@@ -297,7 +296,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 // JOB.CANCEL job_id
 func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	id := string(args[1])
-	if _, err := s.store.JobCancel(ctx, id); err != nil {
+	if err := s.store.JobCancel(ctx, id); err != nil {
 		return nil, jobError(id, err)
 	}
 	return resp.OK, nil
@@ -306,7 +305,7 @@ func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (r
 // JOB.RETRY job_id
 func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	id := string(args[1])
-	if _, err := s.store.JobRetry(ctx, id); err != nil {
+	if err := s.store.JobRetry(ctx, id); err != nil {
 		return nil, jobError(id, err)
 	}
 	return resp.OK, nil

@@ -53,8 +53,7 @@ type errorEntry struct {
 // JobUpdate applies a worker's report to a job it holds. Repeating a report
 // that already took effect is a no-op that succeeds, since clients re-send
 // after timeouts.
-func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Job, error) {
-	var out Job
+func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 	var cancelled bool
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
@@ -136,12 +135,12 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Job, error) {
 		return fmt.Errorf("unknown status %q", p.Status)
 	})
 	if err != nil {
-		return out, interpretError(err)
+		return interpretError(err)
 	}
 	if cancelled {
-		return out, ErrJobCancelled
+		return ErrJobCancelled
 	}
-	return s.JobGet(ctx, p.ID)
+	return nil
 }
 
 // finish moves a job to a final status and tells JOB.WAIT waiters.
@@ -172,7 +171,7 @@ func RetryDelay(backoffSeconds float64, attempt int) time.Duration {
 // JobCancel cancels a job: a waiting one at once, a running one by asking
 // its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled
 // job succeeds; a completed or failed one is a StateError.
-func (s *Store) JobCancel(ctx context.Context, id string) (Job, error) {
+func (s *Store) JobCancel(ctx context.Context, id string) error {
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status string
 		if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
@@ -189,16 +188,13 @@ func (s *Store) JobCancel(ctx context.Context, id string) (Job, error) {
 		}
 		return finish(ctx, tx, id, StatusCancelled, nil)
 	})
-	if err != nil {
-		return Job{}, interpretError(err)
-	}
-	return s.JobGet(ctx, id)
+	return interpretError(err)
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
 // set of attempts; its error history is kept. A job already waiting or
 // running again is left as it is (the retry already happened).
-func (s *Store) JobRetry(ctx context.Context, id string) (Job, error) {
+func (s *Store) JobRetry(ctx context.Context, id string) error {
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status, queue string
 		var requires []string
@@ -221,8 +217,5 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Job, error) {
 		}
 		return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
 	})
-	if err != nil {
-		return Job{}, interpretError(err)
-	}
-	return s.JobGet(ctx, id)
+	return interpretError(err)
 }
