@@ -281,6 +281,12 @@ func TestBadArgumentsAnswerErrorsAndServingGoesOn(t *testing.T) {
 		{[]any{"KEY.CREATE", "worker", "\xff\xfe"}, "ERR principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'"},
 		{[]any{"KEY.CREATE", "worker", strings.Repeat("w", 65)}, "ERR principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'"},
 		{[]any{"KEY.CREATE", "worker", "default"}, "ERR principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'"},
+		// Bad JSON is the handler's to refuse; the wording is its own.
+		{[]any{"JOB.SUBMIT", `{"type":`}, "ERR *"},
+		{[]any{"JOB.SUBMIT", `{"type":"x","no_such_field":1}`}, "ERR *"},
+		{[]any{"JOB.SUBMIT", "\xff\xfe"}, "ERR *"},
+		{[]any{"WORKER.REGISTER", "{bad"}, "ERR *"},
+		{[]any{"WORKER.REGISTER", "[]"}, "ERR *"},
 		// Not UTF-8: the name may come back with replacement characters.
 		{[]any{"\xc3\x28", "x"}, "ERR unknown command '*"},
 	}
@@ -289,6 +295,12 @@ func TestBadArgumentsAnswerErrorsAndServingGoesOn(t *testing.T) {
 			got, err := c.Do(ctx, tc.args...).Text()
 			if err != nil {
 				got = err.Error()
+			}
+			if strings.Contains(got, "unknown command") && !strings.Contains(tc.want, "unknown command") {
+				t.Fatalf("%q = %q: the command is not there to judge its arguments", tc.args, got)
+			}
+			if strings.Contains(got, "internal error") {
+				t.Fatalf("%q = %q: bad input is the client's error, not an internal one", tc.args, got)
 			}
 			if prefix, ok := strings.CutSuffix(tc.want, "*"); ok && strings.HasPrefix(got, prefix) {
 				got = tc.want
@@ -317,7 +329,10 @@ func TestBadArgumentsAnswerErrorsAndServingGoesOn(t *testing.T) {
 
 func TestConnectionCap(t *testing.T) {
 	t.Parallel()
-	a := agqtest.Start(t, func(c *config.Config) { c.MaxClients = 5 })
+	a := agqtest.Start(t, func(c *config.Config) {
+		c.MaxClients = 5
+		c.AuthTimeout = 5 * time.Minute // the unauthenticated five must stay
+	})
 	dial := func() (net.Conn, *bufio.Reader) {
 		t.Helper()
 		conn, err := net.Dial("tcp", a.Addr)

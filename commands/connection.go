@@ -136,13 +136,12 @@ func (s *Server) cmdHello(ctx context.Context, sess *Session, args [][]byte) (re
 		proto = v
 		rest = rest[1:]
 	}
-	var setName *string
+	var setName, authUser, authKey *string
 	for len(rest) > 0 {
 		switch {
 		case resp.Is(rest[0], "AUTH") && len(rest) >= 3:
-			if err := s.authenticate(ctx, sess, string(rest[1]), string(rest[2])); err != nil {
-				return nil, err
-			}
+			user, key := string(rest[1]), string(rest[2])
+			authUser, authKey = &user, &key
 			rest = rest[3:]
 		case resp.Is(rest[0], "SETNAME") && len(rest) >= 2:
 			name := string(rest[1])
@@ -153,6 +152,13 @@ func (s *Server) cmdHello(ctx context.Context, sess *Session, args [][]byte) (re
 			rest = rest[2:]
 		default:
 			return nil, resp.Errorf("Syntax error in HELLO option '%s'", rest[0])
+		}
+	}
+	// Authenticate only once every option is known to be valid, as Redis
+	// does: a refused HELLO changes nothing.
+	if authKey != nil {
+		if err := s.authenticate(ctx, sess, *authUser, *authKey); err != nil {
+			return nil, err
 		}
 	}
 	if !sess.isAuthed() {
@@ -229,6 +235,10 @@ func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (res
 	case "info":
 		return resp.BulkString(s.clientLine(sess) + "\n"), nil
 	case "list":
+		// Other principals' connections are an admin's business.
+		if sess.principal().Role != auth.RoleAdmin {
+			return resp.BulkString(s.clientLine(sess) + "\n"), nil
+		}
 		var b strings.Builder
 		for _, other := range s.sessionList() {
 			b.WriteString(s.clientLine(other))

@@ -64,7 +64,7 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 	}
 	start := time.Now()
 	sess.lastActive.Store(start.UnixNano())
-	name := strings.ToLower(string(cmd.Args[0]))
+	name := asciiLower(cmd.Args[0])
 	c := s.table[name]
 	label := name
 	if c == nil {
@@ -174,4 +174,16 @@ func (s *Server) buildTable() map[string]*Command {
 		}
 	}
 	return t
+}
+
+// asciiLower lowercases ASCII letters only, so an unknown command's name is
+// echoed with its bytes intact, as Redis does.
+func asciiLower(b []byte) string {
+	out := []byte(string(b))
+	for i, c := range out {
+		if 'A' <= c && c <= 'Z' {
+			out[i] = c + 'a' - 'A'
+		}
+	}
+	return string(out)
 }

@@ -108,7 +108,9 @@ func (s *Server) cmdInfo(ctx context.Context, _ *Session, args [][]byte) (resp.R
 		}
 		fields, err := sec.fields(ctx)
 		if err != nil {
-			return nil, err
+			// One section's database trouble must not hide the others
+			// from monitoring: it says so in its own place.
+			fields = [][2]string{{"error", errorText(err)}}
 		}
 		if b.Len() > 0 {
 			b.WriteString("\r\n")
@@ -208,4 +210,11 @@ func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
 		fields = append(fields, [2]string{"jobs_" + st, fmt.Sprint(counts[st])})
 	}
 	return fields, nil
+}
+
+func errorText(err error) string {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return "database unavailable"
+	}
+	return "internal error"
 }

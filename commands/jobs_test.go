@@ -164,7 +164,9 @@ func TestBlockedPopIsWokenByRedisCLILPush(t *testing.T) {
 	})
 	pushed <- time.Now()
 	out, err := a.RedisCLI(t, "-a", a.AdminKey, "--no-auth-warning", "LPUSH", "queue:ready", `{"job_id":"cli-1","type":"echo","payload":{"n":1}}`)
-	if err != nil || out != "1" {
+	// The ready depth after the push: 0 when the blocked worker already
+	// took the job, which is the point.
+	if err != nil || (out != "1" && out != "0") {
 		t.Fatalf("redis-cli LPUSH = %q, %v", out, err)
 	}
 	r := <-got
@@ -185,12 +187,23 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 	// busy counts backends of this database doing something other than
 	// waiting for a command (the LISTEN connection waits too); total counts all.
 	pool := a.Node.Store().Pool
+	// The watchdog's sweeps are busy for a moment every second: the least
+	// of several samples is what the blocked pops hold.
 	dbConns := func() (busy, total int) {
-		err := pool.QueryRow(ctx, `
-			SELECT count(*) FILTER (WHERE state <> 'idle' AND pid <> pg_backend_pid()), count(*)
-			FROM pg_stat_activity WHERE datname = current_database()`).Scan(&busy, &total)
-		if err != nil {
-			t.Fatal(err)
+		busy = -1
+		for range 10 {
+			var b, n int
+			err := pool.QueryRow(ctx, `
+				SELECT count(*) FILTER (WHERE state <> 'idle' AND pid <> pg_backend_pid()), count(*)
+				FROM pg_stat_activity WHERE datname = current_database()`).Scan(&b, &n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if busy < 0 || b < busy {
+				busy = b
+			}
+			total = max(total, n)
+			time.Sleep(50 * time.Millisecond)
 		}
 		return busy, total
 	}
@@ -239,8 +252,9 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 	if busy500 > busy1 || acquired > 0 {
 		t.Fatalf("500 blocked workers hold connections: %d busy (1 worker: %d), %d acquired", busy500, busy1, acquired)
 	}
-	if max := int(pool.Config().MaxConns) + 1; total500 > max {
-		t.Fatalf("%d connections open, more than the pool's %d plus LISTEN", total500, max-1)
+	// The pool, the LISTEN connection and the leader's lock connection.
+	if limit := int(pool.Config().MaxConns) + 2; total500 > limit {
+		t.Fatalf("%d connections open, more than the pool's %d plus LISTEN and leader", total500, limit-2)
 	}
 	// And the pool is free: a job pushed now is delivered to one of them.
 	if err := a.Admin(t).Do(ctx, "LPUSH", "queue:idle", `{"type":"x"}`).Err(); err != nil {

@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -57,6 +58,13 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field == "" {
+			return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
+		}
+		if errors.As(err, &typeErr) {
+			return store.NewJob{}, fmt.Errorf("%s must be %s, not %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		}
 		return store.NewJob{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
@@ -232,4 +240,19 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return r
+}
+
+// jsonKind names a Go kind the way a JSON author thinks of it.
+func jsonKind(kind string) string {
+	switch kind {
+	case "int", "int64", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "ptr", "struct", "map":
+		return "an object or a value of the documented type"
+	}
+	return kind
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -184,80 +185,141 @@ func (o *ptyOutput) len() int {
 	return o.buf.Len()
 }
 
-func TestRedisCLIInteractive(t *testing.T) {
-	t.Parallel()
-	a := agqtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// terminalSession is redis-cli running interactively on a pseudo-terminal.
+type terminalSession struct {
+	t      *testing.T
+	tty    *os.File
+	out    *ptyOutput
+	prompt string
+	exited chan struct{} // closed once redis-cli has exited and its output is read
+	err    error         // its exit status, once exited is closed
+}
 
-	// No key on the command line: the user types AUTH. On a terminal
-	// redis-cli starts by asking for COMMAND DOCS, before any AUTH.
-	cmd := a.RedisCLICommand(ctx, t)
+// startTerminal starts redis-cli with args on a pseudo-terminal, so that it
+// runs its interactive prompt as it does for a person.
+func startTerminal(t *testing.T, a *agqtest.Agq, args ...string) *terminalSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cmd := a.RedisCLICommand(ctx, t, args...)
 	cmd.Env = append(cmd.Env, "TERM=xterm")
+	// A window size spares linenoise from asking the terminal for one.
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
 	if err != nil {
+		cancel()
 		t.Fatalf("starting redis-cli on a pseudo-terminal: %v", err)
 	}
-	defer tty.Close()
-	out := &ptyOutput{}
+	s := &terminalSession{t: t, tty: tty, out: &ptyOutput{}, prompt: a.Addr + "> ", exited: make(chan struct{})}
+	t.Cleanup(func() {
+		cancel() // kills redis-cli if it is still running
+		tty.Close()
+		<-s.exited
+	})
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		var chunk [4096]byte
-		for {
-			n, err := tty.Read(chunk[:])
-			out.Write(chunk[:n])
-			if err != nil {
-				return
-			}
-		}
+		_, _ = io.Copy(s.out, tty) // ends with EIO when redis-cli exits
 	}()
+	go func() {
+		s.err = cmd.Wait()
+		<-copied
+		close(s.exited)
+	}()
+	return s
+}
 
-	prompt := a.Addr + "> "
-	// expect waits until the output since offset holds want and returns the
-	// offset just past it.
-	expect := func(offset int, want string) int {
-		t.Helper()
-		agqtest.Eventually(t, 15*time.Second, func() error {
-			if !strings.Contains(out.since(offset), want) {
-				return fmt.Errorf("no %q in the terminal output since byte %d:\n%q", want, offset, out.since(offset))
-			}
+// expect waits until the output since offset holds want and returns the
+// offset just past it; redis-cli exiting meanwhile fails the test.
+func (s *terminalSession) expect(offset int, want string) int {
+	s.t.Helper()
+	agqtest.Eventually(s.t, 15*time.Second, func() error {
+		if i := strings.Index(s.out.since(offset), want); i >= 0 {
+			offset += i + len(want)
 			return nil
-		})
-		return offset + strings.Index(out.since(offset), want) + len(want)
-	}
-	// typeLine types line once the prompt is shown (linenoise drops what is
-	// typed before it switches the terminal to raw mode) and returns the
-	// offset where the answer begins.
-	typeLine := func(offset int, line string) int {
-		t.Helper()
-		expect(offset, prompt)
-		end := out.len()
-		if _, err := tty.Write([]byte(line + "\r")); err != nil {
-			t.Fatalf("typing %q: %v", line, err)
 		}
-		return end
-	}
+		select {
+		case <-s.exited:
+			s.t.Fatalf("redis-cli exited (%v) before printing %q; terminal output:\n%q", s.err, want, s.out.since(0))
+		default:
+		}
+		return fmt.Errorf("no %q in the terminal output since byte %d:\n%q", want, offset, s.out.since(offset))
+	})
+	return offset
+}
 
-	at := typeLine(0, "AUTH "+a.AdminKey)
-	at = expect(at, "OK")
-	at = typeLine(at, "PING")
-	at = expect(at, "PONG")
-	at = typeLine(at, "ECHO hello")
-	at = expect(at, `"hello"`)
-	typeLine(at, "quit")
+// typeLine types line once the prompt is shown (linenoise drops what is
+// typed before it puts the terminal in raw mode) and returns the offset
+// where the answer begins. offset must be past the previous answer: the
+// prompt also shows while the previous line is being typed.
+func (s *terminalSession) typeLine(offset int, line string) int {
+	s.t.Helper()
+	s.expect(offset, s.prompt)
+	end := s.out.len()
+	if _, err := s.tty.Write([]byte(line + "\r")); err != nil {
+		s.t.Fatalf("typing %q: %v", line, err)
+	}
+	return end
+}
 
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("redis-cli did not exit cleanly: %v; terminal output:\n%q", err, out.since(0))
+// quit types quit and checks that redis-cli exits cleanly, without having
+// complained about anything on the way.
+func (s *terminalSession) quit(offset int) {
+	s.t.Helper()
+	s.typeLine(offset, "quit")
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		s.t.Fatalf("redis-cli still runs after quit; terminal output:\n%q", s.out.since(0))
 	}
-	<-copied
-	// The server was asked COMMAND (DOCS) and its answer did not upset redis-cli.
-	if m := metricsText(t, a); !strings.Contains(m, `agq_commands_total{command="command",result="ok"}`) {
-		t.Fatalf("no COMMAND in the metrics:\n%s", m)
+	if s.err != nil {
+		s.t.Fatalf("redis-cli did not exit cleanly: %v; terminal output:\n%q", s.err, s.out.since(0))
 	}
-	if strings.Contains(out.since(0), "Error") || strings.Contains(out.since(0), "Assertion") {
-		t.Fatalf("redis-cli complained:\n%q", out.since(0))
+	if out := s.out.since(0); strings.Contains(out, "Error") || strings.Contains(out, "Assertion") {
+		s.t.Fatalf("redis-cli complained:\n%q", out)
 	}
+}
+
+func TestRedisCLIInteractive(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+
+	t.Run("TypingAuth", func(t *testing.T) {
+		t.Parallel()
+		// No key on the command line: the user types AUTH. On a terminal
+		// redis-cli starts by asking for COMMAND DOCS, before any AUTH.
+		s := startTerminal(t, a)
+		at := s.typeLine(0, "PING")
+		at = s.expect(at, "PONG")
+		at = s.typeLine(at, "ECHO before")
+		at = s.expect(at, "NOAUTH Authentication required.")
+		at = s.typeLine(at, "AUTH "+a.AdminKey)
+		at = s.expect(at, "OK")
+		at = s.typeLine(at, "PING")
+		at = s.expect(at, "PONG")
+		at = s.typeLine(at, "ECHO hello")
+		at = s.expect(at, `"hello"`)
+		s.quit(at)
+	})
+	t.Run("WithPasswordFlagAndRESP3", func(t *testing.T) {
+		t.Parallel()
+		s := startTerminal(t, a, "--no-auth-warning", "-3", "-a", a.AdminKey)
+		at := s.typeLine(0, "HELLO 3")
+		at = s.expect(at, `1# "server" => "agq"`)
+		at = s.expect(at, `7# "modules" => (empty array)`)
+		at = s.typeLine(at, "CLIENT SETNAME console")
+		at = s.expect(at, "OK")
+		at = s.typeLine(at, "CLIENT GETNAME")
+		at = s.expect(at, `"console"`)
+		s.quit(at)
+	})
+	t.Run("TheServerWasAskedForCommandDocs", func(t *testing.T) {
+		t.Parallel()
+		b := agqtest.Start(t) // its own node: nobody else's COMMAND counts
+		s := startTerminal(t, b)
+		s.quit(s.expect(s.typeLine(0, "PING"), "PONG"))
+		if m := metricsText(t, b); !strings.Contains(m, `agq_commands_total{command="command",result="ok"}`) {
+			t.Fatalf("no COMMAND in the metrics:\n%s", m)
+		}
+	})
 }
 
 // metricsText fetches the node's /metrics page.

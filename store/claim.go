@@ -28,7 +28,9 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]Job, error) {
 	if p.Limit <= 0 {
 		p.Limit = 1
 	}
-	rows, err := s.Pool.Query(ctx, `
+	var jobs []Job
+	err := s.asyncCommit(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
 		WITH picked AS (
 			SELECT id FROM jobs
 			WHERE queue = $1
@@ -53,8 +55,10 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]Job, error) {
 			updated_at = now()
 		FROM picked WHERE j.id = picked.id
 		RETURNING `+jobCols("j."),
-		p.Queue, p.WorkerID, p.Capabilities, p.Limit, p.AckTimeout, p.Lease)
-	jobs, err := collectJobs(rows, err)
+			p.Queue, p.WorkerID, p.Capabilities, p.Limit, p.AckTimeout, p.Lease)
+		jobs, err = collectJobs(rows, err)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

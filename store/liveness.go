@@ -67,7 +67,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 				              'worker_id', j.worker_id, 'error', 'lease expired: worker stopped heartbeating', 'at', now())) END,
 				worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 				run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-			FROM due WHERE j.id = due.id AND j.status = 'running' AND j.lease_expires_at < now()
+			FROM due WHERE j.id = due.id AND j.status = 'running'
 			RETURNING j.id, j.status, j.queue, j.requires`, limit)
 		if err != nil {
 			return err
@@ -154,20 +154,23 @@ type RetentionParams struct {
 	Limit     int
 }
 
-// JobsDeleteExpired deletes up to Limit finished jobs older than their
-// retention, oldest first, in one short statement so the table stays small
-// without long locks (jobs_finished). Waiting and running jobs are never
-// touched: the status condition is part of the DELETE.
+// JobsDeleteExpired deletes up to Limit completed and up to Limit failed or
+// cancelled jobs past their retention, oldest first, in one short
+// statement, so the table stays small without long locks. Each kind is
+// picked on its own (jobs_finished: status, finished_at), so retained
+// failures never stall the deletion of expired completions. Waiting and
+// running jobs are never touched, and the row locks keep a concurrent
+// JOB.RETRY from being deleted under it.
 func (s *Store) JobsDeleteExpired(ctx context.Context, p RetentionParams) (int, error) {
 	tag, err := s.Pool.Exec(ctx, `
-		DELETE FROM jobs WHERE id IN (
-			SELECT id FROM jobs
-			WHERE status IN ('completed', 'failed', 'cancelled')
-			  AND finished_at < now() - LEAST($1::interval, $2::interval)
-			ORDER BY finished_at LIMIT $3
+		WITH completed AS (
+			SELECT id FROM jobs WHERE status = 'completed' AND finished_at < now() - $1::interval
+			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
+		), failed AS (
+			SELECT id FROM jobs WHERE status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval
+			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
 		)
-		AND ((status = 'completed' AND finished_at < now() - $1::interval)
-		  OR (status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval))`,
+		DELETE FROM jobs WHERE id IN (SELECT id FROM completed UNION ALL SELECT id FROM failed)`,
 		p.Completed, p.Failed, p.Limit)
 	if err != nil {
 		return 0, interpretError(err)

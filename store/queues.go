@@ -122,8 +122,11 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
 		add("type = ?", p.Type)
 	}
 	args = append(args, p.Limit)
+	// Planned for its arguments every time (an unnamed statement): a
+	// cached generic plan walks the primary key for a rare queue.
+	args = append([]any{pgx.QueryExecModeExec}, args...)
 	return collectJobs(s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM jobs WHERE %s ORDER BY id LIMIT $%d`,
-		jobColumns, strings.Join(where, " AND "), len(args)), args...))
+		jobColumns, strings.Join(where, " AND "), len(args)-1), args...))
 }
 
 // Querier is what both a pool and a single connection offer.

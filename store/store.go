@@ -98,3 +98,17 @@ func interpretError(err error) error {
 	}
 	return err
 }
+
+// asyncCommit runs fn in a transaction whose commit does not wait for the
+// WAL flush. It is for writes whose loss in an operating-system crash only
+// repeats work and never loses a job: claims (the job is delivered again),
+// acknowledgements, progress and lease extensions. Submissions and final
+// transitions always wait for the flush.
+func (s *Store) asyncCommit(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}

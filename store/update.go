@@ -101,6 +101,11 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 
 		switch p.Status {
 		case "", StatusRunning:
+			// An acknowledgement or progress lost in an OS crash only
+			// means a redelivery: no need to wait for the WAL flush.
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+				return err
+			}
 			progress := any(nil)
 			if p.Status == "" {
 				progress = string(p.Raw)

@@ -98,7 +98,7 @@ type HeartbeatResult struct {
 // returning those it must cancel.
 func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (HeartbeatResult, error) {
 	var res HeartbeatResult
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := s.asyncCommit(ctx, func(tx pgx.Tx) error {
 		var state string
 		err := tx.QueryRow(ctx, `
 			UPDATE workers SET last_heartbeat_at = now(), stats = coalesce($2::jsonb, stats)

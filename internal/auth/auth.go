@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agq/agq/store"
@@ -34,6 +35,8 @@ var (
 	ErrBadPrincipal = errors.New("principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'")
 	// ErrStaticPrincipal means the principal's key comes from the configuration file.
 	ErrStaticPrincipal = errors.New("the key of this principal comes from the configuration; change it there")
+	// ErrNoAdmin means no admin key is valid anywhere: nobody could mint keys.
+	ErrNoAdmin = errors.New("no admin key is valid")
 	// ErrUnknownPrincipal means no such principal exists.
 	ErrUnknownPrincipal = errors.New("no such principal")
 )
@@ -44,7 +47,7 @@ var principalName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 type Principal struct {
 	Name   string
 	Role   string
-	Source string // config, env, minted, generated
+	Source string // config, minted or generated
 	// Digest is the digest of the key the principal authenticated with.
 	Digest [32]byte
 }
@@ -92,6 +95,8 @@ func NewKeyring(st *store.Store, static StaticKeys, source map[string]string) (*
 			k.static = append(k.static, staticKey{digest: digest, Principal: Principal{Name: name, Role: role, Source: src}})
 		}
 	}
+	// Map order is random; KEY.LIST shows them in a stable order.
+	slices.SortFunc(k.static, func(a, b staticKey) int { return strings.Compare(a.Name, b.Name) })
 	return k, nil
 }
 

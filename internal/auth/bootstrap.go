@@ -34,6 +34,13 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
 			return "", fmt.Errorf("storing admin key: %w", err)
 		}
+		exists, err := k.store.AdminExists(ctx)
+		if err != nil {
+			return "", err
+		}
+		if !exists {
+			return "", fmt.Errorf("%w: the key in %s was revoked; delete the file to mint a new one", ErrNoAdmin, path)
+		}
 		return "", nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("reading admin key: %w", err)

@@ -144,6 +144,7 @@ func TestBadSettingsAreErrorsNamingThem(t *testing.T) {
 		{name: "BadIntegerInEnv", env: env{"AGQ_MAX_PAYLOAD": "2MiB"}, want: []string{"max-payload", "AGQ_MAX_PAYLOAD"}},
 		{name: "ZeroAttempts", args: []string{"--max-attempts", "0"}, want: []string{"max-attempts"}},
 		{name: "BoolInFile", file: "listen = true\n", want: []string{"listen"}},
+		{name: "BadLogLevel", file: "log_level = \"loud\"\n", want: []string{"log-level", "config file"}},
 		{name: "BadLogFormat", env: env{"AGQ_LOG_FORMAT": "xml"}, want: []string{"log-format", "AGQ_LOG_FORMAT"}},
 		{name: "KeyTableOfNumbers", file: "[workers]\nw1 = 5\n", want: []string{"[workers]", `"w1"`}},
 		{name: "KeyTableNotATable", file: "admins = \"k\"\n", want: []string{"[admins]"}},

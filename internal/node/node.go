@@ -152,7 +152,10 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		return nil, err
 	}
 	written, err := keys.EnsureAdmin(ctx, cfg.DataDir)
-	if err != nil {
+	if errors.Is(err, auth.ErrNoAdmin) {
+		// Workers and producers can still work; say loudly why nobody can administer.
+		n.log.Warn().Err(err).Msg("no admin can connect")
+	} else if err != nil {
 		return nil, err
 	}
 	if written != "" {
@@ -218,10 +221,12 @@ func staticKeys(cfg config.Config) auth.StaticKeys {
 		auth.RoleProducer: cfg.Producers,
 	}
 	if cfg.AdminKey != "" {
-		admins := map[string]string{"admin": cfg.AdminKey}
+		// The environment (or flag) beats the file for the principal admin.
+		admins := map[string]string{}
 		for k, v := range cfg.Admins {
 			admins[k] = v
 		}
+		admins["admin"] = cfg.AdminKey
 		keys[auth.RoleAdmin] = admins
 	}
 	return keys

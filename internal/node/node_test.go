@@ -116,8 +116,8 @@ func TestManagedNode(t *testing.T) {
 	t.Parallel()
 	dir := shortDataDir(t)
 	cfg := baseConfig(t, dir)
-	a := agqtest.StartConfig(t, cfg)
-	if a.Node.Cluster() == nil {
+	a := startNode(t, t, cfg)
+	if a.Cluster() == nil {
 		t.Fatal("no managed cluster although no database URL was given")
 	}
 	ctx := ctxT(t, 3*time.Minute)
@@ -126,8 +126,10 @@ func TestManagedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := client(t, a.Addr, redis.Options{Password: adminKey})
+	admin := client(t, a.RESPAddr(), redis.Options{Password: adminKey})
 	var producerKey string
+	// Nodes started in subtests belong to the whole test, which stops them.
+	whole := t
 
 	t.Run("TheGeneratedAdminKeyWorks", func(t *testing.T) {
 		if got, err := admin.Ping(ctx).Result(); err != nil || got != "PONG" {
@@ -139,30 +141,30 @@ func TestManagedNode(t *testing.T) {
 		if err != nil || len(producerKey) != 64 {
 			t.Fatalf("KEY.CREATE producer p1 = %q, %v", producerKey, err)
 		}
-		p := client(t, a.Addr, redis.Options{Username: "p1", Password: producerKey})
+		p := client(t, a.RESPAddr(), redis.Options{Username: "p1", Password: producerKey})
 		if got, err := p.Echo(ctx, "hi").Result(); err != nil || got != "hi" {
 			t.Fatalf("ECHO as p1 = %q, %v", got, err)
 		}
 	})
 	t.Run("HealthAndReadinessAnswer200", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
-			if code, body := httpGet(t, "http://"+a.HTTPAddr+path); code != http.StatusOK {
+			if code, body := httpGet(t, "http://"+a.HTTPAddr()+path); code != http.StatusOK {
 				t.Errorf("GET %s = %d %q", path, code, body)
 			}
 		}
 	})
 	t.Run("MetricsParseAndCountAuthFailures", func(t *testing.T) {
-		before := scrape(t, a.HTTPAddr)
+		before := scrape(t, a.HTTPAddr())
 		for _, name := range []string{"agq_commands_total", "agq_connections", "agq_auth_failures_total", "agq_command_duration_seconds"} {
 			if before[name] == nil {
 				t.Errorf("/metrics has no %s", name)
 			}
 		}
-		wrong := client(t, a.Addr, redis.Options{Password: strings.Repeat("0", 64)})
+		wrong := client(t, a.RESPAddr(), redis.Options{Password: strings.Repeat("0", 64)})
 		if err := wrong.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {
 			t.Fatalf("PING with a wrong key: %v", err)
 		}
-		after := scrape(t, a.HTTPAddr)
+		after := scrape(t, a.HTTPAddr())
 		b, f := sum(before["agq_auth_failures_total"]), sum(after["agq_auth_failures_total"])
 		if f < b+1 {
 			t.Fatalf("agq_auth_failures_total went from %v to %v after a failed AUTH", b, f)
@@ -172,16 +174,16 @@ func TestManagedNode(t *testing.T) {
 		}
 	})
 	t.Run("ReadinessFollowsPostgres", func(t *testing.T) {
-		if err := a.Node.Cluster().Stop(); err != nil {
+		if err := a.Cluster().Stop(); err != nil {
 			t.Fatalf("stopping postgres: %v", err)
 		}
 		agqtest.Eventually(t, 20*time.Second, func() error {
-			if code, body := httpGet(t, "http://"+a.HTTPAddr+"/readyz"); code != http.StatusServiceUnavailable {
+			if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/readyz"); code != http.StatusServiceUnavailable {
 				return fmt.Errorf("/readyz = %d %q with postgres down", code, body)
 			}
 			return nil
 		})
-		if code, _ := httpGet(t, "http://"+a.HTTPAddr+"/healthz"); code != http.StatusOK {
+		if code, _ := httpGet(t, "http://"+a.HTTPAddr()+"/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz = %d with postgres down; the process is up", code)
 		}
 
@@ -196,7 +198,7 @@ func TestManagedNode(t *testing.T) {
 			t.Errorf("KEY.LIST with postgres down took %v", took)
 		}
 		// A key that must be looked up cannot be checked: that is not a wrong key.
-		fresh := client(t, a.Addr, redis.Options{Username: "p1", Password: producerKey})
+		fresh := client(t, a.RESPAddr(), redis.Options{Username: "p1", Password: producerKey})
 		if err := fresh.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN ") {
 			t.Errorf("AUTH with postgres down: %v; want a TRYAGAIN error reply", err)
 		}
@@ -208,11 +210,11 @@ func TestManagedNode(t *testing.T) {
 			t.Errorf("ECHO with postgres down = %q, %v", got, err)
 		}
 
-		if err := a.Node.Cluster().Start(ctx); err != nil {
+		if err := a.Cluster().Start(ctx); err != nil {
 			t.Fatalf("starting postgres again: %v", err)
 		}
 		agqtest.Eventually(t, 30*time.Second, func() error {
-			if code, body := httpGet(t, "http://"+a.HTTPAddr+"/readyz"); code != http.StatusOK {
+			if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/readyz"); code != http.StatusOK {
 				return fmt.Errorf("/readyz = %d %q with postgres back", code, body)
 			}
 			return nil
@@ -225,24 +227,64 @@ func TestManagedNode(t *testing.T) {
 		}
 	})
 	t.Run("RestartKeepsEveryKey", func(t *testing.T) {
-		if err := a.Node.Close(); err != nil {
+		if err := a.Close(); err != nil {
 			t.Fatalf("closing the node: %v", err)
 		}
-		b := agqtest.StartConfig(t, cfg)
+		b := startNode(t, whole, cfg)
 		again, err := os.ReadFile(filepath.Join(dir, "admin.key"))
 		if err != nil || string(again) != string(keyFile) {
 			t.Fatalf("admin.key changed across a restart: %q → %q (%v)", keyFile, again, err)
 		}
 		readAdminKey(t, dir) // mode and shape still right
 		for _, c := range []*redis.Client{
-			client(t, b.Addr, redis.Options{Password: adminKey}),
-			client(t, b.Addr, redis.Options{Username: "p1", Password: producerKey}),
+			client(t, b.RESPAddr(), redis.Options{Password: adminKey}),
+			client(t, b.RESPAddr(), redis.Options{Username: "p1", Password: producerKey}),
 		} {
 			if got, err := c.Echo(ctx, "x").Result(); err != nil || got != "x" {
 				t.Errorf("ECHO after restart = %q, %v", got, err)
 			}
 		}
+		a = b
 	})
+	t.Run("ARevokedGeneratedKeyStaysRevokedAcrossARestart", func(t *testing.T) {
+		admin := client(t, a.RESPAddr(), redis.Options{Password: adminKey})
+		opsKey, err := admin.Do(ctx, "KEY.CREATE", "admin", "ops").Text()
+		if err != nil {
+			t.Fatalf("KEY.CREATE admin ops: %v", err)
+		}
+		if err := admin.Do(ctx, "KEY.REVOKE", "admin").Err(); err != nil {
+			t.Fatalf("KEY.REVOKE admin: %v", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("closing the node: %v", err)
+		}
+		b := startNode(t, whole, cfg)
+		if again, err := os.ReadFile(filepath.Join(dir, "admin.key")); err != nil || string(again) != string(keyFile) {
+			t.Fatalf("admin.key was rewritten: %q → %q (%v)", keyFile, again, err)
+		}
+		old := client(t, b.RESPAddr(), redis.Options{Password: adminKey})
+		if err := old.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {
+			t.Fatalf("PING with the revoked generated key after a restart: %v", err)
+		}
+		ops := client(t, b.RESPAddr(), redis.Options{Username: "ops", Password: opsKey})
+		if err := ops.Do(ctx, "KEY.LIST").Err(); err != nil {
+			t.Fatalf("KEY.LIST as ops after the restart: %v", err)
+		}
+	})
+}
+
+// startNode starts a node with cfg, failing t if it cannot; the node is
+// closed when owner ends.
+func startNode(t, owner *testing.T, cfg config.Config) *node.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, cfg, zerolog.New(zerolog.NewTestWriter(owner)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatalf("starting agq: %v", err)
+	}
+	owner.Cleanup(func() { n.Close() })
+	return n
 }
 
 // scrape fetches /metrics and parses it as Prometheus text.

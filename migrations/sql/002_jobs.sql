@@ -78,4 +78,4 @@ CREATE UNIQUE INDEX jobs_unique_key ON jobs (unique_key)
 
 -- JOB.LIST pages by id within optional filters; retention scans finished jobs by age.
 CREATE INDEX jobs_queue_status ON jobs (queue, status, id);
-CREATE INDEX jobs_finished ON jobs (finished_at) WHERE status IN ('completed', 'failed', 'cancelled');
+CREATE INDEX jobs_finished ON jobs (status, finished_at) WHERE status IN ('completed', 'failed', 'cancelled');

@@ -1,0 +1,566 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/store"
+)
+
+// TestHotStatementsUseTheirIndexes plans the statements agq runs on every
+// pop, push, heartbeat and watchdog sweep against a million jobs laid out
+// as a month of steady work leaves them, and checks that each is served by
+// the index its comment in store names, never scans jobs sequentially, and
+// visits rows in proportion to its work rather than to the table.
+//
+// The statements are not copied here: each store function runs once
+// against an empty scratch database through a pool that records what it
+// sends, and the recorded text and arguments are explained against the
+// full database inside a transaction that is rolled back. pgx prepares and
+// caches statements, and after five executions PostgreSQL may run one
+// generic plan instead of planning for each execution's arguments, so a
+// cached statement is checked in all three forms (see planMode); one sent
+// as an unnamed statement (QueryExecModeExec and the like) is always
+// planned for its arguments, and only that plan is checked.
+func TestHotStatementsUseTheirIndexes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	full := connect(ctx, t, agqtest.NewDatabase(t))
+	start := time.Now()
+	for _, sql := range []string{fillMonthOfJobs, `ANALYZE`, sinceLastAnalyze} {
+		if _, err := full.Exec(ctx, sql); err != nil {
+			t.Fatalf("preparing the data: %v\n%s", err, sql)
+		}
+	}
+	t.Logf("filled and analyzed a million jobs in %v", time.Since(start).Round(time.Millisecond))
+	rec := newRecordingStore(ctx, t)
+
+	everything := []string{"sort", "grep", "echo"}
+	tests := []struct {
+		name  string
+		run   func(context.Context, *store.Store) error
+		match string // a fragment naming the statement among those run issues
+		index string // the index its plan must use
+		// maxScanned bounds the rows the plan's scans produce or filter
+		// out, over all loops: the work it should do, with some slack.
+		maxScanned float64
+	}{
+		{
+			name: "ClaimUsesJobsWaiting",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "worker-1", Capabilities: everything,
+					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
+				return err
+			},
+			match: "FOR UPDATE SKIP LOCKED", index: "jobs_waiting", maxScanned: 20,
+		},
+		{
+			// Two jobs in three need a tool this worker lacks: the scan
+			// filters them out on its way down the index.
+			name: "ClaimByANarrowWorkerUsesJobsWaiting",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "email", WorkerID: "worker-2", Capabilities: []string{"echo"},
+					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
+				return err
+			},
+			match: "FOR UPDATE SKIP LOCKED", index: "jobs_waiting", maxScanned: 50,
+		},
+		{
+			// LLEN and every LPUSH count the claimable jobs: the work grows
+			// with the queue's backlog (about 7,000 jobs here).
+			name: "QueueDepthUsesAWaitingIndex",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.QueueDepth(ctx, "ready")
+				return err
+			},
+			// Both partial-or-composite indexes give the waiting rows of one
+			// queue; the planner picks by statistics.
+			match: "SELECT count(*) FROM jobs", index: "jobs_waiting|jobs_queue_status", maxScanned: 10000,
+		},
+		{
+			// 2,000 overdue deliveries, a batch of 500: found in
+			// jobs_running_ack, then each updated through its key.
+			name: "UnackedSweepUsesJobsRunningAck",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsRequeueUnacked(ctx, 500)
+				return err
+			},
+			match: "ack_deadline < now()", index: "jobs_running_ack", maxScanned: 2000,
+		},
+		{
+			// About 2,000 expired leases, a batch of 500.
+			name: "LeaseRecoveryUsesJobsRunningLease",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsRecoverExpiredLeases(ctx, 500)
+				return err
+			},
+			match: "lease_expires_at < now()", index: "jobs_running_lease", maxScanned: 2000,
+		},
+		{
+			name: "TimeoutSweepUsesJobsRunningDeadline",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsFailTimedOut(ctx, 500)
+				return err
+			},
+			match: "deadline_at < now()", index: "jobs_running_deadline", maxScanned: 100,
+		},
+		{
+			// Three weeks of completed jobs are past a week's retention.
+			name: "RetentionUsesJobsFinished",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsDeleteExpired(ctx, store.RetentionParams{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour, Limit: 500})
+				return err
+			},
+			match: "DELETE FROM jobs", index: "jobs_finished", maxScanned: 2000,
+		},
+		{
+			name: "HeartbeatLeaseExtensionUsesJobsRunningWorker",
+			run: func(ctx context.Context, st *store.Store) error {
+				w := store.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",
+					Capabilities: everything, Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 1}
+				if err := st.WorkerRegister(ctx, w, 90*time.Second); err != nil {
+					return err
+				}
+				_, err := st.WorkerHeartbeat(ctx, w.ID, json.RawMessage(`{"load":0.5}`), 90*time.Second)
+				return err
+			},
+			match: "RETURNING id, cancel_requested", index: "jobs_running_worker", maxScanned: 100,
+		},
+		{
+			// A queue holding one job in seven: walking the primary key in
+			// id order and filtering fills a page soonest.
+			name: "JobListOfABusyQueueWalksThePrimaryKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobList(ctx, store.JobListParams{Queue: "etl", Limit: 100})
+				return err
+			},
+			match: "ORDER BY id LIMIT", index: "jobs_pkey", maxScanned: 2000,
+		},
+		{
+			// A queue holding one job in a thousand.
+			name: "JobListOfARareQueueUsesJobsQueueStatus",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobList(ctx, store.JobListParams{Queue: "audit", Limit: 100})
+				return err
+			},
+			match: "ORDER BY id LIMIT", index: "jobs_queue_status", maxScanned: 2000,
+		},
+		{
+			name: "JobListByQueueAndStatusUsesJobsQueueStatus",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobList(ctx, store.JobListParams{Queue: "etl", Status: "failed", Cursor: "j00100000", Limit: 100})
+				return err
+			},
+			match: "ORDER BY id LIMIT", index: "jobs_queue_status", maxScanned: 200,
+		},
+		{
+			// The id exists: the statement answers the existing job.
+			name: "ResubmittingAnIdUsesThePrimaryKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsSubmit(ctx, []store.NewJob{submission("j00500000", "")})
+				return err
+			},
+			match: "INSERT INTO jobs", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
+			// An unfinished job holds the unique key.
+			name: "SubmittingAHeldUniqueKeyUsesJobsUniqueKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsSubmit(ctx, []store.NewJob{submission("new-job-1", "uk-999993")})
+				return err
+			},
+			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stmt := rec.capture(ctx, t, tt.run, tt.match)
+			modes := []planMode{customPlan, cachedPlan, genericPlan}
+			if stmt.unnamed {
+				modes = modes[:1]
+			}
+			for _, mode := range modes {
+				p := explain(ctx, t, full, stmt, mode)
+				scanned := p.Plan.scanned()
+				t.Logf("%s plan: planning %.3f ms, execution %.3f ms, %.0f rows scanned\n%s",
+					mode, p.PlanningTime, p.ExecutionTime, scanned, p.Plan.render())
+				if !p.Plan.usesIndex(tt.index) {
+					t.Errorf("%s plan does not use %s", mode, tt.index)
+				}
+				if p.Plan.seqScans("jobs") {
+					t.Errorf("%s plan scans jobs sequentially", mode)
+				}
+				if scanned > tt.maxScanned {
+					t.Errorf("%s plan scans %.0f rows, more than %.0f", mode, scanned, tt.maxScanned)
+				}
+			}
+		})
+	}
+}
+
+// fillMonthOfJobs writes a million jobs as a month of steady work leaves
+// them: ids in time order (like UUIDv7), 97% finished with finished_at
+// spread over 30 days (5% of those failed, 2% cancelled), and the newest 3%
+// still in flight: 2% waiting (queued, scheduled, retrying with half due)
+// and 1% running on 300 workers, a tenth of them not yet acknowledged. Queues are uneven: ready carries three
+// jobs in seven. A third of the jobs need nothing, a third sort, a third
+// sort and grep.
+const fillMonthOfJobs = `
+INSERT INTO queues (name) VALUES ('ready'), ('email'), ('reports'), ('video'), ('etl'), ('audit');
+
+INSERT INTO workers (worker_id, principal, state, hostname, agw_version, capabilities, metadata, last_heartbeat_at)
+SELECT 'worker-' || g, 'w', CASE WHEN g <= 300 THEN 'ACTIVE' WHEN g % 2 = 0 THEN 'DEAD' ELSE 'UNREGISTERED' END,
+       'host-' || g, '1.0.0', ARRAY['sort', 'grep', 'echo'], '{}', now() - (g % 30) * interval '1 second'
+FROM generate_series(1, 400) g;
+
+INSERT INTO jobs (id, queue, type, requires, payload, priority, status, attempt, max_attempts, timeout_seconds,
+                  run_at, unique_key, worker_id, ack_deadline, lease_expires_at, deadline_at, result, errors,
+                  created_at, started_at, finished_at, updated_at)
+SELECT 'j' || lpad(g::text, 8, '0'),
+       CASE WHEN g % 1000 = 17 THEN 'audit'
+            ELSE (ARRAY['ready', 'ready', 'ready', 'email', 'reports', 'video', 'etl'])[1 + (g / 3) % 7] END,
+       'type-' || g % 4,
+       CASE (g / 5) % 3 WHEN 0 THEN '{}'::text[] WHEN 1 THEN ARRAY['sort'] ELSE ARRAY['grep', 'sort'] END,
+       jsonb_build_object('n', g, 'input', '/data/in/' || g || '.csv'),
+       CASE WHEN g % 13 = 0 THEN 10 WHEN g % 5 = 0 THEN 5 ELSE 0 END,
+       status,
+       CASE status WHEN 'failed' THEN 3 WHEN 'running' THEN 1 WHEN 'retrying' THEN 1 ELSE 0 END,
+       3, 3600,
+       CASE status WHEN 'scheduled' THEN now() + (g % 3600) * interval '1 second'
+                   WHEN 'retrying' THEN now() + (g % 600 - 300) * interval '1 second'
+                   ELSE created END,
+       CASE WHEN g % 10 = 3 THEN 'uk-' || g END,
+       CASE status WHEN 'running' THEN 'worker-' || (1 + (g / 3) % 300) END,
+       CASE WHEN status = 'running' AND (g / 3) % 10 = 0 THEN now() + interval '10 minutes' END,
+       CASE status WHEN 'running' THEN now() + interval '10 minutes' + (g % 90) * interval '1 second' END,
+       CASE status WHEN 'running' THEN now() + interval '1 hour' - (g % 600) * interval '1 second' END,
+       CASE status WHEN 'completed' THEN '{"status": "completed", "task_results": [{"exit_code": 0}]}'::jsonb END,
+       CASE status WHEN 'failed' THEN '[{"attempt": 3, "error": "exit status 1"}]'::jsonb ELSE '[]' END,
+       created,
+       CASE WHEN status IN ('running', 'completed', 'failed') THEN created + interval '1 second' END,
+       CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN created + (1 + g % 120) * interval '1 second' END,
+       created
+FROM (
+    SELECT g,
+           now() - interval '30 days' + g * interval '2.592 seconds' AS created,
+           CASE WHEN g <= 970000 THEN
+                    CASE WHEN g % 100 = 7 THEN 'failed' WHEN g % 50 = 11 THEN 'cancelled' ELSE 'completed' END
+                WHEN g % 3 = 0 THEN 'running'
+                ELSE (ARRAY['queued', 'queued', 'queued', 'queued', 'queued', 'queued', 'queued',
+                            'scheduled', 'retrying', 'retrying'])[1 + g % 10]
+           END AS status
+    FROM generate_series(1, 1000000) g
+) s;
+`
+
+// sinceLastAnalyze is what happened after ANALYZE, as it does between two
+// autovacuum passes: a node died holding the last 2,000 deliveries, now
+// unacknowledged and overdue; 60 workers stopped heartbeating, their
+// leases expired; one worker's jobs ran past their timeout. Statistics
+// never see such rows: they appear and are swept between two ANALYZEs.
+const sinceLastAnalyze = `
+UPDATE jobs SET ack_deadline = now() - interval '5 seconds', started_at = now() - interval '35 seconds'
+WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND ack_deadline IS NULL ORDER BY id DESC LIMIT 2000);
+
+UPDATE jobs SET lease_expires_at = now() - interval '10 seconds'
+WHERE status = 'running' AND worker_id IN (SELECT 'worker-' || g FROM generate_series(101, 160) g);
+
+UPDATE jobs SET deadline_at = now() - interval '1 minute'
+WHERE status = 'running' AND worker_id = 'worker-200';
+`
+
+func submission(id, uniqueKey string) store.NewJob {
+	return store.NewJob{ID: id, Queue: "ready", Type: "type-1", Requires: []string{"sort"},
+		Payload: json.RawMessage(`{"input":"/data/in/new.csv"}`), MaxAttempts: 3, RetryBackoffSeconds: 1,
+		TimeoutSeconds: 3600, UniqueKey: uniqueKey}
+}
+
+func connect(ctx context.Context, t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// statement is one statement as the store sent it.
+type statement struct {
+	sql  string
+	args []any
+	// unnamed is set when it was sent as an unnamed statement, which
+	// PostgreSQL plans for its arguments every time.
+	unnamed bool
+}
+
+// recordingStore is a Store on a scratch database whose pool records every
+// statement it sends, batched or not.
+type recordingStore struct {
+	st   *store.Store
+	mu   sync.Mutex
+	sent []statement
+}
+
+func newRecordingStore(ctx context.Context, t *testing.T) *recordingStore {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(agqtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recordingStore{}
+	cfg.ConnConfig.Tracer = r
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	r.st = &store.Store{Pool: pool}
+	return r
+}
+
+// record keeps a statement, with the query options pgx takes among the
+// arguments set apart.
+func (r *recordingStore) record(sql string, args []any) {
+	st := statement{sql: sql}
+	for ; len(args) > 0; args = args[1:] {
+		if mode, ok := args[0].(pgx.QueryExecMode); ok {
+			st.unnamed = mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeDescribeExec ||
+				mode == pgx.QueryExecModeSimpleProtocol
+			continue
+		}
+		_, formats := args[0].(pgx.QueryResultFormats)
+		_, formatsByOID := args[0].(pgx.QueryResultFormatsByOID)
+		if !formats && !formatsByOID {
+			break
+		}
+	}
+	st.args = args
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, st)
+}
+
+func (r *recordingStore) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.record(d.SQL, d.Args)
+	return ctx
+}
+
+func (r *recordingStore) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *recordingStore) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *recordingStore) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.record(d.SQL, d.Args)
+}
+
+func (r *recordingStore) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// capture runs fn and returns the one statement it sent that contains match.
+func (r *recordingStore) capture(ctx context.Context, t *testing.T, fn func(context.Context, *store.Store) error, match string) statement {
+	t.Helper()
+	r.mu.Lock()
+	r.sent = nil
+	r.mu.Unlock()
+	if err := fn(ctx, r.st); err != nil {
+		t.Fatalf("running the store function: %v", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found []statement
+	for _, s := range r.sent {
+		if strings.Contains(s.sql, match) {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d statements contain %q, want 1", len(found), match)
+	}
+	return found[0]
+}
+
+// planMode says which plan of a statement to explain. pgx prepares and
+// caches every statement, and after five executions PostgreSQL may replace
+// the plans it makes for each execution's arguments by one generic plan.
+type planMode string
+
+const (
+	// customPlan is planned for the arguments: the first five executions.
+	customPlan planMode = "custom"
+	// cachedPlan is what plan_cache_mode=auto runs from the sixth
+	// execution on, after five with the same arguments.
+	cachedPlan planMode = "cached"
+	// genericPlan is the plan made without looking at the arguments.
+	genericPlan planMode = "generic"
+)
+
+// explain runs EXPLAIN ANALYZE on s in a transaction it rolls back.
+func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, s statement, mode planMode) explained {
+	t.Helper()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	const options = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+	var raw []byte
+	if mode == customPlan {
+		err = tx.QueryRow(ctx, options+s.sql, s.args...).Scan(&raw)
+	} else {
+		const name = "explained"
+		if mode == genericPlan {
+			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		desc, err := tx.Prepare(ctx, name, s.sql)
+		if err != nil {
+			t.Fatalf("PREPARE: %v", err)
+		}
+		defer func() { _ = conn.Deallocate(ctx, name) }()
+		execute := "EXECUTE " + name + "(" + strings.Join(literals(t, conn, desc.ParamOIDs, s.args), ", ") + ")"
+		if mode == cachedPlan {
+			// The warm-up's writes are undone; the plan cache keeps its count.
+			if _, err := tx.Exec(ctx, `SAVEPOINT warm_up`); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				if _, err := tx.Exec(ctx, execute); err != nil {
+					t.Fatalf("%s: %v", execute, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT warm_up`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err = tx.QueryRow(ctx, options+execute).Scan(&raw)
+	}
+	if err != nil {
+		t.Fatalf("EXPLAIN: %v\n%s", err, s.sql)
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	return out[0]
+}
+
+// literals renders arguments as SQL literals for EXECUTE, which takes no
+// bind parameters, in the text form pgx sends for each parameter type.
+func literals(t *testing.T, conn *pgx.Conn, oids []uint32, args []any) []string {
+	t.Helper()
+	out := make([]string, len(args))
+	for i, arg := range args {
+		// A non-nil buffer tells an empty string from NULL (nil).
+		text, err := conn.TypeMap().Encode(oids[i], pgtype.TextFormatCode, arg, make([]byte, 0, 64))
+		if err != nil {
+			t.Fatalf("encoding argument %d (%#v): %v", i+1, arg, err)
+		}
+		out[i] = "NULL"
+		if text != nil {
+			out[i] = "'" + strings.ReplaceAll(string(text), "'", "''") + "'"
+		}
+	}
+	return out
+}
+
+// explained is EXPLAIN (FORMAT JSON)'s answer for one statement.
+type explained struct {
+	Plan          planNode `json:"Plan"`
+	PlanningTime  float64  `json:"Planning Time"`
+	ExecutionTime float64  `json:"Execution Time"`
+}
+
+// planNode is one node of a plan, with the fields these checks read.
+type planNode struct {
+	NodeType         string     `json:"Node Type"`
+	Relation         string     `json:"Relation Name"`
+	Index            string     `json:"Index Name"`
+	Subplan          string     `json:"Subplan Name"`
+	IndexCond        string     `json:"Index Cond"`
+	Filter           string     `json:"Filter"`
+	ActualRows       float64    `json:"Actual Rows"`
+	ActualLoops      float64    `json:"Actual Loops"`
+	ActualTime       float64    `json:"Actual Total Time"`
+	RemovedByFilt    float64    `json:"Rows Removed by Filter"`
+	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
+	SharedHit        float64    `json:"Shared Hit Blocks"`
+	SharedRead       float64    `json:"Shared Read Blocks"`
+	Plans            []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(depth int, fn func(planNode, int)) {
+	fn(n, depth)
+	for _, c := range n.Plans {
+		c.walk(depth+1, fn)
+	}
+}
+
+// usesIndex reports whether the plan uses the index, or one of several
+// written "a|b" when either serves the statement equally well.
+func (n planNode) usesIndex(index string) bool {
+	found := false
+	n.walk(0, func(p planNode, _ int) { found = found || slices.Contains(strings.Split(index, "|"), p.Index) })
+	return found
+}
+
+// scanned counts the rows scan nodes produced or filtered out over all
+// their loops (EXPLAIN reports both per loop): a node run once per outer
+// row counts every time.
+func (n planNode) scanned() float64 {
+	total := 0.0
+	n.walk(0, func(p planNode, _ int) {
+		if strings.HasSuffix(p.NodeType, "Scan") && p.NodeType != "Bitmap Index Scan" {
+			total += p.ActualLoops * (p.ActualRows + p.RemovedByFilt + p.RemovedByRecheck)
+		}
+	})
+	return total
+}
+
+func (n planNode) seqScans(relation string) bool {
+	found := false
+	n.walk(0, func(p planNode, _ int) { found = found || (p.NodeType == "Seq Scan" && p.Relation == relation) })
+	return found
+}
+
+// render draws the plan as an indented tree, one node a line.
+func (n planNode) render() string {
+	var b strings.Builder
+	n.walk(0, func(p planNode, depth int) {
+		fmt.Fprintf(&b, "%s%s", strings.Repeat("  ", depth), p.NodeType)
+		if p.Index != "" {
+			fmt.Fprintf(&b, " using %s", p.Index)
+		}
+		if p.Relation != "" {
+			fmt.Fprintf(&b, " on %s", p.Relation)
+		}
+		if p.Subplan != "" {
+			fmt.Fprintf(&b, " (%s)", p.Subplan)
+		}
+		fmt.Fprintf(&b, "  rows=%.0f loops=%.0f time=%.3fms buffers=%.0f", p.ActualRows, p.ActualLoops, p.ActualTime, p.SharedHit+p.SharedRead)
+		if p.RemovedByFilt > 0 {
+			fmt.Fprintf(&b, " removed=%.0f", p.RemovedByFilt)
+		}
+		if p.IndexCond != "" {
+			fmt.Fprintf(&b, "\n%s  cond: %s", strings.Repeat("  ", depth), p.IndexCond)
+		}
+		if p.Filter != "" {
+			fmt.Fprintf(&b, "\n%s  filter: %s", strings.Repeat("  ", depth), p.Filter)
+		}
+		b.WriteByte('\n')
+	})
+	return strings.TrimRight(b.String(), "\n")
+}
