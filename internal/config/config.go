@@ -59,7 +59,15 @@ var settings = []setting{
 	{"database-url", "", "external PostgreSQL URL (unset: managed local cluster in the data dir)", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
 	{"data-dir", "./agq-data", "managed cluster and generated admin key", func(c *Config, v string) error { c.DataDir = v; return nil }},
 	{"admin-key", "", "an admin key (or sha256:<hex digest>)", func(c *Config, v string) error { c.AdminKey = v; return nil }},
-	{"heartbeat-interval", "30s", "heartbeat interval told to workers; dead after 3 missed", durationSetter(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+	{"heartbeat-interval", "30s", "heartbeat interval told to workers, whole seconds; dead after 3 missed", func(c *Config, v string) error {
+		// Workers are told the interval in whole seconds (heartbeat_interval=N).
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d%time.Second != 0 {
+			return fmt.Errorf("must be a whole number of seconds, at least 1s")
+		}
+		c.HeartbeatInterval = d
+		return nil
+	}},
 	{"job-timeout", "1h", "default job timeout", durationSetter(func(c *Config) *time.Duration { return &c.JobTimeout })},
 	{"ack-timeout", "30s", "unacknowledged-delivery timeout", durationSetter(func(c *Config) *time.Duration { return &c.AckTimeout })},
 	{"max-payload", "2097152", "maximum bytes per job", func(c *Config, v string) error {
