@@ -197,18 +197,8 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	var gone <-chan struct{}
-	if sess.guard != nil {
-		var stop func()
-		gone, stop = sess.guard.WatchPeer()
-		defer stop()
-	}
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
-	}
+	gone, deadline, stop := blockOn(sess, timeout)
+	defer stop()
 	jw := s.hub.NewJobWaiter(id)
 	defer jw.Close()
 	for {

@@ -29,18 +29,7 @@ func TestSilentWorkerIsDeadAndItsJobGoesToAnother(t *testing.T) {
 	}
 	start := time.Now()
 	// alive keeps heartbeating while it waits; silent never does again.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(300 * time.Millisecond):
-				alive.c.Do(ctx, "WORKER.HEARTBEAT", "alive")
-			}
-		}
-	}()
+	defer alive.keepHeartbeating()()
 	_, d, ok := alive.pop(t, "10", "ready")
 	if !ok || d.JobID != id || d.Attempt != 2 {
 		t.Fatalf("the other worker got %+v (ok=%v), want %s at attempt 2", d, ok, id)
@@ -78,18 +67,7 @@ func TestJobPastItsTimeoutFailsTheAttemptAndRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker keeps heartbeating: only the timeout can end the attempt.
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(200 * time.Millisecond):
-				w.c.Do(ctx, "WORKER.HEARTBEAT", "slow")
-			}
-		}
-	}()
+	defer w.keepHeartbeating()()
 	_, d, ok := w.pop(t, "10", "ready")
 	if !ok || d.JobID != id || d.Attempt != 2 {
 		t.Fatalf("retry: %+v ok=%v", d, ok)
@@ -145,4 +123,22 @@ func TestInfoShowsLeaderQueuesWorkersAndJobs(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// keepHeartbeating heartbeats every 200ms until the returned stop is called.
+func (w *testWorker) keepHeartbeating() (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+				w.c.Do(context.Background(), "WORKER.HEARTBEAT", w.id)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }

@@ -119,18 +119,8 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 		return nil, err
 	}
 
-	var gone <-chan struct{}
-	if sess.guard != nil {
-		var stop func()
-		gone, stop = sess.guard.WatchPeer()
-		defer stop()
-	}
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
-	}
+	gone, deadline, stop := blockOn(sess, timeout)
+	defer stop()
 	waiter := s.hub.NewWaiter(queues, w.Capabilities)
 	handed := false
 	defer func() { waiter.Close(handed) }()
@@ -178,3 +168,18 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 }
 
 var errClientGone = errors.New("client disconnected while blocked")
+
+// blockOn prepares a blocking command's wait: gone closes when the client
+// disconnects (the socket is watched while redcon is not reading it), and
+// deadline fires after timeout (never for 0). stop ends both.
+func blockOn(sess *Session, timeout time.Duration) (gone <-chan struct{}, deadline <-chan time.Time, stop func()) {
+	stopWatch := func() {}
+	if sess.guard != nil {
+		gone, stopWatch = sess.guard.WatchPeer()
+	}
+	if timeout <= 0 {
+		return gone, nil, stopWatch
+	}
+	t := time.NewTimer(timeout)
+	return gone, t.C, func() { t.Stop(); stopWatch() }
+}
