@@ -1,4 +1,367 @@
 package commands
 
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/scheduler"
+	"github.com/agq/agq/store"
+)
+
+var scheduleNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// maxCatchupLimit bounds max_catchup: one sweep may submit that many jobs
+// for one schedule.
+const maxCatchupLimit = 10000
+
 // scheduleCommands are SCHEDULE.CREATE|GET|LIST|UPDATE|DELETE|PAUSE|RESUME|TRIGGER.
-func (s *Server) scheduleCommands() []*Command { return nil }
+func (s *Server) scheduleCommands() []*Command {
+	read := roleProducer | roleAdmin
+	return []*Command{
+		{Name: "schedule.create", Arity: 2, Roles: roleAdmin, Handler: s.cmdScheduleCreate},
+		{Name: "schedule.get", Arity: 2, Roles: read, Handler: s.cmdScheduleGet},
+		{Name: "schedule.list", Arity: 1, Roles: read, Handler: s.cmdScheduleList},
+		{Name: "schedule.update", Arity: 3, Roles: roleAdmin, Handler: s.cmdScheduleUpdate},
+		{Name: "schedule.delete", Arity: 2, Roles: roleAdmin, Handler: s.cmdScheduleDelete},
+		{Name: "schedule.pause", Arity: 2, Roles: roleAdmin, Handler: s.cmdSchedulePause},
+		{Name: "schedule.resume", Arity: -2, Roles: roleAdmin, Handler: s.cmdScheduleResume},
+		{Name: "schedule.trigger", Arity: 2, Roles: roleAdmin, Handler: s.cmdScheduleTrigger},
+	}
+}
+
+// scheduleDoc is the SCHEDULE.CREATE and SCHEDULE.UPDATE document; absent
+// fields are nil. Unknown fields are refused.
+type scheduleDoc struct {
+	Name       *string         `json:"name"`
+	Cron       *string         `json:"cron"`
+	Timezone   *string         `json:"timezone"`
+	Queue      *string         `json:"queue"`
+	Job        json.RawMessage `json:"job"`
+	Enabled    *bool           `json:"enabled"`
+	MaxCatchup *int            `json:"max_catchup"`
+}
+
+// templateRefused are the JOB.SUBMIT fields a job template may not set,
+// with the reason.
+var templateRefused = []struct{ field, why string }{
+	{"job_id", "each fire's job id is derived from the schedule's name and the fire time"},
+	{"run_at", "a fire's job runs at its fire time"},
+	{"delay_seconds", "a fire's job runs at its fire time"},
+	{"unique_key", "each fire is its own job"},
+}
+
+func scheduleError(format string, args ...any) error {
+	return resp.Errorf("invalid schedule: %s", fmt.Sprintf(format, args...))
+}
+
+func (s *Server) decodeScheduleDoc(raw []byte) (scheduleDoc, error) {
+	var doc scheduleDoc
+	if int64(len(raw)) > s.opts.MaxPayload {
+		return doc, errPayloadTooLarge
+	}
+	if !utf8.Valid(raw) {
+		return doc, scheduleError("not valid UTF-8")
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return doc, scheduleError("must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return doc, scheduleError("%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return doc, scheduleError("trailing data after the JSON object")
+	}
+	return doc, nil
+}
+
+// parseTemplate validates a job template as JOB.SUBMIT would and returns
+// it with its defaults filled in, and the queue it names, if any.
+func (s *Server) parseTemplate(raw json.RawMessage) (store.JobTemplate, string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return store.JobTemplate{}, "", scheduleError("job is missing: give the job each fire submits, with the fields of JOB.SUBMIT")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return store.JobTemplate{}, "", scheduleError("job must be a JSON object")
+	}
+	if len(fields) == 0 {
+		return store.JobTemplate{}, "", scheduleError("job is empty: give the job each fire submits, with the fields of JOB.SUBMIT")
+	}
+	for _, r := range templateRefused {
+		if _, ok := fields[r.field]; ok {
+			return store.JobTemplate{}, "", scheduleError("job may not set %s: %s", r.field, r.why)
+		}
+	}
+	j, err := s.parseJob(raw, "ready")
+	if errors.Is(err, errPayloadTooLarge) {
+		return store.JobTemplate{}, "", err
+	}
+	if err != nil {
+		return store.JobTemplate{}, "", scheduleError("job: %s", err)
+	}
+	queue := ""
+	if _, ok := fields["queue"]; ok {
+		queue = j.Queue
+	}
+	return store.JobTemplate{
+		Type:                j.Type,
+		Requires:            j.Requires,
+		Plan:                nonNull(j.Plan),
+		Inputs:              nonNull(j.Inputs),
+		Payload:             nonNull(j.Payload),
+		Priority:            j.Priority,
+		MaxAttempts:         j.MaxAttempts,
+		RetryBackoffSeconds: j.RetryBackoffSeconds,
+		TimeoutSeconds:      j.TimeoutSeconds,
+	}, queue, nil
+}
+
+func nonNull(r json.RawMessage) json.RawMessage {
+	if string(r) == "null" {
+		return nil
+	}
+	return r
+}
+
+// applyScheduleDoc writes the fields doc gives into sc, validates the
+// result, and sets the next fire: from now when the schedule is new, its
+// cron or timezone changed, or it was enabled with its next fire passed
+// (fires missed while it was disabled are not replayed).
+func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating bool, now time.Time) error {
+	if doc.Name != nil && *doc.Name != sc.Name {
+		if !creating {
+			return scheduleError("a schedule cannot be renamed: create the new one and delete this one")
+		}
+		sc.Name = *doc.Name
+	}
+	if !scheduleNamePattern.MatchString(sc.Name) {
+		return scheduleError("name must be 1-64 letters, digits, '_', '-' or '.'")
+	}
+	// A schedule without a next fire (its spec had stopped parsing) gets one.
+	retime := creating || sc.NextFireAt == nil
+	if doc.Cron != nil {
+		c := strings.TrimSpace(*doc.Cron)
+		retime = retime || c != sc.Cron
+		sc.Cron = c
+	}
+	if sc.Cron == "" {
+		return scheduleError("cron is missing: give 6 fields with seconds, 5 fields, or a descriptor such as @hourly or @every 10s")
+	}
+	if doc.Timezone != nil {
+		tz := cmpOr(*doc.Timezone, "UTC")
+		retime = retime || tz != sc.Timezone
+		sc.Timezone = tz
+	}
+	if doc.MaxCatchup != nil {
+		if *doc.MaxCatchup < 0 || *doc.MaxCatchup > maxCatchupLimit {
+			return scheduleError("max_catchup must be between 0 and %d", maxCatchupLimit)
+		}
+		sc.MaxCatchup = *doc.MaxCatchup
+	}
+	if creating || doc.Job != nil {
+		tmpl, jobQueue, err := s.parseTemplate(doc.Job)
+		if err != nil {
+			return err
+		}
+		switch {
+		case jobQueue == "":
+		case doc.Queue != nil && *doc.Queue != jobQueue:
+			return scheduleError("queue %q and the job's queue %q differ: give the queue once", *doc.Queue, jobQueue)
+		default:
+			sc.Queue = jobQueue
+		}
+		sc.Job = tmpl
+	}
+	if doc.Queue != nil {
+		sc.Queue = *doc.Queue
+	}
+	sc.Queue = cmpOr(sc.Queue, "ready")
+	if !queuePattern.MatchString(sc.Queue) {
+		return scheduleError("queue must be 1-128 letters, digits, '_', '-' or '.'")
+	}
+	if doc.Enabled != nil {
+		if *doc.Enabled && !sc.Enabled && (sc.NextFireAt == nil || !sc.NextFireAt.After(now)) {
+			retime = true
+		}
+		sc.Enabled = *doc.Enabled
+	}
+	spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
+	if err != nil {
+		return scheduleError("%s", err)
+	}
+	if retime {
+		next := spec.Next(now)
+		sc.NextFireAt = &next
+	}
+	return nil
+}
+
+// scheduleJSON is a schedule as SCHEDULE.GET and SCHEDULE.LIST answer it.
+func scheduleJSON(sc store.Schedule) []byte {
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	b, _ := json.Marshal(struct {
+		Name       string            `json:"name"`
+		Cron       string            `json:"cron"`
+		Timezone   string            `json:"timezone"`
+		Queue      string            `json:"queue"`
+		Job        store.JobTemplate `json:"job"`
+		Enabled    bool              `json:"enabled"`
+		MaxCatchup int               `json:"max_catchup"`
+		NextFireAt *time.Time        `json:"next_fire_at"`
+		LastFireAt *time.Time        `json:"last_fire_at"`
+		Fires      int64             `json:"fires"`
+		Skipped    int64             `json:"skipped"`
+		CreatedAt  time.Time         `json:"created_at"`
+		UpdatedAt  time.Time         `json:"updated_at"`
+	}{sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
+		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC()})
+	return b
+}
+
+// scheduleNotFound words a missing schedule for the client.
+func scheduleNotFound(name string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return resp.Errorf("no such schedule '%s'", name)
+	}
+	return err
+}
+
+// SCHEDULE.CREATE json
+func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	doc, err := s.decodeScheduleDoc(args[1])
+	if err != nil {
+		return nil, err
+	}
+	sc := store.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+	if doc.Name == nil {
+		return nil, scheduleError("name is missing")
+	}
+	if err := s.applyScheduleDoc(doc, &sc, true, time.Now()); err != nil {
+		return nil, err
+	}
+	if _, err := s.store.ScheduleCreate(ctx, sc); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, resp.Errorf("schedule '%s' exists with another definition: change it with SCHEDULE.UPDATE", sc.Name)
+		}
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+// SCHEDULE.GET name
+func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	sc, err := s.store.ScheduleGet(ctx, string(args[1]))
+	if errors.Is(err, store.ErrNotFound) {
+		return resp.Nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.Bulk(scheduleJSON(sc)), nil
+}
+
+// SCHEDULE.LIST
+func (s *Server) cmdScheduleList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
+	all, err := s.store.ScheduleList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(resp.Array, len(all))
+	for i, sc := range all {
+		out[i] = resp.Bulk(scheduleJSON(sc))
+	}
+	return out, nil
+}
+
+// SCHEDULE.UPDATE name json
+func (s *Server) cmdScheduleUpdate(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	doc, err := s.decodeScheduleDoc(args[2])
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+		return s.applyScheduleDoc(doc, sc, false, time.Now())
+	})
+	if err != nil {
+		return nil, scheduleNotFound(name, err)
+	}
+	return resp.OK, nil
+}
+
+// SCHEDULE.DELETE name
+func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	if _, err := s.store.ScheduleDelete(ctx, string(args[1])); err != nil {
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+// SCHEDULE.PAUSE name
+func (s *Server) cmdSchedulePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	if err := s.store.SchedulePause(ctx, name); err != nil {
+		return nil, scheduleNotFound(name, err)
+	}
+	return resp.OK, nil
+}
+
+// SCHEDULE.RESUME name [CATCHUP]
+func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	catchup := false
+	switch {
+	case len(args) == 3 && resp.Is(args[2], "CATCHUP"):
+		catchup = true
+	case len(args) > 2:
+		return nil, resp.ErrSyntax
+	}
+	now := time.Now()
+	_, err := s.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+		if sc.Enabled {
+			return nil
+		}
+		sc.Enabled = true
+		if sc.NextFireAt != nil && (catchup || sc.NextFireAt.After(now)) {
+			return nil // the sweep replays what was missed, up to max_catchup
+		}
+		spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
+		if err != nil {
+			return resp.Errorf("schedule '%s' cannot fire: %s; fix it with SCHEDULE.UPDATE", name, err)
+		}
+		next := spec.Next(now)
+		sc.NextFireAt = &next
+		return nil
+	})
+	if err != nil {
+		return nil, scheduleNotFound(name, err)
+	}
+	return resp.OK, nil
+}
+
+// SCHEDULE.TRIGGER name — fires the schedule now, whether it is paused or
+// not; answers the job's id.
+func (s *Server) cmdScheduleTrigger(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	id, err := s.store.ScheduleTrigger(ctx, name, time.Now())
+	if err != nil {
+		return nil, scheduleNotFound(name, err)
+	}
+	return resp.BulkString(id), nil
+}

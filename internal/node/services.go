@@ -6,10 +6,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agq/agq/internal/leader"
+	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/watchdog"
 )
 
-// startElector campaigns for leadership; the leader runs the watchdog.
+// startElector campaigns for leadership; the leader runs the watchdog and
+// the scheduler.
 func (n *Node) startElector(ctx context.Context) {
 	recovered := watchdog.NewRecoveredCounter()
 	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -21,6 +23,13 @@ func (n *Node) startElector(ctx context.Context) {
 		return 0
 	})
 	n.registry.MustRegister(recovered, isLeader)
+	// Created once, so its metrics are registered once however often this
+	// node gains and loses leadership.
+	sched := scheduler.New(scheduler.Config{
+		Store:      n.store,
+		Logger:     n.log.With().Str("component", "scheduler").Logger(),
+		Registerer: n.registry,
+	})
 	n.elector = leader.New(leader.Config{
 		ConnString: n.store.Pool.Config().ConnString(),
 		NodeID:     n.ID,
@@ -35,7 +44,9 @@ func (n *Node) startElector(ctx context.Context) {
 				Recovered:         recovered,
 			})
 			wd.Start(ctx)
+			sched.Start(ctx)
 			<-ctx.Done()
+			sched.Stop()
 			wd.Stop()
 		},
 	})
