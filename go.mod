@@ -15,6 +15,7 @@ require (
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/rs/zerolog v1.35.1
 	github.com/tidwall/redcon v1.6.2
+	go.uber.org/goleak v1.3.0
 )
 
 require (

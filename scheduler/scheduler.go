@@ -12,12 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
 
@@ -39,10 +39,7 @@ type Config struct {
 type Scheduler struct {
 	cfg     Config
 	metrics *metrics
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	loop    service.Loop
 }
 
 // New fills cfg's defaults and creates the metrics.
@@ -58,39 +55,13 @@ func New(cfg Config) *Scheduler {
 // Start runs a sweep every Interval until Stop or the end of ctx. A loop
 // left from an earlier Start is stopped first.
 func (s *Scheduler) Start(ctx context.Context) {
-	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(s.cfg.Interval)
-		defer t.Stop()
-		for {
-			if err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn().Err(err).Msg("scheduler sweep failed")
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	s.loop.Start(ctx, s.cfg.Interval, s.RunOnce, func(err error) {
+		s.cfg.Logger.Warn().Err(err).Msg("scheduler sweep failed")
+	})
 }
 
 // Stop ends the loop and waits for it.
-func (s *Scheduler) Stop() {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
-}
+func (s *Scheduler) Stop() { s.loop.Stop() }
 
 // RunOnce performs one sweep: it fires every schedule due at the clock's
 // now, up to Batch of them.

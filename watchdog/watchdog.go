@@ -10,12 +10,12 @@ package watchdog
 import (
 	"cmp"
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
 
@@ -40,8 +40,7 @@ type Config struct {
 type Watchdog struct {
 	cfg           Config
 	lastRetention time.Time
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
+	loop          service.Loop
 }
 
 // NewRecoveredCounter is the counter Config.Recovered expects, to be
@@ -67,34 +66,15 @@ func New(cfg Config) *Watchdog {
 	return &Watchdog{cfg: cfg}
 }
 
-// Start runs sweeps every Interval until Stop or ctx ends.
+// Start runs a sweep every Interval until Stop or the end of ctx.
 func (w *Watchdog) Start(ctx context.Context) {
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		t := time.NewTicker(w.cfg.Interval)
-		defer t.Stop()
-		for {
-			if err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				w.cfg.Logger.Warn().Err(err).Msg("watchdog sweep failed")
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	w.loop.Start(ctx, w.cfg.Interval, w.RunOnce, func(err error) {
+		w.cfg.Logger.Warn().Err(err).Msg("watchdog sweep failed")
+	})
 }
 
 // Stop ends the loop and waits for it.
-func (w *Watchdog) Stop() {
-	if w.cancel != nil {
-		w.cancel()
-	}
-	w.wg.Wait()
-}
+func (w *Watchdog) Stop() { w.loop.Stop() }
 
 // RunOnce performs one sweep of every recovery, and retention when due.
 func (w *Watchdog) RunOnce(ctx context.Context) error {
