@@ -111,8 +111,10 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMe
 			return err
 		}
 		res.Drain = state == WorkerDraining
+		// A job whose cancellation was asked for keeps its old lease: if
+		// the worker never confirms, it ends cancelled when that runs out.
 		rows, err := tx.Query(ctx, `
-			UPDATE jobs SET lease_expires_at = now() + $2::interval
+			UPDATE jobs SET lease_expires_at = CASE WHEN cancel_requested THEN lease_expires_at ELSE now() + $2::interval END
 			WHERE worker_id = $1 AND status = 'running'
 			RETURNING id, cancel_requested`, id, lease)
 		if err != nil {

@@ -30,8 +30,9 @@ type jobMessage struct {
 // runJob runs one delivered job: acknowledge it as running (agq re-queues a
 // delivery that is not acknowledged within its ack timeout), run its plan
 // while reporting progress, then report it completed or failed. A job agq
-// cancels (through a heartbeat reply or a -CANCELLED answer to an update)
-// is killed and not reported again.
+// cancels is killed: one named by a heartbeat reply is then reported
+// cancelled, which ends it on agq; one whose update was answered -CANCELLED
+// has ended already and is not reported again.
 func (w *Worker) runJob(queue, raw string) {
 	var msg jobMessage
 	if err := json.Unmarshal([]byte(raw), &msg); err != nil || msg.JobID == "" {
@@ -76,8 +77,17 @@ func (w *Worker) finish(jobID string, res pipeline.Result, runErr error, started
 	case runErr == nil:
 		w.completed.Add(1)
 		body = completedBody(res, now, w.cfg.MaxReportBytes)
-	case errors.Is(runErr, errCancelledByServer):
+	case errors.Is(runErr, errCancelConfirmed):
 		log.Info().Msg("job cancelled by agq; its processes are stopped")
+		return
+	case errors.Is(runErr, errCancelledByServer):
+		// agq answers this report -CANCELLED, and the job ends
+		// cancelled now rather than when its timeout runs out.
+		log.Info().Msg("job cancelled by agq; its processes are stopped; telling agq")
+		err := w.report(jobID, cancelledBody(res.Tasks, now, w.cfg.MaxReportBytes), log)
+		if err != nil && !errors.Is(err, errJobCancelled) {
+			log.Error().Err(err).Msg("could not report the job's cancellation")
+		}
 		return
 	case errors.Is(runErr, errShuttingDown):
 		w.failed.Add(1)
@@ -195,7 +205,7 @@ func (p *progressReporter) loop() {
 		case outcomeOK:
 		case outcomeCancelled:
 			p.log.Info().Msg("agq says the job was cancelled; stopping it")
-			p.cancel(errCancelledByServer)
+			p.cancel(errCancelConfirmed)
 		case outcomeConn, outcomeNotRegistered:
 			p.w.markStale()
 			p.log.Debug().Err(err).Msg("progress update lost")

@@ -73,6 +73,12 @@ type completedUpdate struct {
 	TaskResults     []pipeline.TaskResult `json:"task_results"`
 }
 
+type cancelledUpdate struct {
+	Status      string                `json:"status"`
+	CancelledAt string                `json:"cancelled_at"`
+	TaskResults []pipeline.TaskResult `json:"task_results"`
+}
+
 type failedUpdate struct {
 	Status      string                `json:"status"`
 	FailedAt    string                `json:"failed_at"`
@@ -118,6 +124,18 @@ func failedBody(msg string, retryable bool, tasks []pipeline.TaskResult, now tim
 		Retryable:   retryable,
 		TaskResults: taskResults(tasks),
 	}
+	for {
+		b := mustMarshal(u)
+		if len(b) <= limit || !shortenStderr(u.TaskResults) {
+			return b
+		}
+	}
+}
+
+// cancelledBody tells agq that a job it cancelled has stopped, its stderr
+// tails cut to fit in limit.
+func cancelledBody(tasks []pipeline.TaskResult, now time.Time, limit int) []byte {
+	u := cancelledUpdate{Status: "cancelled", CancelledAt: timestamp(now), TaskResults: taskResults(tasks)}
 	for {
 		b := mustMarshal(u)
 		if len(b) <= limit || !shortenStderr(u.TaskResults) {

@@ -32,6 +32,16 @@ func TestReportBodies(t *testing.T) {
 		}
 	})
 
+	t.Run("Cancelled", func(t *testing.T) {
+		t.Parallel()
+		b := cancelledBody([]pipeline.TaskResult{{Tool: "sleep", ExitCode: 143, Signal: "SIGTERM", DurationMS: 900}}, now, 1<<20)
+		want := `{"status":"cancelled","cancelled_at":"2025-11-17T10:00:15Z",` +
+			`"task_results":[{"tool":"sleep","exit_code":143,"signal":"SIGTERM","stderr":"","duration_ms":900}]}`
+		if string(b) != want {
+			t.Fatalf("\n got %s\nwant %s", b, want)
+		}
+	})
+
 	t.Run("OutputIsCutToFit", func(t *testing.T) {
 		t.Parallel()
 		out := strings.Repeat("é\x01", 10000) // 3 bytes raw, 8 in JSON

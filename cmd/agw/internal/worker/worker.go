@@ -60,8 +60,14 @@ type Config struct {
 // Causes of a job's cancellation, seen by the executor through
 // context.Cause.
 var (
+	// errCancelledByServer: a heartbeat reply named the job (cancel=<id>).
+	// agq keeps the job running until its holder says it stopped it, so
+	// the job is reported cancelled once its processes are gone.
 	errCancelledByServer = errors.New("cancelled by agq")
-	errShuttingDown      = errors.New("agw shutting down")
+	// errCancelConfirmed: an update about the job was answered
+	// -CANCELLED, which has ended the job on agq already.
+	errCancelConfirmed = errors.New("cancelled by agq (confirmed in an update reply)")
+	errShuttingDown    = errors.New("agw shutting down")
 )
 
 // Worker is one agw process's connection to agq.
