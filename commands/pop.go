@@ -33,7 +33,7 @@ func (s *Server) claimFirst(ctx context.Context, w store.Worker, queues []string
 	for _, q := range queues {
 		jobs, err := s.store.JobClaim(ctx, store.JobClaimParams{
 			Queue: q, WorkerID: w.ID, Capabilities: w.Capabilities,
-			AckTimeout: s.opts.AckTimeout, Lease: s.lease(), TimeoutGrace: s.opts.HeartbeatInterval, Limit: limit,
+			AckTimeout: s.opts.AckTimeout, Lease: s.lease(), Limit: limit,
 		})
 		if err != nil {
 			return "", nil, err

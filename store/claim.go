@@ -14,10 +14,6 @@ type JobClaimParams struct {
 	Capabilities []string
 	AckTimeout   time.Duration
 	Lease        time.Duration
-	// TimeoutGrace is added to the job's timeout before the watchdog fails
-	// it: the worker enforces the timeout itself and needs a moment to
-	// report what it killed.
-	TimeoutGrace time.Duration
 	Limit        int
 }
 
@@ -54,12 +50,12 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]Job, error) {
 			started_at = now(),
 			ack_deadline = now() + $5::interval,
 			lease_expires_at = now() + $6::interval,
-			deadline_at = now() + make_interval(secs => j.timeout_seconds) + $7::interval,
+			deadline_at = now() + make_interval(secs => j.timeout_seconds),
 			progress = NULL,
 			updated_at = now()
 		FROM picked WHERE j.id = picked.id
 		RETURNING `+jobCols("j."),
-			p.Queue, p.WorkerID, p.Capabilities, p.Limit, p.AckTimeout, p.Lease, p.TimeoutGrace)
+			p.Queue, p.WorkerID, p.Capabilities, p.Limit, p.AckTimeout, p.Lease)
 		jobs, err = collectJobs(rows, err)
 		return err
 	})

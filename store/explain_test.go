@@ -110,7 +110,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "TimeoutSweepUsesJobsRunningDeadline",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobsFailTimedOut(ctx, 500)
+				_, err := st.JobsFailTimedOut(ctx, 0, 500)
 				return err
 			},
 			match: "deadline_at < now()", index: "jobs_running_deadline", maxScanned: 100,

@@ -78,10 +78,11 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 	return n, interpretError(err)
 }
 
-// JobsFailTimedOut fails the current attempt of running jobs past their
-// timeout (retried after backoff while attempts remain) and flags the
-// holding worker (jobs_running_deadline).
-func (s *Store) JobsFailTimedOut(ctx context.Context, limit int) (int, error) {
+// JobsFailTimedOut fails the current attempt of running jobs more than
+// grace past their timeout (retried after backoff while attempts remain)
+// and flags the holding worker (jobs_running_deadline). The grace lets a
+// worker that enforces the timeout itself report what it killed.
+func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit int) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		type due struct {
@@ -93,9 +94,9 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, limit int) (int, error) {
 		}
 		rows, err := tx.Query(ctx, `
 			SELECT id, worker_id, attempt, max_attempts, retry_backoff_seconds, timeout_seconds, cancel_requested
-			FROM jobs WHERE status = 'running' AND deadline_at < now()
+			FROM jobs WHERE status = 'running' AND deadline_at < now() - $2::interval
 			ORDER BY deadline_at LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit)
+			FOR UPDATE SKIP LOCKED`, limit, grace)
 		if err != nil {
 			return err
 		}

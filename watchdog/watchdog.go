@@ -91,7 +91,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			return len(dead), err
 		}},
 		{"expired_lease", func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
-		{"timed_out_job", func() (int, error) { return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.Batch) }},
+		{"timed_out_job", func() (int, error) {
+			return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
+		}},
 	}
 	if time.Since(w.lastRetention) >= w.cfg.RetentionEvery {
 		steps = append(steps, struct {
