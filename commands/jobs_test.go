@@ -188,10 +188,14 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 	// waiting for a command (the LISTEN connection waits too); total counts all.
 	pool := a.Node.Store().Pool
 	// The watchdog's sweeps are busy for a moment every second: the least
-	// of several samples is what the blocked pops hold.
-	dbConns := func() (busy, total int) {
-		busy = -1
+	// of several samples (busy backends, connections acquired from agq's
+	// pool) is what the blocked pops hold.
+	dbConns := func() (busy, total int, acquired int32) {
+		busy, acquired = -1, -1
 		for range 10 {
+			if a := pool.Stat().AcquiredConns(); acquired < 0 || a < acquired {
+				acquired = a
+			}
 			var b, n int
 			err := pool.QueryRow(ctx, `
 				SELECT count(*) FILTER (WHERE state <> 'idle' AND pid <> pg_backend_pid()), count(*)
@@ -205,7 +209,7 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 			total = max(total, n)
 			time.Sleep(50 * time.Millisecond)
 		}
-		return busy, total
+		return busy, total, acquired
 	}
 	reg := func(c *redis.Client, id string) {
 		b, _ := json.Marshal(map[string]any{"worker_id": id, "hostname": "h", "agw_version": "1", "capabilities": map[string]any{"tools": []string{"x"}}})
@@ -241,11 +245,10 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 		}
 	}
 	stop1 := block(1)
-	busy1, total1 := dbConns()
+	busy1, total1, _ := dbConns()
 	stop1()
 	stop500 := block(500)
-	busy500, total500 := dbConns()
-	acquired := pool.Stat().AcquiredConns()
+	busy500, total500, acquired := dbConns()
 	defer stop500()
 	t.Logf("database connections: 1 blocked worker: %d busy of %d; 500 blocked: %d busy of %d, %d acquired from the pool",
 		busy1, total1, busy500, total500, acquired)
