@@ -10,8 +10,9 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// recheckEvery bounds how long a blocked pop trusts notifications alone; a
-// due time that was announced before this node started is found this way.
+// recheckEvery bounds how long a blocked pop trusts notifications alone: a
+// safety net for a note lost while the LISTEN connection was down or a due
+// time beyond the hub's bounded timer heap.
 const recheckEvery = 15 * time.Second
 
 // queueKeys parses queue:<name> keys.
@@ -29,11 +30,10 @@ func queueKeys(args [][]byte) ([]string, error) {
 
 // claimFirst claims up to limit jobs from the first queue, in the given
 // order, that has one the worker can run.
-func (s *Server) claimFirst(ctx context.Context, w store.Worker, queues []string, limit int) (string, []store.Job, error) {
+func (s *Server) claimFirst(ctx context.Context, workerID string, queues []string, limit int) (string, []store.Job, error) {
 	for _, q := range queues {
 		jobs, err := s.store.JobClaim(ctx, store.JobClaimParams{
-			Queue: q, WorkerID: w.ID, Capabilities: w.Capabilities,
-			AckTimeout: s.opts.AckTimeout, Lease: s.lease(), Limit: limit,
+			Queue: q, WorkerID: workerID, AckTimeout: s.opts.AckTimeout, Lease: s.lease(), Limit: limit,
 		})
 		if err != nil {
 			return "", nil, err
@@ -45,16 +45,31 @@ func (s *Server) claimFirst(ctx context.Context, w store.Worker, queues []string
 	return "", nil, nil
 }
 
-// popWorker resolves the popping worker; only a live one may pop.
+// popWorker resolves the popping worker; a dead or unregistered one must
+// register again.
 func (s *Server) popWorker(ctx context.Context, sess *Session) (store.Worker, error) {
 	w, err := s.sessionWorker(ctx, sess)
 	if err != nil {
 		return w, err
 	}
 	if w.State != store.WorkerActive && w.State != store.WorkerDraining {
-		return w, resp.Errorf("Worker not registered: %s", w.ID)
+		return w, errNotRegistered(w.ID)
 	}
 	return w, nil
+}
+
+func errNotRegistered(id string) error { return resp.Errorf("Worker not registered: %s", id) }
+
+// claimError words a claim refusal: a draining worker simply gets nothing.
+func claimError(workerID string, err error) (draining bool, _ error) {
+	var inactive *store.WorkerNotActiveError
+	if errors.As(err, &inactive) {
+		if inactive.State == store.WorkerDraining {
+			return true, nil
+		}
+		return false, errNotRegistered(workerID)
+	}
+	return false, err
 }
 
 // RPOP queue:<name> [count]
@@ -77,9 +92,9 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 	if err != nil {
 		return nil, err
 	}
-	_, jobs, err := s.claimFirst(ctx, w, queues, limit)
-	if err != nil {
-		return nil, err
+	_, jobs, err := s.claimFirst(ctx, w.ID, queues, limit)
+	if _, err := claimError(w.ID, err); err != nil {
+		return nil, err // a draining worker gets no error and no job
 	}
 	if len(args) == 2 {
 		if len(jobs) == 0 {
@@ -100,9 +115,11 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 // BRPOP queue:<a> [queue:<b> …] timeout
 //
 // The wait holds no database connection: the waiter is registered with the
-// notification hub before each check of the database, so a job committed
-// between check and wait still wakes it. While blocked, the socket is
-// watched: a client that leaves is never handed a job.
+// notification hub before the first check of the database, so a job
+// committed between a check and the wait still wakes it. A wake-up the
+// waiter does not use — the job went to another, it took a job from another
+// queue, or it left — is passed on when it closes. While blocked, the
+// socket is watched: a client that leaves is never handed a job.
 func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	queues, err := queueKeys(args[1 : len(args)-1])
 	if err != nil {
@@ -122,19 +139,28 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 	gone, deadline, stop := blockOn(sess, timeout)
 	defer stop()
 	waiter := s.hub.NewWaiter(queues, w.Capabilities)
-	handed := false
-	defer func() { waiter.Close(handed) }()
+	var received []store.ReadyNote // wake-ups not yet used
+	defer func() {
+		if waiter != nil {
+			waiter.Close(received...)
+		}
+	}()
 
 	for {
-		waiter.Consume()
 		claimCtx, cancel := s.ctxForCommand(sess)
-		queue, jobs, err := s.claimFirst(claimCtx, w, queues, 1)
+		queue, jobs, err := s.claimFirst(claimCtx, w.ID, queues, 1)
 		cancel()
-		if err != nil {
-			return nil, err
+		if draining, cerr := claimError(w.ID, err); draining {
+			// A draining worker gets nothing: wait out the timeout
+			// without taking wake-ups meant for others.
+			waiter.Close(received...)
+			waiter = nil
+			return waitOut(ctx, gone, deadline)
+		} else if cerr != nil {
+			return nil, cerr
 		}
 		if len(jobs) > 0 {
-			handed = true
+			received = dropNoteFor(received, queue)
 			select {
 			case <-gone:
 				// Claimed as the client left: give it back untouched.
@@ -148,11 +174,16 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			}
 			return resp.Array{resp.BulkString("queue:" + queue), resp.Bulk(deliveryJSON(jobs[0]))}, nil
 		}
+		// Nothing claimable: the jobs those notes announced went to others,
+		// except that a timed note may have come a moment early.
+		for _, note := range received {
+			s.hub.RetryTimed(note)
+		}
+		received = nil
 		recheck := time.NewTimer(recheckEvery)
 		select {
-		case <-waiter.C():
-			recheck.Stop() // woken: check the database again
-
+		case note := <-waiter.C():
+			received = append(received, note)
 		case <-recheck.C:
 		case <-deadline:
 			recheck.Stop()
@@ -164,6 +195,30 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			recheck.Stop()
 			return nil, ctx.Err()
 		}
+		recheck.Stop()
+	}
+}
+
+// dropNoteFor removes one note for queue: the job just claimed used it.
+func dropNoteFor(notes []store.ReadyNote, queue string) []store.ReadyNote {
+	for i, n := range notes {
+		if n.Queue == queue {
+			return append(notes[:i], notes[i+1:]...)
+		}
+	}
+	return notes
+}
+
+// waitOut blocks until the deadline (nil reply), the client leaves or the
+// server stops.
+func waitOut(ctx context.Context, gone <-chan struct{}, deadline <-chan time.Time) (resp.Reply, error) {
+	select {
+	case <-deadline:
+		return resp.NilArray, nil
+	case <-gone:
+		return nil, errClientGone
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

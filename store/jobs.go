@@ -129,11 +129,31 @@ type ReadyNote struct {
 	N        int      `json:"n"`
 	Requires []string `json:"r,omitempty"`
 	At       int64    `json:"at,omitempty"`
+
+	// Timed and Tries are the listener's own: a note that came due by a
+	// timer, and how often it was re-armed.
+	Timed bool `json:"-"`
+	Tries int  `json:"-"`
 }
+
+// dueMillis is t in unix milliseconds, rounded up, so that a timer set for
+// it never fires before t.
+func dueMillis(t time.Time) int64 {
+	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
+
+// maxNotePayload keeps a note under PostgreSQL's 8000-byte NOTIFY limit.
+const maxNotePayload = 7000
 
 // notifyReady queues a pg_notify in tx; it is delivered at commit.
 func notifyReady(ctx context.Context, tx pgx.Tx, note ReadyNote) error {
 	b, _ := json.Marshal(note)
+	if len(b) > maxNotePayload {
+		// Without requirements the note wakes any waiter of the queue,
+		// which checks the database: a little more work, nothing missed.
+		note.Requires = nil
+		b, _ = json.Marshal(note)
+	}
 	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelJobs, string(b))
 	return err
 }
@@ -230,7 +250,7 @@ func notifySubmitted(ctx context.Context, tx pgx.Tx, jobs []NewJob, results []Su
 		}
 		var at int64
 		if j.RunAt.After(now) {
-			at = j.RunAt.UnixMilli()
+			at = dueMillis(j.RunAt)
 		}
 		k := groupKey{j.Queue, fmt.Sprint(j.Requires), at}
 		if n := counts[k]; n != nil {

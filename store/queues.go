@@ -139,7 +139,7 @@ type Querier interface {
 // listening must time itself, since the notes for them were sent before.
 func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, error) {
 	rows, err := q.Query(ctx, `
-		SELECT queue, requires, (extract(epoch FROM run_at) * 1000)::bigint, count(*)
+		SELECT queue, requires, ceil(extract(epoch FROM run_at) * 1000)::bigint, count(*)
 		FROM jobs
 		WHERE status IN ('scheduled', 'retrying') AND run_at > now()
 		GROUP BY queue, requires, run_at

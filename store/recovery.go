@@ -72,7 +72,7 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 		if m.status == StatusQueued {
 			note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
 			if !at.IsZero() {
-				note.At = at.UnixMilli()
+				note.At = dueMillis(at)
 			}
 			err = notifyReady(ctx, tx, note)
 		} else {

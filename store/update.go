@@ -130,7 +130,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 				if err != nil {
 					return err
 				}
-				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: runAt.UnixMilli()})
+				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
 			}
 			if _, err := tx.Exec(ctx, `UPDATE jobs SET errors = $2 WHERE id = $1`, p.ID, string(hist)); err != nil {
 				return err

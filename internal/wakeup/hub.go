@@ -99,10 +99,11 @@ func (h *Hub) NewWaiter(queues, caps []string) *Waiter {
 	return w
 }
 
-// Close unregisters the waiter. A wake-up it received but did not act on
-// (handed is false) is passed to another waiter, so no job is left behind
-// by a client that gave up.
-func (w *Waiter) Close(handed bool) {
+// Close unregisters the waiter and passes on the wake-ups it received but
+// did not use — pending in its channel, or given back as unused — so no job
+// waits for a re-check because its note went to a waiter that left, took a
+// job from another queue, or found nothing to do.
+func (w *Waiter) Close(unused ...store.ReadyNote) {
 	h := w.h
 	h.mu.Lock()
 	for _, q := range w.queues {
@@ -112,23 +113,28 @@ func (w *Waiter) Close(handed bool) {
 		}
 	}
 	h.mu.Unlock()
-	if handed {
-		return
-	}
 	select {
 	case note := <-w.c:
-		note.N = 1
-		h.deliver(note)
+		unused = append(unused, note)
 	default:
+	}
+	for _, note := range unused {
+		note.N = 1
+		note.At = 0
+		h.deliver(note)
 	}
 }
 
-// Consume drops a pending wake-up after the waiter checked the database.
-func (w *Waiter) Consume() {
-	select {
-	case <-w.c:
-	default:
+// RetryTimed re-arms a note that came due but whose job a waiter could not
+// claim yet: the database clock, which decides, may run slightly behind
+// ours. A few retries 50 ms apart cover any sane clock skew.
+func (h *Hub) RetryTimed(note store.ReadyNote) {
+	if !note.Timed || note.Tries >= 5 {
+		return
 	}
+	note.Tries++
+	note.At = time.Now().Add(50 * time.Millisecond).UnixMilli()
+	h.deliver(note)
 }
 
 // deliver wakes up to note.N idle waiters of the queue able to run jobs
@@ -325,6 +331,7 @@ func (h *Hub) timerLoop(ctx context.Context) {
 		h.mu.Unlock()
 		for _, note := range due {
 			note.At = 0
+			note.Timed = true
 			h.deliver(note)
 		}
 		t.Reset(wait)
