@@ -133,6 +133,8 @@ func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
 	switch {
 	case errors.Is(err, errClientGone):
 		return resp.Errorf("client disconnected")
+	case errors.Is(err, store.ErrInvalidInput):
+		return resp.Errorf("%s", strings.TrimPrefix(err.Error(), "invalid input: "))
 	case errors.Is(err, context.Canceled):
 		return resp.CodeErrorf("TRYAGAIN", "server shutting down")
 	case errors.Is(err, store.ErrUnavailable):

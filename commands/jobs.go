@@ -138,7 +138,10 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	default:
 		return nil, resp.Errorf("invalid update: status must be running, completed, failed or cancelled")
 	}
-	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Raw: args[2]}
+	if probe == nil {
+		return nil, resp.Errorf("invalid update: must be a JSON object")
+	}
+	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Raw: cleanJSON(args[2])}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}

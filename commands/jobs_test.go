@@ -555,3 +555,32 @@ func TestDisconnectingWorkersLoseNoJobs(t *testing.T) {
 		}
 	}
 }
+
+func TestTextPostgresCannotStoreIsCleanedOrRefusedCleanly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "payload": "nul:\u0000 lone:\xed"})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v", d)
+	}
+	// A tool's output with a NUL byte must not keep the job from finishing.
+	if err := w.c.Do(ctx, "JOB.UPDATE", id, `{"status":"completed","output":"a\u0000b \ud800"}`).Err(); err != nil {
+		t.Fatalf("completing with a NUL in the output: %v", err)
+	}
+	raw, _ := admin.Do(ctx, "JOB.GET", id).Text()
+	if !strings.Contains(raw, `"output":"a`+"\ufffd"+`b `+"\ufffd"+`"`) {
+		t.Fatalf("JOB.GET = %s", raw)
+	}
+	for _, args := range [][]any{{"JOB.GET", "a\x00b"}, {"JOB.CANCEL", "\xff\xfe"}, {"WORKER.GET", "x\x00"}} {
+		err := admin.Do(ctx, args...).Err()
+		if err != nil && strings.Contains(err.Error(), "internal error") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	if err := admin.Do(ctx, "JOB.SUBMIT", "null").Err(); err == nil || !strings.Contains(err.Error(), "must be a JSON object") {
+		t.Fatalf("JOB.SUBMIT null: %v", err)
+	}
+}

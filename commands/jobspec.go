@@ -54,6 +54,12 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	if !utf8.Valid(raw) {
 		return store.NewJob{}, fmt.Errorf("not valid UTF-8")
 	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
+	}
+	if json.Valid(raw) {
+		raw = cleanJSON(raw)
+	}
 	var spec jobSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -30,7 +30,11 @@ func (s *Server) lease() time.Duration { return 3 * s.opts.HeartbeatInterval }
 
 // WORKER.REGISTER json
 func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	w, err := registry.ParseRegistration(args[1])
+	raw := args[1]
+	if json.Valid(raw) {
+		raw = cleanJSON(raw)
+	}
+	w, err := registry.ParseRegistration(raw)
 	if err != nil {
 		var inv *registry.InvalidRegistrationError
 		if errors.As(err, &inv) {
@@ -84,7 +88,7 @@ func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][
 		if err := json.Unmarshal(args[2], &probe); err != nil {
 			return nil, resp.Errorf("invalid stats: must be a JSON object")
 		}
-		stats = args[2]
+		stats = cleanJSON(args[2])
 	}
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err

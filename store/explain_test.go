@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,22 +60,22 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "ClaimUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "worker-1", Capabilities: everything,
+				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "worker-1",
 					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
 				return err
 			},
-			match: "FOR UPDATE SKIP LOCKED", index: "jobs_waiting", maxScanned: 20,
+			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 20,
 		},
 		{
 			// Two jobs in three need a tool this worker lacks: the scan
 			// filters them out on its way down the index.
 			name: "ClaimByANarrowWorkerUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "email", WorkerID: "worker-2", Capabilities: []string{"echo"},
+				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "email", WorkerID: "worker-2",
 					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
 				return err
 			},
-			match: "FOR UPDATE SKIP LOCKED", index: "jobs_waiting", maxScanned: 50,
+			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 50,
 		},
 		{
 			// LLEN and every LPUSH count the claimable jobs: the work grows
@@ -221,7 +222,8 @@ INSERT INTO queues (name) VALUES ('ready'), ('email'), ('reports'), ('video'), (
 
 INSERT INTO workers (worker_id, principal, state, hostname, agw_version, capabilities, metadata, last_heartbeat_at)
 SELECT 'worker-' || g, 'w', CASE WHEN g <= 300 THEN 'ACTIVE' WHEN g % 2 = 0 THEN 'DEAD' ELSE 'UNREGISTERED' END,
-       'host-' || g, '1.0.0', ARRAY['sort', 'grep', 'echo'], '{}', now() - (g % 30) * interval '1 second'
+       'host-' || g, '1.0.0', CASE WHEN g = 2 THEN ARRAY['echo'] ELSE ARRAY['sort', 'grep', 'echo'] END, '{}',
+       now() - (g % 30) * interval '1 second'
 FROM generate_series(1, 400) g;
 
 INSERT INTO jobs (id, queue, type, requires, payload, priority, status, attempt, max_attempts, timeout_seconds,
@@ -375,7 +377,10 @@ func (r *recordingStore) capture(ctx context.Context, t *testing.T, fn func(cont
 	r.mu.Lock()
 	r.sent = nil
 	r.mu.Unlock()
-	if err := fn(ctx, r.st); err != nil {
+	// The scratch database is empty: a claim finds no worker and says so
+	// after sending its statement, which is all that is needed here.
+	var inactive *store.WorkerNotActiveError
+	if err := fn(ctx, r.st); err != nil && !errors.As(err, &inactive) {
 		t.Fatalf("running the store function: %v", err)
 	}
 	r.mu.Lock()

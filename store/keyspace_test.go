@@ -36,7 +36,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	if err := st.WorkerRegister(ctx, w, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "w-1", Capabilities: w.Capabilities,
+	claimed, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "w-1",
 		AckTimeout: time.Minute, Lease: time.Minute, Limit: 2})
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claimed %d jobs: %v", len(claimed), err)

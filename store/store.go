@@ -22,6 +22,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrUnavailable means the database could not be reached.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrInvalidInput means PostgreSQL refused a value (text it cannot
+	// store, such as a NUL byte): the client's input, not a server fault.
+	ErrInvalidInput = errors.New("invalid input")
 )
 
 // Store wraps the connection pool.
@@ -86,6 +89,8 @@ func interpretError(err error) error {
 			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
 		case "57P01", "57P02", "57P03": // admin shutdown, crash shutdown, cannot connect now
 			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
+		case "22P02", "22P05", "22021", "22026", "54000": // bad text or json, untranslatable, not in repertoire, too long
+			return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
 		}
 		return err
 	}
