@@ -91,7 +91,8 @@ func TestCompatibilityCommands(t *testing.T) {
 		{[]any{"CLIENT", "SETNAME", "a b"}, "ERR Client names cannot contain spaces, newlines or special characters."},
 		{[]any{"CLIENT", "SETINFO", "LIB-NAME", "mylib"}, "OK"},
 		{[]any{"CLIENT", "NOPE"}, "ERR unknown subcommand 'NOPE'. Try CLIENT HELP."},
-		{[]any{"NOSUCHCMD", "a", "b"}, "ERR unknown command 'nosuchcmd', with args beginning with: 'a' 'b' "},
+		{[]any{"NOSUCHCMD", "a", "b"}, "ERR unknown command 'NOSUCHCMD', with args beginning with: 'a' 'b' "},
+		{[]any{"x", strings.Repeat("y", 200)}, "ERR unknown command 'x', with args beginning with: '" + strings.Repeat("y", 128) + "' "},
 		{[]any{"ECHO"}, "ERR wrong number of arguments for 'echo' command"},
 		{[]any{"HELLO", "4"}, "NOPROTO unsupported protocol version"},
 	}

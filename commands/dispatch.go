@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -88,7 +87,7 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 
 func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (reply resp.Reply, err error) {
 	if c == nil {
-		return nil, unknownCommand(name, args[1:])
+		return nil, unknownCommand(args[0], args[1:])
 	}
 	if sess.revoked.Load() {
 		sess.clearAuth()
@@ -148,20 +147,19 @@ func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
 	return resp.Errorf("internal error while running '%s'", name)
 }
 
-// unknownCommand formats Redis's own text for an unknown command.
-func unknownCommand(name string, args [][]byte) error {
-	var b strings.Builder
-	for i, a := range args {
-		if i == 8 {
+// unknownCommand formats Redis's own text for an unknown command: the name
+// as sent, cut at 128 bytes, and the arguments while they fit in 128 bytes.
+func unknownCommand(name []byte, args [][]byte) error {
+	var b []byte
+	for _, a := range args {
+		if len(b) >= 128 {
 			break
 		}
-		v := string(a)
-		if len(v) > 64 {
-			v = v[:64]
-		}
-		fmt.Fprintf(&b, "'%s' ", v)
+		b = append(b, '\'')
+		b = append(b, a[:min(len(a), 128-len(b)+1)]...)
+		b = append(b, '\'', ' ')
 	}
-	return resp.Errorf("unknown command '%s', with args beginning with: %s", name, b.String())
+	return resp.Errorf("unknown command '%s', with args beginning with: %s", name[:min(len(name), 128)], b)
 }
 
 // buildTable registers every command family.

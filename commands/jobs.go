@@ -117,6 +117,7 @@ type updateDoc struct {
 	Status    string `json:"status"`
 	Error     string `json:"error"`
 	Retryable *bool  `json:"retryable"`
+	Attempt   int    `json:"attempt"`
 }
 
 // JOB.UPDATE job_id json
@@ -141,7 +142,7 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if probe == nil {
 		return nil, resp.Errorf("invalid update: must be a JSON object")
 	}
-	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Raw: cleanJSON(args[2])}
+	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt, Raw: cleanJSON(args[2])}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
@@ -170,6 +171,8 @@ func jobError(id string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return resp.Errorf("no such job %s", id)
+	case errors.Is(err, store.ErrConflict):
+		return resp.Errorf("job %s cannot be queued again: its unique_key is held by another unfinished job", id)
 	case errors.Is(err, store.ErrJobCancelled):
 		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
 	case errors.As(err, &owner):

@@ -584,3 +584,41 @@ func TestTextPostgresCannotStoreIsCleanedOrRefusedCleanly(t *testing.T) {
 		t.Fatalf("JOB.SUBMIT null: %v", err)
 	}
 }
+
+func TestALateReportNeverTouchesTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "retry_backoff_seconds": 0})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.Attempt != 1 {
+		t.Fatalf("pop: %+v", d)
+	}
+	failed := map[string]any{"status": "failed", "error": "boom", "attempt": 1}
+	if err := w.update(ctx, id, failed); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, ok := w.pop(t, "5", "ready"); !ok || d.Attempt != 2 {
+		t.Fatalf("second delivery: %+v", d)
+	}
+	// The first failure, re-sent by a client after a timeout, arrives now.
+	if err := w.update(ctx, id, failed); err != nil {
+		t.Fatalf("re-sent failure: %v", err)
+	}
+	v := getJob(t, admin, id)
+	if v.Status != "running" || v.Attempt != 2 || len(v.Errors) != 1 {
+		t.Fatalf("the re-sent failure touched attempt 2: %+v", v)
+	}
+	err := w.update(ctx, id, map[string]any{"status": "completed", "attempt": 1})
+	if err == nil || err.Error() != fmt.Sprintf("ERR job %s is at attempt 2, not 1", id) {
+		t.Fatalf("a completion of attempt 1: %v", err)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed", "attempt": 2}); err != nil {
+		t.Fatal(err)
+	}
+	other := registerWorker(t, a, "other", "t")
+	if err := other.update(ctx, id, map[string]any{"status": "completed"}); err == nil || !strings.Contains(err.Error(), "is owned by w") {
+		t.Fatalf("another worker repeating the final report: %v", err)
+	}
+}

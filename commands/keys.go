@@ -57,7 +57,7 @@ func (s *Server) cmdKeyList(ctx context.Context, _ *Session, _ [][]byte) (resp.R
 }
 
 func keyError(err error) error {
-	for _, known := range []error{auth.ErrBadRole, auth.ErrBadPrincipal, auth.ErrStaticPrincipal, auth.ErrUnknownPrincipal} {
+	for _, known := range []error{auth.ErrBadRole, auth.ErrBadPrincipal, auth.ErrStaticPrincipal, auth.ErrUnknownPrincipal, auth.ErrLastAdmin} {
 		if errors.Is(err, known) {
 			return resp.Errorf("%s", known.Error())
 		}

@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Principal is an identity allowed to connect.
@@ -60,22 +63,47 @@ func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (Principal
 	return p, interpretError(err)
 }
 
+// ErrLastAdmin refuses to revoke the last admin key stored: nobody could
+// administer agq any more.
+var ErrLastAdmin = errors.New("cannot revoke the last admin key")
+
 // PrincipalRevoke revokes a principal's key. Revoking twice is not an error;
-// ErrNotFound means no such principal ever existed.
-func (s *Store) PrincipalRevoke(ctx context.Context, name string) error {
-	var found bool
-	err := s.Pool.QueryRow(ctx, `
-		WITH r AS (
-			UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1 RETURNING name
-		)
-		SELECT EXISTS (SELECT 1 FROM r), pg_notify($2, $1)`, name, ChannelKeys).Scan(&found, new(any))
-	if err != nil {
-		return interpretError(err)
-	}
-	if !found {
-		return ErrNotFound
-	}
-	return nil
+// ErrNotFound means no such principal ever existed. The last live admin in
+// the table is kept unless keepsAnotherAdmin says the configuration holds one.
+func (s *Store) PrincipalRevoke(ctx context.Context, name string, keepsAnotherAdmin bool) error {
+	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// Serialise revocations, so two admins revoking each other cannot
+		// both pass the last-admin check.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('agq principals'))`); err != nil {
+			return err
+		}
+		var role string
+		var live bool
+		err := tx.QueryRow(ctx, `SELECT role, revoked_at IS NULL FROM principals WHERE name = $1`, name).Scan(&role, &live)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if live && role == "admin" && !keepsAnotherAdmin {
+			var others int
+			if err := tx.QueryRow(ctx, `
+				SELECT count(*) FROM principals WHERE role = 'admin' AND revoked_at IS NULL AND name <> $1`, name).Scan(&others); err != nil {
+				return err
+			}
+			if others == 0 {
+				return ErrLastAdmin
+			}
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelKeys, name)
+		return err
+	}))
 }
 
 // PrincipalList lists live principals by name.

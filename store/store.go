@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,4 +117,28 @@ func (s *Store) asyncCommit(ctx context.Context, fn func(pgx.Tx) error) error {
 		}
 		return fn(tx)
 	})
+}
+
+// DedicatedConnConfig is the configuration of a long-lived connection of
+// its own (the LISTEN connection, the leader's lock): TCP keepalives on
+// both ends, so that a host that vanished without closing its socket is
+// noticed within about a minute — by PostgreSQL, which then releases the
+// leader's advisory lock, and by us.
+func DedicatedConnConfig(connString string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range map[string]string{
+		"application_name":        "agq",
+		"tcp_keepalives_idle":     "15",
+		"tcp_keepalives_interval": "5",
+		"tcp_keepalives_count":    "4",
+		"tcp_user_timeout":        "45000",
+	} {
+		cfg.RuntimeParams[k] = v
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	cfg.DialFunc = dialer.DialContext
+	return cfg, nil
 }

@@ -37,6 +37,8 @@ type JobUpdateParams struct {
 	Status    string
 	Error     string
 	Retryable bool
+	// Attempt is the delivery the report is about; 0 when not given.
+	Attempt int
 	// Raw is the update as sent: progress for running updates, the result
 	// for completed ones.
 	Raw json.RawMessage
@@ -78,6 +80,18 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			owner = *cur.worker
 		}
 		switch {
+		case p.Attempt > 0 && p.Attempt != cur.attempt:
+			// A report about an earlier delivery, re-sent late: it must
+			// not touch the current one. Its own outcome, if recorded, was
+			// this very report.
+			for _, e := range cur.errors {
+				if e.Attempt == p.Attempt && e.WorkerID == p.WorkerID && p.Status == StatusFailed {
+					return nil
+				}
+			}
+			return &StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
+		case IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
+			return &NotOwnerError{Owner: owner}
 		case cur.status == StatusCancelled:
 			cancelled = true
 			return nil

@@ -10,6 +10,8 @@ package watchdog
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,24 +107,30 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			})
 		}})
 	}
+	// One step failing must not keep the others from running.
+	var errs []error
 	for _, step := range steps {
 		// A full batch means there may be more: repeat, within reason.
+		full := false
 		for range 100 {
 			n, err := step.run()
 			if err != nil {
-				return err
+				errs = append(errs, fmt.Errorf("%s: %w", step.kind, err))
+				break
 			}
 			if n > 0 {
 				w.cfg.Recovered.WithLabelValues(step.kind).Add(float64(n))
 				w.cfg.Logger.Info().Str("kind", step.kind).Int("count", n).Msg("watchdog")
 			}
-			if n < w.cfg.Batch {
+			if full = n >= w.cfg.Batch; !full {
 				break
 			}
 		}
-		if step.kind == "retention_delete" {
+		if step.kind == "retention_delete" && !full {
+			// Still behind after 100 batches: go on at the next sweep
+			// rather than in a minute.
 			w.lastRetention = time.Now()
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

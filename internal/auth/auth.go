@@ -35,6 +35,8 @@ var (
 	ErrBadPrincipal = errors.New("principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'")
 	// ErrStaticPrincipal means the principal's key comes from the configuration file.
 	ErrStaticPrincipal = errors.New("the key of this principal comes from the configuration; change it there")
+	// ErrLastAdmin refuses to revoke the only admin key: nobody could mint keys.
+	ErrLastAdmin = errors.New("cannot revoke the last admin key")
 	// ErrNoAdmin means no admin key is valid anywhere: nobody could mint keys.
 	ErrNoAdmin = errors.New("no admin key is valid")
 	// ErrUnknownPrincipal means no such principal exists.
@@ -173,9 +175,12 @@ func (k *Keyring) Revoke(ctx context.Context, name string) error {
 	if k.isStatic(name) {
 		return ErrStaticPrincipal
 	}
-	err := k.store.PrincipalRevoke(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
+	err := k.store.PrincipalRevoke(ctx, name, k.HasStaticAdmin())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return ErrUnknownPrincipal
+	case errors.Is(err, store.ErrLastAdmin):
+		return ErrLastAdmin
 	}
 	return err
 }

@@ -80,7 +80,11 @@ func (e *Elector) Stop() {
 // campaign connects, waits until it holds the lock, leads while the
 // connection proves the lock is still held, and returns when it is not.
 func (e *Elector) campaign(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, e.cfg.ConnString)
+	cc, err := store.DedicatedConnConfig(e.cfg.ConnString)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
 	}

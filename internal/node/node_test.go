@@ -248,6 +248,10 @@ func TestManagedNode(t *testing.T) {
 	})
 	t.Run("ARevokedGeneratedKeyStaysRevokedAcrossARestart", func(t *testing.T) {
 		admin := client(t, a.RESPAddr(), redis.Options{Password: adminKey})
+		// The only admin cannot be revoked: nobody could mint keys after.
+		if err := admin.Do(ctx, "KEY.REVOKE", "admin").Err(); err == nil || err.Error() != "ERR cannot revoke the last admin key" {
+			t.Fatalf("KEY.REVOKE of the last admin: %v", err)
+		}
 		opsKey, err := admin.Do(ctx, "KEY.CREATE", "admin", "ops").Text()
 		if err != nil {
 			t.Fatalf("KEY.CREATE admin ops: %v", err)

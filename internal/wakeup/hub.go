@@ -8,6 +8,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -267,7 +268,11 @@ func (h *Hub) listenLoop(ctx context.Context) {
 }
 
 func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
-	conn, err := pgx.Connect(ctx, h.cfg.ConnString)
+	cc, err := store.DedicatedConnConfig(h.cfg.ConnString)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
 	}
@@ -291,7 +296,20 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		h.cfg.Logger.Info().Msg("LISTEN connection restored")
 	}
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		// Waiting is bounded so that an idle connection is pinged: one
+		// that died silently is found and replaced.
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

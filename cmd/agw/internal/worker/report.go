@@ -56,6 +56,7 @@ func (w *Worker) report(jobID string, body []byte, log zerolog.Logger) error {
 
 type runningUpdate struct {
 	Status    string `json:"status"`
+	Attempt   int    `json:"attempt,omitempty"`
 	WorkerID  string `json:"worker_id"`
 	StartedAt string `json:"started_at"`
 }
@@ -195,4 +196,17 @@ func mustMarshal(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// withAttempt adds "attempt" to a report body built by this file (a JSON
+// object); 0, an unknown attempt, adds nothing.
+func withAttempt(body []byte, attempt int) []byte {
+	if attempt <= 0 || len(body) < 2 || body[0] != '{' {
+		return body
+	}
+	out := fmt.Appendf(nil, `{"attempt":%d`, attempt)
+	if body[1] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...)
 }
