@@ -34,7 +34,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	if json.Valid(raw) {
 		raw = cleanJSON(raw)
 	}
-	w, err := registry.ParseRegistration(raw)
+	w, running, err := registry.ParseRegistration(raw)
 	if err != nil {
 		var inv *registry.InvalidRegistrationError
 		if errors.As(err, &inv) {
@@ -43,7 +43,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 		return nil, resp.Errorf("%s", err.Error())
 	}
 	w.Principal = sess.principal().Name
-	if err := s.store.WorkerRegister(ctx, w, s.lease()); err != nil {
+	if err := s.store.WorkerRegister(ctx, w, s.lease(), running); err != nil {
 		if errors.Is(err, store.ErrWorkerTaken) {
 			return nil, resp.Errorf("%s", registry.ErrWorkerTaken.Error())
 		}

@@ -150,3 +150,35 @@ func TestUnacknowledgedDeliveryReturnsWithoutCountingAnAttempt(t *testing.T) {
 		t.Fatalf("redelivery: %+v ok=%v", d, ok)
 	}
 }
+
+func TestRestartedWorkerGivesBackTheJobsItNoLongerRuns(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "fixed-id", "t")
+	kept := submit(t, admin, map[string]any{"type": "t", "job_id": "kept"})
+	lost := submit(t, admin, map[string]any{"type": "t", "job_id": "lost"})
+	for range 2 {
+		_, d, ok := w.pop(t, "1", "ready")
+		if !ok {
+			t.Fatal("pop found nothing")
+		}
+		if err := w.update(ctx, d.JobID, map[string]any{"status": "running"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same worker id comes back (a reconnect, or a new process) and
+	// says what it runs.
+	doc := `{"worker_id":"fixed-id","hostname":"h","agw_version":"1","capabilities":{"tools":["t"]},"running_jobs":["kept"]}`
+	if err := w.c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := getJob(t, admin, kept); v.Status != "running" || v.WorkerID == nil || *v.WorkerID != "fixed-id" {
+		t.Fatalf("the job it still runs: %+v", v)
+	}
+	v := getJob(t, admin, lost)
+	if v.Status != "queued" || len(v.Errors) != 1 || !strings.Contains(string(v.Errors[0]), "restarted without it") {
+		t.Fatalf("the job it lost: %+v", v)
+	}
+}

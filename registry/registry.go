@@ -40,6 +40,10 @@ type Registration struct {
 	Capabilities      json.RawMessage   `json:"capabilities"`
 	MaxConcurrentJobs *int              `json:"max_concurrent_jobs"`
 	Tags              map[string]string `json:"tags"`
+	// RunningJobs, when given, are the jobs the worker really runs: held
+	// jobs it acknowledged but does not list were lost with an earlier
+	// process of the same id, and go back to their queues.
+	RunningJobs *[]string `json:"running_jobs"`
 }
 
 type capabilities struct {
@@ -49,36 +53,41 @@ type capabilities struct {
 }
 
 // ParseRegistration validates a registration and returns the worker record
-// to store (principal left for the caller).
-func ParseRegistration(raw []byte) (store.Worker, error) {
+// to store (principal left for the caller) and the jobs it says it runs:
+// nil when it does not say.
+func ParseRegistration(raw []byte) (store.Worker, []string, error) {
 	var reg Registration
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&reg); err != nil {
-		return store.Worker{}, &InvalidRegistrationError{Reason: jsonReason(err)}
+		return store.Worker{}, nil, &InvalidRegistrationError{Reason: jsonReason(err)}
 	}
 	if dec.More() {
-		return store.Worker{}, &InvalidRegistrationError{Reason: "trailing data after the JSON object"}
+		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "trailing data after the JSON object"}
 	}
 	if !ValidWorkerID(reg.WorkerID) {
-		return store.Worker{}, ErrInvalidWorkerID
+		return store.Worker{}, nil, ErrInvalidWorkerID
 	}
 	if strings.TrimSpace(reg.Hostname) == "" {
-		return store.Worker{}, &InvalidRegistrationError{Reason: "hostname is required"}
+		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "hostname is required"}
 	}
 	if strings.TrimSpace(reg.AgwVersion) == "" {
-		return store.Worker{}, &InvalidRegistrationError{Reason: "agw_version is required"}
+		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "agw_version is required"}
 	}
 	caps, err := parseCapabilities(reg.Capabilities)
 	if err != nil {
-		return store.Worker{}, err
+		return store.Worker{}, nil, err
 	}
 	maxJobs := 1
 	if reg.MaxConcurrentJobs != nil {
 		if *reg.MaxConcurrentJobs < 1 || *reg.MaxConcurrentJobs > 100000 {
-			return store.Worker{}, &InvalidRegistrationError{Reason: "max_concurrent_jobs must be between 1 and 100000"}
+			return store.Worker{}, nil, &InvalidRegistrationError{Reason: "max_concurrent_jobs must be between 1 and 100000"}
 		}
 		maxJobs = *reg.MaxConcurrentJobs
+	}
+	var running []string
+	if reg.RunningJobs != nil {
+		running = append([]string{}, *reg.RunningJobs...)
 	}
 	return store.Worker{
 		ID:                reg.WorkerID,
@@ -88,7 +97,7 @@ func ParseRegistration(raw []byte) (store.Worker, error) {
 		Capabilities:      caps,
 		Metadata:          json.RawMessage(raw),
 		MaxConcurrentJobs: maxJobs,
-	}, nil
+	}, running, nil
 }
 
 // parseCapabilities requires {"tools":[…]} with optional agentic_units and

@@ -33,7 +33,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	}
 	w := store.Worker{ID: "w-1", Principal: "w", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 2}
-	if err := st.WorkerRegister(ctx, w, time.Minute); err != nil {
+	if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	claimed, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "w-1",

@@ -60,7 +60,13 @@ func scanWorker(row pgx.Row) (Worker, error) {
 // record over (a reconnect or restart with the same id): it becomes ACTIVE
 // and keeps the jobs it holds, whose leases restart. Another principal may
 // not take an id that is live.
-func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration) error {
+//
+// running, when not nil, lists the jobs the worker really runs: held jobs it
+// had acknowledged but does not list were lost with an earlier process of
+// the same id (a restart) and go back to their queues, the attempt counted.
+// Unacknowledged ones are left to the acknowledgement timeout, since a pop
+// may be claiming one at this very moment.
+func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
 	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
@@ -79,6 +85,11 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrWorkerTaken
+		}
+		if running != nil {
+			if err := requeueLost(ctx, tx, w.ID, running); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET lease_expires_at = now() + $2::interval, updated_at = now()
@@ -229,4 +240,27 @@ func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 		return ErrWorkerUnknown
 	}
 	return nil
+}
+
+// requeueLost gives back the acknowledged jobs a re-registering worker holds
+// but no longer runs (jobs_running_worker).
+func requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) error {
+	rows, err := tx.Query(ctx, `
+		UPDATE jobs SET
+			status = CASE WHEN cancel_requested THEN 'cancelled'
+			              WHEN attempt >= max_attempts THEN 'failed'
+			              ELSE 'queued' END,
+			finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END,
+			errors = CASE WHEN cancel_requested THEN errors
+			         ELSE errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'worker_id', worker_id,
+			              'error', 'worker ' || worker_id || ' restarted without it', 'at', now())) END,
+			worker_id = CASE WHEN cancel_requested THEN worker_id END,
+			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+		WHERE worker_id = $1 AND status = 'running' AND ack_deadline IS NULL AND id <> ALL($2::text[])
+		RETURNING id, status, queue, requires`, workerID, running)
+	if err != nil {
+		return err
+	}
+	_, err = notifyMoved(ctx, tx, rows)
+	return err
 }

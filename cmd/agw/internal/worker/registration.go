@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 )
@@ -51,7 +52,7 @@ func (w *Worker) registerLocked(ctx context.Context, fatal func(error) bool) err
 		// A connection lost while the registration is under way marks
 		// it stale again: it counts only from what it saw at its start.
 		seen := w.lost.Load()
-		reply, err := w.cmdRegister(ctx, w.regBody)
+		reply, err := w.cmdRegister(ctx, w.withRunningJobs(w.regBody))
 		if err == nil {
 			w.registeredAt.Store(seen)
 			w.registered(reply)
@@ -89,3 +90,16 @@ func (w *Worker) registered(reply string) {
 }
 
 func (w *Worker) heartbeatInterval() time.Duration { return time.Duration(w.interval.Load()) }
+
+// withRunningJobs adds the jobs this process runs to the registration: agq
+// gives back the jobs an earlier process with the same id held and lost.
+func (w *Worker) withRunningJobs(body []byte) []byte {
+	w.jobsMu.Lock()
+	ids := make([]string, 0, len(w.running))
+	for id := range w.running {
+		ids = append(ids, id)
+	}
+	w.jobsMu.Unlock()
+	sort.Strings(ids)
+	return withField(body, "running_jobs", mustMarshal(ids))
+}

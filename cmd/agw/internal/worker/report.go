@@ -198,13 +198,23 @@ func mustMarshal(v any) []byte {
 	return b
 }
 
-// withAttempt adds "attempt" to a report body built by this file (a JSON
-// object); 0, an unknown attempt, adds nothing.
+// withAttempt adds "attempt" to a report body; 0, an unknown attempt, adds
+// nothing.
 func withAttempt(body []byte, attempt int) []byte {
-	if attempt <= 0 || len(body) < 2 || body[0] != '{' {
+	if attempt <= 0 {
 		return body
 	}
-	out := fmt.Appendf(nil, `{"attempt":%d`, attempt)
+	return withField(body, "attempt", mustMarshal(attempt))
+}
+
+// withField puts "key": value first in body, a JSON object this package
+// built (so key is not already in it).
+func withField(body []byte, key string, value []byte) []byte {
+	if len(body) < 2 || body[0] != '{' {
+		return body
+	}
+	out := append(append(mustMarshal(key), ':'), value...)
+	out = append([]byte{'{'}, out...)
 	if body[1] != '}' {
 		out = append(out, ',')
 	}
