@@ -290,6 +290,16 @@ func TestQueueOrderAndPriority(t *testing.T) {
 	if _, _, ok := w.pop(t, "0.1", "high", "low"); ok {
 		t.Fatal("pop from empty queues returned a job")
 	}
+	// Jobs pushed together come out in the order they were pushed, as
+	// from a Redis list fed by LPUSH and drained by BRPOP.
+	if err := a.Admin(t).Do(context.Background(), "LPUSH", "queue:fifo", `{"job_id":"zz","type":"t"}`, `{"job_id":"aa","type":"t"}`, `{"job_id":"mm","type":"t"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"zz", "aa", "mm"} {
+		if _, d, ok := w.pop(t, "1", "fifo"); !ok || d.JobID != want {
+			t.Fatalf("popped %q (ok=%v), want %q", d.JobID, ok, want)
+		}
+	}
 }
 
 func TestJobUpdateRules(t *testing.T) {

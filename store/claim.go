@@ -49,7 +49,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]Job, error) {
 			  AND j.run_at <= now()
 			  AND j.requires <@ w.capabilities
 			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
-			ORDER BY j.priority DESC, j.run_at, j.id
+			ORDER BY j.priority DESC, j.run_at, j.seq
 			LIMIT $3
 			FOR UPDATE OF j SKIP LOCKED
 		)

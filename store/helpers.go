@@ -13,6 +13,6 @@ func sortClaimed(jobs []Job) {
 		if !a.RunAt.Equal(b.RunAt) {
 			return a.RunAt.Before(b.RunAt)
 		}
-		return a.ID < b.ID
+		return a.Seq < b.Seq
 	})
 }

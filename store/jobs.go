@@ -30,6 +30,7 @@ func IsTerminal(status string) bool {
 // Job is one row of jobs.
 type Job struct {
 	ID                  string
+	Seq                 int64 // submission order
 	Queue               string
 	Type                string
 	Requires            []string
@@ -65,7 +66,7 @@ var jobColumns = jobCols("")
 // for statements that join. A waiting job whose run_at has come is shown as
 // queued: it is claimable, whatever brought it there.
 func jobCols(a string) string {
-	return strings.NewReplacer("@", a).Replace(`@id, @queue, @type, @requires, @plan, @inputs, @payload, @priority,
+	return strings.NewReplacer("@", a).Replace(`@id, @seq, @queue, @type, @requires, @plan, @inputs, @payload, @priority,
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
@@ -74,7 +75,7 @@ func jobCols(a string) string {
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
+	err := row.Scan(&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
 		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt)

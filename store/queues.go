@@ -24,7 +24,7 @@ func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64
 	return collectJobs(s.Pool.Query(ctx, `
 		SELECT `+jobColumns+` FROM jobs
 		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
-		ORDER BY priority DESC, run_at, id
+		ORDER BY priority DESC, run_at, seq
 		OFFSET $2 LIMIT $3`, queue, offset, limit))
 }
 

@@ -133,21 +133,29 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 		case StatusCancelled:
 			return finish(ctx, tx, p.ID, StatusCancelled, p.Raw)
 		case StatusFailed:
-			entry := errorEntry{Attempt: cur.attempt, WorkerID: owner, Error: p.Error, At: time.Now().UTC()}
-			hist, _ := json.Marshal(append(cur.errors, entry))
-			if p.Retryable && cur.attempt < cur.max {
-				runAt := time.Now().Add(RetryDelay(cur.backoff, cur.attempt))
-				_, err := tx.Exec(ctx, `
-					UPDATE jobs SET status = 'retrying', worker_id = NULL, run_at = $2, errors = $3,
-						ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-					WHERE id = $1`, p.ID, runAt, string(hist))
-				if err != nil {
-					return err
-				}
-				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
+			// The failure joins the error history and the retry is timed
+			// by the database's clock, like every other time of the job.
+			retry := p.Retryable && cur.attempt < cur.max
+			var delay time.Duration
+			if retry {
+				delay = RetryDelay(cur.backoff, cur.attempt)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET errors = $2 WHERE id = $1`, p.ID, string(hist)); err != nil {
+			var runAt time.Time
+			err := tx.QueryRow(ctx, `
+				UPDATE jobs SET
+					errors = errors || jsonb_build_array(jsonb_build_object(
+						'attempt', attempt, 'worker_id', worker_id, 'error', $2::text, 'at', now())),
+					status = CASE WHEN $3 THEN 'retrying' ELSE status END,
+					worker_id = CASE WHEN $3 THEN NULL ELSE worker_id END,
+					run_at = CASE WHEN $3 THEN now() + $4::interval ELSE run_at END,
+					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+				WHERE id = $1
+				RETURNING run_at`, p.ID, p.Error, retry, delay).Scan(&runAt)
+			if err != nil {
 				return err
+			}
+			if retry {
+				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
 			}
 			return finish(ctx, tx, p.ID, StatusFailed, p.Raw)
 		}

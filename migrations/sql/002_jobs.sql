@@ -27,6 +27,9 @@ CREATE INDEX workers_live_heartbeat ON workers (last_heartbeat_at) WHERE state I
 
 CREATE TABLE jobs (
     id                    text PRIMARY KEY,
+    -- Submission order: among jobs of equal priority and due time, the
+    -- first submitted is the first delivered (a batch, LPUSH a b c).
+    seq                   bigint GENERATED ALWAYS AS IDENTITY,
     queue                 text NOT NULL,
     type                  text NOT NULL DEFAULT '',
     requires              text[] NOT NULL DEFAULT '{}',
@@ -61,7 +64,7 @@ CREATE TABLE jobs (
 
 -- The claim: one queue, waiting jobs, highest priority then oldest due time.
 -- Only waiting rows are in it, so it stays small however many jobs finished.
-CREATE INDEX jobs_waiting ON jobs (queue, priority DESC, run_at, id)
+CREATE INDEX jobs_waiting ON jobs (queue, priority DESC, run_at, seq)
     WHERE status IN ('queued', 'scheduled', 'retrying');
 
 -- Jobs a worker holds (heartbeat lease extension, re-queue on death).
