@@ -91,6 +91,8 @@ func (s *Server) infoSections() []infoSection {
 		{"queues", s.infoQueues},
 		{"workers", s.infoWorkers},
 		{"jobs", s.infoJobs},
+		// Redis tools expect the section; agq's keys live in no database.
+		{"keyspace", func(context.Context) ([][2]string, error) { return nil, nil }},
 	}
 }
 

@@ -79,6 +79,13 @@ func TestWorkerRegistration(t *testing.T) {
 		if err != nil || len(ids) != 1 || ids[0] != "w-1" {
 			t.Fatalf("WORKER.LIST DRAINING = %v, %v", ids, err)
 		}
+		// A reconnecting worker registers again: the drain stays.
+		if err := c.Do(ctx, "WORKER.REGISTER", tests[0].doc).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Do(ctx, "WORKER.HEARTBEAT", "w-1").Text(); err != nil || got != "OK drain=true" {
+			t.Fatalf("WORKER.HEARTBEAT after re-registering = %q, %v", got, err)
+		}
 	})
 	t.Run("UnregisteredWorkerIsUnknownToHeartbeats", func(t *testing.T) {
 		if err := c.Do(ctx, "WORKER.UNREGISTER", "w-1").Err(); err != nil {

@@ -72,7 +72,10 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
 			VALUES ($1, $2, 'ACTIVE', $3, $4, $5, $6, $7, $8)
 			ON CONFLICT (worker_id) DO UPDATE SET
-				principal = excluded.principal, state = 'ACTIVE', hostname = excluded.hostname,
+				principal = excluded.principal,
+				-- A drain outlives reconnects: only UNREGISTER or DEAD ends it.
+				state = CASE WHEN workers.state = 'DRAINING' THEN 'DRAINING' ELSE 'ACTIVE' END,
+				hostname = excluded.hostname,
 				platform = excluded.platform, agw_version = excluded.agw_version,
 				capabilities = excluded.capabilities, metadata = excluded.metadata,
 				max_concurrent_jobs = excluded.max_concurrent_jobs, registered_at = now(),

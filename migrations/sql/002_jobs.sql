@@ -22,6 +22,9 @@ CREATE TABLE workers (
     state_changed_at    timestamptz NOT NULL DEFAULT now()
 );
 
+-- The worker a pooled connection acts as: its principal's live worker.
+CREATE INDEX workers_live_principal ON workers (principal, registered_at) WHERE state IN ('ACTIVE', 'DRAINING');
+
 -- Liveness checks look only at live workers, oldest heartbeat first.
 CREATE INDEX workers_live_heartbeat ON workers (last_heartbeat_at) WHERE state IN ('ACTIVE', 'DRAINING');
 
