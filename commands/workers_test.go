@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +189,25 @@ func TestRestartedWorkerGivesBackTheJobsItNoLongerRuns(t *testing.T) {
 	if v.Status != "queued" || len(v.Errors) != 1 || !strings.Contains(string(v.Errors[0]), "restarted without it") {
 		t.Fatalf("the job it lost: %+v", v)
 	}
+}
+
+func TestAJobNeverAcknowledgedEndsFailedInsteadOfCyclingForever(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.AckTimeout = 200 * time.Millisecond })
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "crashy", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "max_attempts": 1})
+	// Each delivery is dropped unacknowledged, as by a worker that dies
+	// on this job before it can say a word.
+	for i := 1; i <= 3; i++ {
+		if _, d, ok := w.pop(t, "10", "ready"); !ok || d.JobID != id {
+			t.Fatalf("delivery %d: %+v %v", i, d, ok)
+		}
+	}
+	agqtest.Eventually(t, 10*time.Second, func() error {
+		if v := getJob(t, admin, id); v.Status != "failed" || len(v.Errors) != 1 {
+			return fmt.Errorf("job is %s with %d errors", v.Status, len(v.Errors))
+		}
+		return nil
+	})
 }

@@ -9,12 +9,15 @@ import (
 
 // JobsRequeueUnacked returns deliveries nobody acknowledged in time to
 // their queues without counting the attempt: the worker may never have
-// received them. FOR UPDATE re-checks the CTE's conditions on the newest
+// received them. Every unackedLimit-th such return of a job counts an
+// attempt, though, so a job that kills its workers before they can
+// acknowledge it ends failed instead of cycling forever. FOR UPDATE re-checks the CTE's conditions on the newest
 // version of each row, so a job acknowledged meanwhile is left alone; the
 // deadline is not repeated outside the CTE, where it made the planner
 // drive the update from jobs_running_ack and rescan the CTE per row
 // (jobs_running_ack; 2,000 overdue rows of 1M: 8-17 ms per batch).
 func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) {
+	const unackedLimit = 3
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
@@ -25,13 +28,21 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 				FOR UPDATE SKIP LOCKED
 			)
 			UPDATE jobs j SET
-				status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
-				finished_at = CASE WHEN j.cancel_requested THEN now() END,
-				attempt = greatest(j.attempt - 1, 0), worker_id = NULL, run_at = now(),
+				status = CASE WHEN j.cancel_requested THEN 'cancelled'
+				              WHEN j.unacked_returns + 1 >= $2 AND j.attempt >= j.max_attempts THEN 'failed'
+				              ELSE 'queued' END,
+				finished_at = CASE WHEN j.cancel_requested OR (j.unacked_returns + 1 >= $2 AND j.attempt >= j.max_attempts) THEN now() END,
+				attempt = CASE WHEN j.unacked_returns + 1 >= $2 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+				errors = CASE WHEN j.unacked_returns + 1 >= $2 THEN j.errors || jsonb_build_array(jsonb_build_object(
+				              'attempt', j.attempt, 'worker_id', j.worker_id, 'at', now(),
+				              'error', format('delivered %s times without an acknowledgement', $2::int)))
+				         ELSE j.errors END,
+				unacked_returns = CASE WHEN j.unacked_returns + 1 >= $2 THEN 0 ELSE j.unacked_returns + 1 END,
+				worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END, run_at = now(),
 				ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
 				updated_at = now()
 			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.requires`, limit)
+			RETURNING j.id, j.status, j.queue, j.requires`, limit, unackedLimit)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,8 @@ CREATE TABLE jobs (
     -- started_at + timeout_seconds of the current attempt.
     deadline_at           timestamptz,
     cancel_requested      boolean NOT NULL DEFAULT false,
+    -- Deliveries returned unacknowledged since the last counted one.
+    unacked_returns       integer NOT NULL DEFAULT 0,
     progress              jsonb,
     result                jsonb,
     errors                jsonb NOT NULL DEFAULT '[]',
