@@ -277,3 +277,32 @@ func TestRepeatedAuthFailuresCloseTheConnection(t *testing.T) {
 		t.Fatalf("failures were not slowed down: %v", time.Since(start))
 	}
 }
+
+func TestRevocationMissedWhileNotListeningIsCaughtOnReconnect(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	key := a.CreateKey(t, "producer", "p1")
+	c := a.Client(t, redis.Options{Username: "p1", Password: key, PoolSize: 1, MaxRetries: -1})
+	if err := c.Echo(ctx, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pool := a.Node.Store().Pool
+	// The key is revoked behind agq's back (no notification), and every
+	// connection agq has to the database is cut, LISTEN included.
+	if _, err := pool.Exec(ctx, `UPDATE principals SET revoked_at = now() WHERE name = 'p1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	agqtest.Eventually(t, 15*time.Second, func() error {
+		err := c.Echo(ctx, "x").Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			return fmt.Errorf("ECHO on the revoked session: %v", err)
+		}
+		return nil
+	})
+}

@@ -181,3 +181,22 @@ func (s *Server) RevokeSessions(principal, liveDigest string) {
 func (s *Server) ctxForCommand(sess *Session) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(sess.ctx, s.opts.CommandTimeout)
 }
+
+// RecheckKeys ends the authentication of every session whose key is no
+// longer live: revocations announced while this node was not listening
+// were missed.
+func (s *Server) RecheckKeys(ctx context.Context) {
+	for _, sess := range s.sessionList() {
+		if !sess.isAuthed() {
+			continue
+		}
+		ok, err := s.keys.StillValid(ctx, sess.principal())
+		if err != nil {
+			s.log.Warn().Err(err).Msg("re-checking session keys")
+			return
+		}
+		if !ok {
+			sess.revoked.Store(true)
+		}
+	}
+}

@@ -240,3 +240,22 @@ func ParseKeySpec(spec string) ([32]byte, error) {
 	}
 	return Digest(spec), nil
 }
+
+// StillValid reports whether the key a principal authenticated with is
+// still live: static keys always are; stored ones unless revoked or
+// replaced since.
+func (k *Keyring) StillValid(ctx context.Context, p Principal) (bool, error) {
+	for _, s := range k.static {
+		if subtle.ConstantTimeCompare(s.digest[:], p.Digest[:]) == 1 {
+			return true, nil
+		}
+	}
+	row, err := k.store.PrincipalByDigest(ctx, p.Digest[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return row.Name == p.Name, nil
+}

@@ -167,6 +167,11 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	n.hub = wakeup.New(wakeup.Config{
 		ConnString: n.store.Pool.Config().ConnString(),
 		Logger:     n.log.With().Str("component", "listen").Logger(),
+		OnReconnect: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			n.server.RecheckKeys(ctx)
+		},
 		OnKeyRevoked: func(note string) {
 			principal, liveDigest, _ := strings.Cut(note, " ")
 			n.server.RevokeSessions(principal, liveDigest)

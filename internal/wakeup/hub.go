@@ -29,6 +29,9 @@ type Config struct {
 	// OnKeyRevoked is called with "<principal> <live key digest hex>" for every
 	// revoked (no digest) or replaced key.
 	OnKeyRevoked func(principal string)
+	// OnReconnect is called after the LISTEN connection was restored:
+	// notifications sent meanwhile (key revocations among them) are lost.
+	OnReconnect func()
 	// ReconnectDelay is the pause between LISTEN reconnection attempts.
 	ReconnectDelay time.Duration
 }
@@ -293,6 +296,9 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 	if reconnect {
 		// Notes sent while we were away are lost: everyone re-checks.
 		h.wakeAll()
+		if h.cfg.OnReconnect != nil {
+			h.cfg.OnReconnect()
+		}
 		h.cfg.Logger.Info().Msg("LISTEN connection restored")
 	}
 	for {
