@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,6 @@ import (
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
-
-var errPayloadTooLarge = resp.ErrPayloadTooBig
 
 func (s *Server) jobCommands() []*Command {
 	producer := roleProducer | roleAdmin
@@ -38,10 +37,10 @@ func (s *Server) jobCommands() []*Command {
 func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]store.SubmitResult, error) {
 	jobs := make([]store.NewJob, len(docs))
 	for i, d := range docs {
-		j, err := s.parseJob(d, cmpOr(keyQueue, "ready"))
+		j, err := s.parseJob(d, cmp.Or(keyQueue, "ready"))
 		if err != nil {
-			if errors.Is(err, errPayloadTooLarge) {
-				return nil, errPayloadTooLarge
+			if errors.Is(err, resp.ErrPayloadTooBig) {
+				return nil, resp.ErrPayloadTooBig
 			}
 			if batch {
 				return nil, resp.Errorf("job %d: %s", i, err)
@@ -124,7 +123,7 @@ type updateDoc struct {
 func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	id := string(args[1])
 	if int64(len(args[2])) > s.opts.MaxPayload {
-		return nil, errPayloadTooLarge
+		return nil, resp.ErrPayloadTooBig
 	}
 	var doc updateDoc
 	var probe map[string]json.RawMessage

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
 
@@ -49,7 +51,7 @@ type planTools struct {
 // parseJob validates one job document. defaultQueue applies when it names none.
 func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error) {
 	if int64(len(raw)) > s.opts.MaxPayload {
-		return store.NewJob{}, errPayloadTooLarge
+		return store.NewJob{}, resp.ErrPayloadTooBig
 	}
 	if !utf8.Valid(raw) {
 		return store.NewJob{}, fmt.Errorf("not valid UTF-8")
@@ -78,7 +80,7 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	}
 	j := store.NewJob{
 		ID:                  spec.JobID,
-		Queue:               cmpOr(spec.Queue, defaultQueue),
+		Queue:               cmp.Or(spec.Queue, defaultQueue),
 		Type:                spec.Type,
 		Plan:                spec.Plan,
 		Inputs:              spec.Inputs,
@@ -181,13 +183,6 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 		}
 	}
 	return uniq, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // deliveryJSON is the job as BRPOP hands it to a worker.

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -221,7 +222,7 @@ func (ks *keyspace) cmdType(ctx context.Context, _ *Session, args [][]byte) (res
 	if err != nil {
 		return nil, err
 	}
-	return resp.SimpleString(cmpOr(v.typ, "none")), nil
+	return resp.SimpleString(cmp.Or(v.typ, "none")), nil
 }
 
 // SMEMBERS key — the members, sorted.

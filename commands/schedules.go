@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,7 +66,7 @@ func scheduleError(format string, args ...any) error {
 func (s *Server) decodeScheduleDoc(raw []byte) (scheduleDoc, error) {
 	var doc scheduleDoc
 	if int64(len(raw)) > s.opts.MaxPayload {
-		return doc, errPayloadTooLarge
+		return doc, resp.ErrPayloadTooBig
 	}
 	if !utf8.Valid(raw) {
 		return doc, scheduleError("not valid UTF-8")
@@ -103,7 +104,7 @@ func (s *Server) parseTemplate(raw json.RawMessage) (store.JobTemplate, string, 
 		}
 	}
 	j, err := s.parseJob(raw, "ready")
-	if errors.Is(err, errPayloadTooLarge) {
+	if errors.Is(err, resp.ErrPayloadTooBig) {
 		return store.JobTemplate{}, "", err
 	}
 	if err != nil {
@@ -158,7 +159,7 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating 
 		return scheduleError("cron is missing: give 6 fields with seconds, 5 fields, or a descriptor such as @hourly or @every 10s")
 	}
 	if doc.Timezone != nil {
-		tz := cmpOr(*doc.Timezone, "UTC")
+		tz := cmp.Or(*doc.Timezone, "UTC")
 		retime = retime || tz != sc.Timezone
 		sc.Timezone = tz
 	}
@@ -185,7 +186,7 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating 
 	if doc.Queue != nil {
 		sc.Queue = *doc.Queue
 	}
-	sc.Queue = cmpOr(sc.Queue, "ready")
+	sc.Queue = cmp.Or(sc.Queue, "ready")
 	if !queuePattern.MatchString(sc.Queue) {
 		return scheduleError("queue must be 1-128 letters, digits, '_', '-' or '.'")
 	}
