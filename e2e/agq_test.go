@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -161,37 +159,6 @@ func waitWorker(t *testing.T, c *redis.Client, id, state string) workerView {
 		return nil
 	})
 	return w
-}
-
-// freeAddr finds a free loopback port for a node that must keep its address
-// across a restart. It is taken from below the ephemeral range, where
-// outgoing connections (a client dialing it while nothing listens, or any
-// other connection of the machine) never take it in the meantime.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	if low > 11000 {
-		for range 100 {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(low-10000)))
-			if ln, err := net.Listen("tcp", addr); err == nil {
-				ln.Close()
-				return addr
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 var sleepSerial atomic.Int64

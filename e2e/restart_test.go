@@ -16,7 +16,7 @@ import (
 func TestAgwSurvivesARestartOfAgq(t *testing.T) {
 	t.Parallel()
 	cfg := agqtest.DefaultConfig(t)
-	cfg.Listen = freeAddr(t)
+	cfg.Listen = agqtest.StableAddr(t)
 	cfg.HeartbeatInterval = 2 * time.Second
 	a := agqtest.StartConfig(t, cfg)
 	admin := a.Admin(t)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -408,7 +407,7 @@ type agqProcess struct {
 }
 
 func newAgqProcess(t *testing.T, bin, databaseURL string) *agqProcess {
-	p := &agqProcess{t: t, bin: bin, addr: freeAddr(t), databaseURL: databaseURL, adminKey: auth.GenerateKey(), dataDir: t.TempDir()}
+	p := &agqProcess{t: t, bin: bin, addr: agqtest.StableAddr(t), databaseURL: databaseURL, adminKey: auth.GenerateKey(), dataDir: t.TempDir()}
 	t.Cleanup(func() {
 		if p.cmd != nil {
 			p.kill()
@@ -510,18 +509,6 @@ func buildAgq(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freeAddr returns a loopback address nothing listens on; agq binds it
-// itself, each time it is started.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // withoutAgqEnv drops AGQ_* variables so that only the flags configure agq.

@@ -26,7 +26,7 @@ func TestTwoNodesShareOneDatabase(t *testing.T) {
 	bin := buildAgq(t)
 	dbURL := agqtest.NewDatabase(t)
 	adminKey := auth.GenerateKey()
-	addrA := freeAddr(t)
+	addrA := agqtest.StableAddr(t)
 	logPath := filepath.Join(t.TempDir(), "agq-a.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 func restartableAgq(t *testing.T) config.Config {
 	t.Helper()
 	cfg := agqtest.DefaultConfig(t)
-	cfg.Listen = freeAddr(t)
+	cfg.Listen = agqtest.StableAddr(t)
 	return cfg
 }
 
