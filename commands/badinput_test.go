@@ -388,3 +388,32 @@ func TestConnectionCap(t *testing.T) {
 		})
 	})
 }
+
+func TestUnauthenticatedClientsAreHeldToSmallLimits(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	for name, input := range map[string]string{
+		"TooManyArguments": "*11\r\n" + strings.Repeat("$1\r\nx\r\n", 11),
+		"ABigArgument":     "*2\r\n$4\r\nAUTH\r\n$20000\r\n" + strings.Repeat("k", 20000) + "\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", a.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn.Write([]byte(input))
+			line, _ := bufio.NewReader(conn).ReadString('\n')
+			if !strings.HasPrefix(line, "-ERR Protocol error: ") {
+				t.Fatalf("reply %q", line)
+			}
+		})
+	}
+	// Once authenticated, the same connection may send a large job.
+	c := a.Client(t, redis.Options{Password: a.AdminKey, PoolSize: 1})
+	big := `{"type":"t","payload":"` + strings.Repeat("x", 100000) + `"}`
+	if err := c.Do(ctxT(t), "JOB.SUBMIT", big).Err(); err != nil {
+		t.Fatalf("a 100 kB job after AUTH: %v", err)
+	}
+}

@@ -129,8 +129,11 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		return false
 	}
 	sess := newSession(s.nextID.Add(1), conn)
-	if s.opts.AuthTimeout > 0 && sess.guard != nil {
-		sess.guard.SetIdleTimeout(s.opts.AuthTimeout)
+	if sess.guard != nil {
+		sess.guard.SetLimits(resp.PreAuthLimits)
+		if s.opts.AuthTimeout > 0 {
+			sess.guard.SetIdleTimeout(s.opts.AuthTimeout)
+		}
 	}
 	conn.SetContext(sess)
 	s.sessions[sess.ID] = sess

@@ -64,7 +64,9 @@ func (s *Session) isAuthed() bool {
 	return s.authed
 }
 
-func (s *Session) setAuth(p auth.Principal, user string) {
+// setAuth records the principal; the connection gets the full input
+// limits and no idle deadline.
+func (s *Session) setAuth(p auth.Principal, user string, limits resp.Limits) {
 	s.mu.Lock()
 	s.authed, s.who, s.authUser = true, p, user
 	s.mu.Unlock()
@@ -72,6 +74,7 @@ func (s *Session) setAuth(p auth.Principal, user string) {
 	s.authFailures = 0
 	if s.guard != nil {
 		s.guard.SetIdleTimeout(0)
+		s.guard.SetLimits(limits)
 	}
 }
 

@@ -21,6 +21,11 @@ type Limits struct {
 	MaxCommand int64 // bytes per whole command (default 256 MiB)
 }
 
+// PreAuthLimits are what a client may send before it authenticates: enough
+// for AUTH and HELLO with long keys, nothing like a job (Redis allows
+// unauthenticated clients 10 arguments of 16 KiB).
+var PreAuthLimits = Limits{MaxArgs: 10, MaxBulk: 16 << 10, MaxInline: 16 << 10, MaxCommand: 64 << 10}
+
 func (l Limits) withDefaults() Limits {
 	if l.MaxArgs <= 0 {
 		l.MaxArgs = 1 << 16
@@ -103,6 +108,14 @@ type GuardedConn struct {
 // zero fields take their defaults.
 func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
 	return &GuardedConn{conn: c, frame: guardFrame{lim: limits.withDefaults()}}
+}
+
+// SetLimits replaces the limits from the next command on: agq is stricter
+// with a client until it authenticates, as Redis is.
+func (c *GuardedConn) SetLimits(l Limits) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frame.lim = l.withDefaults()
 }
 
 // SetIdleTimeout makes every read of the underlying connection fail unless it
