@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -75,15 +76,54 @@ func (s *Server) decodeScheduleDoc(raw []byte) (scheduleDoc, error) {
 		return doc, scheduleError("must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&doc); err != nil {
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
 		return doc, scheduleError("%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
 		return doc, scheduleError("trailing data after the JSON object")
 	}
+	// The job template may be given as "job", as "template", or inline:
+	// the JOB.SUBMIT fields next to the schedule's own.
+	own, inline := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for k, v := range fields {
+		switch {
+		case k == "template":
+			own["job"] = v
+		case slices.Contains(scheduleFields, k):
+			own[k] = v
+		case slices.Contains(templateFields, k):
+			inline[k] = v
+		default:
+			return doc, scheduleError("unknown field %q", k)
+		}
+	}
+	if _, both := fields["template"]; both && fields["job"] != nil {
+		return doc, scheduleError("give the job template once: job or template")
+	}
+	if len(inline) > 0 {
+		if own["job"] != nil {
+			return doc, scheduleError("give the job template once: in job, or as fields of the schedule")
+		}
+		own["job"], _ = json.Marshal(inline)
+	}
+	b, _ := json.Marshal(own)
+	strict := json.NewDecoder(bytes.NewReader(b))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(&doc); err != nil {
+		return doc, scheduleError("%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
 	return doc, nil
 }
+
+// scheduleFields are the schedule's own fields; templateFields the
+// JOB.SUBMIT fields a template may give inline (and those it may not, so
+// that they are refused with their reason).
+var (
+	scheduleFields = []string{"name", "cron", "timezone", "queue", "job", "enabled", "max_catchup"}
+	templateFields = []string{"type", "requires", "plan", "inputs", "payload", "priority", "max_attempts",
+		"retry_backoff_seconds", "timeout_seconds", "job_id", "run_at", "delay_seconds", "unique_key"}
+)
 
 // parseTemplate validates a job template as JOB.SUBMIT would and returns
 // it with its defaults filled in, and the queue it names, if any.

@@ -371,3 +371,29 @@ func TestResumeReplaysThePausedPeriodOnlyWithCatchup(t *testing.T) {
 		t.Errorf("resumed without CATCHUP, yet fires at %v replayed the paused period (resumed at %d)", skip, resumed)
 	}
 }
+
+func TestTheJobTemplateMayBeGivenInline(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	for _, doc := range []string{
+		`{"name":"nested","cron":"@hourly","queue":"reports","job":{"type":"report","payload":{"n":1}}}`,
+		`{"name":"aliased","cron":"@hourly","queue":"reports","template":{"type":"report","payload":{"n":1}}}`,
+		`{"name":"inline","cron":"@hourly","queue":"reports","type":"report","payload":{"n":1}}`,
+	} {
+		mustDo(t, admin, "SCHEDULE.CREATE", doc)
+	}
+	for _, name := range []string{"nested", "aliased", "inline"} {
+		if v := getSchedule(t, admin, name); !strings.Contains(string(v.Job), `"type":"report"`) || v.Queue != "reports" {
+			t.Errorf("schedule %s: %+v", name, v)
+		}
+	}
+	for _, doc := range []string{
+		`{"name":"twice","cron":"@hourly","job":{"type":"a"},"type":"b"}`,
+		`{"name":"odd","cron":"@hourly","type":"a","colour":"blue"}`,
+	} {
+		if err := admin.Do(ctxT(t), "SCHEDULE.CREATE", doc).Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR invalid schedule: ") {
+			t.Errorf("%s: %v", doc, err)
+		}
+	}
+}
