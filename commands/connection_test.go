@@ -306,3 +306,40 @@ func TestRevocationMissedWhileNotListeningIsCaughtOnReconnect(t *testing.T) {
 		return nil
 	})
 }
+
+func TestRevocationEndsABlockedPop(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	w := registerWorkerForRevocation(t, a)
+	done := make(chan error, 1)
+	go func() { done <- w.Do(ctx, "BRPOP", "queue:ready", "0").Err() }()
+	agqtest.Eventually(t, 5*time.Second, func() error {
+		if list, _ := a.Admin(t).ClientList(ctx).Result(); !strings.Contains(list, "cmd=brpop") {
+			return fmt.Errorf("not blocked yet")
+		}
+		return nil
+	})
+	if err := a.Admin(t).Do(ctx, "KEY.REVOKE", "revoked-w").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Fatalf("the blocked pop ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a pop blocked forever outlived the revocation of its key")
+	}
+}
+
+func registerWorkerForRevocation(t *testing.T, a *agqtest.Agq) *redis.Client {
+	t.Helper()
+	key := a.CreateKey(t, "worker", "revoked-w")
+	c := a.Client(t, redis.Options{Username: "revoked-w", Password: key, PoolSize: 1, MaxRetries: -1, ReadTimeout: -1})
+	doc := `{"worker_id":"revoked-w","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`
+	if err := c.Do(ctxT(t), "WORKER.REGISTER", doc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -113,13 +113,22 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 			reply, err = nil, resp.Errorf("internal error while running '%s'", name)
 		}
 	}()
-	ctx := sess.ctx
-	if !c.Blocking {
-		var cancel context.CancelFunc
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if c.Blocking {
+		// A blocked command ends when its session's key is revoked.
+		ctx, cancel = context.WithCancel(sess.ctx)
+		sess.setBlocked(cancel)
+		defer sess.setBlocked(nil)
+	} else {
 		ctx, cancel = s.ctxForCommand(sess)
-		defer cancel()
 	}
-	return c.Handler(ctx, sess, args)
+	defer cancel()
+	reply, err = c.Handler(ctx, sess, args)
+	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
+		return nil, resp.ErrNoAuth
+	}
+	return reply, err
 }
 
 // errorReply turns a handler error into the reply the client sees. Only

@@ -175,7 +175,7 @@ func (s *Server) RevokeSessions(principal, liveDigest string) {
 	for _, sess := range s.sessionList() {
 		p := sess.principal()
 		if p.Name == principal && hex.EncodeToString(p.Digest[:]) != liveDigest {
-			sess.revoked.Store(true)
+			sess.revoke()
 		}
 	}
 }
@@ -199,7 +199,7 @@ func (s *Server) RecheckKeys(ctx context.Context) {
 			return
 		}
 		if !ok {
-			sess.revoked.Store(true)
+			sess.revoke()
 		}
 	}
 }

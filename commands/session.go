@@ -40,6 +40,8 @@ type Session struct {
 	who      auth.Principal
 	authUser string // the user named in AUTH, "" when none
 	workerID string // set by WORKER.REGISTER on this connection
+	// unblock ends the blocking command running now, if any.
+	unblock context.CancelFunc
 }
 
 func newSession(id int64, conn redcon.Conn) *Session {
@@ -88,4 +90,22 @@ func (s *Session) clientName() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.name
+}
+
+func (s *Session) setBlocked(cancel context.CancelFunc) {
+	s.mu.Lock()
+	s.unblock = cancel
+	s.mu.Unlock()
+}
+
+// revoke ends the session's authentication at its next command, and its
+// blocking command now: a revoked key must not be handed a job.
+func (s *Session) revoke() {
+	s.revoked.Store(true)
+	s.mu.Lock()
+	unblock := s.unblock
+	s.mu.Unlock()
+	if unblock != nil {
+		unblock()
+	}
 }
