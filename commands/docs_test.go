@@ -343,45 +343,6 @@ func outputLines(s string) []string {
 	return lines
 }
 
-// placeholderRE finds the <name> parts of an expected line, which stand
-// for any non-empty text.
-var placeholderRE = regexp.MustCompile(`<[a-z][a-z0-9 _-]*>`)
-
-// lineMatches reports whether got matches the expected line want.
-func lineMatches(want, got string) bool {
-	if !placeholderRE.MatchString(want) {
-		return want == got
-	}
-	var re strings.Builder
-	re.WriteString("^")
-	last := 0
-	for _, loc := range placeholderRE.FindAllStringIndex(want, -1) {
-		re.WriteString(regexp.QuoteMeta(want[last:loc[0]]))
-		re.WriteString(".+")
-		last = loc[1]
-	}
-	re.WriteString(regexp.QuoteMeta(want[last:]))
-	re.WriteString("$")
-	return regexp.MustCompile(re.String()).MatchString(got)
-}
-
-// linesMatch reports whether got matches want, where a want line of "..."
-// stands for any number of lines.
-func linesMatch(want, got []string) bool {
-	if len(want) == 0 {
-		return len(got) == 0
-	}
-	if strings.TrimRight(want[0], " \t") == "..." {
-		for skip := 0; skip <= len(got); skip++ {
-			if linesMatch(want[1:], got[skip:]) {
-				return true
-			}
-		}
-		return false
-	}
-	return len(got) > 0 && lineMatches(strings.TrimRight(want[0], " \t"), got[0]) && linesMatch(want[1:], got[1:])
-}
-
 func docPages(t *testing.T) []string {
 	t.Helper()
 	pages, err := filepath.Glob(filepath.Join(docsDir, "*.md"))
@@ -431,7 +392,7 @@ func TestDocExamples(t *testing.T) {
 					t.Errorf("%s\n\t%v", s, err)
 					continue
 				}
-				if !linesMatch(s.want, got) {
+				if !agqtest.LinesMatch(s.want, got) {
 					t.Errorf("%s\n--- the page shows:\n%s\n--- redis-cli printed:\n%s",
 						s, strings.Join(s.want, "\n"), strings.Join(got, "\n"))
 				}
@@ -460,7 +421,7 @@ func TestDocCheckerCatchesWrongExamples(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", steps[i], err)
 		}
-		if ok := linesMatch(steps[i].want, got); ok != wantOK {
+		if ok := agqtest.LinesMatch(steps[i].want, got); ok != wantOK {
 			t.Errorf("%s: matched %v, want %v; printed %q", steps[i], ok, wantOK, got)
 		}
 	}
@@ -482,8 +443,8 @@ func TestDocCheckerCatchesWrongExamples(t *testing.T) {
 			{[]string{"a.b"}, []string{"axb"}, false},
 		}
 		for _, tc := range tests {
-			if got := linesMatch(tc.want, tc.got); got != tc.ok {
-				t.Errorf("linesMatch(%q, %q) = %v", tc.want, tc.got, got)
+			if got := agqtest.LinesMatch(tc.want, tc.got); got != tc.ok {
+				t.Errorf("agqtest.LinesMatch(%q, %q) = %v", tc.want, tc.got, got)
 			}
 		}
 	})

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
@@ -219,21 +218,9 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 		if store.IsTerminal(j.Status) {
 			return resp.Bulk(jobJSON(j)), nil
 		}
-		recheck := time.NewTimer(recheckEvery)
-		select {
-		case <-jw.C():
-		case <-recheck.C:
-		case <-deadline:
-			recheck.Stop()
-			return resp.Nil, nil
-		case <-gone:
-			recheck.Stop()
-			return nil, errClientGone
-		case <-ctx.Done():
-			recheck.Stop()
-			return nil, ctx.Err()
+		if _, reply, err := nextWake(ctx, jw.C(), gone, deadline, resp.Nil); reply != nil || err != nil {
+			return reply, err
 		}
-		recheck.Stop()
 	}
 }
 

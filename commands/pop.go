@@ -180,22 +180,34 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			s.hub.RetryTimed(note)
 		}
 		received = nil
-		recheck := time.NewTimer(recheckEvery)
-		select {
-		case note := <-waiter.C():
-			received = append(received, note)
-		case <-recheck.C:
-		case <-deadline:
-			recheck.Stop()
-			return resp.NilArray, nil
-		case <-gone:
-			recheck.Stop()
-			return nil, errClientGone
-		case <-ctx.Done():
-			recheck.Stop()
-			return nil, ctx.Err()
+		note, reply, err := nextWake(ctx, waiter.C(), gone, deadline, resp.NilArray)
+		if reply != nil || err != nil {
+			return reply, err
 		}
-		recheck.Stop()
+		if note != nil {
+			received = append(received, *note)
+		}
+	}
+}
+
+// nextWake waits for a blocking command's next reason to look again: a
+// wake-up (returned), or the safety re-check (nil). When the wait is over
+// instead — the deadline (onTimeout is the reply), the client left, the
+// server stops — it returns the reply or error to end the command with.
+func nextWake[T any](ctx context.Context, wake <-chan T, gone <-chan struct{}, deadline <-chan time.Time, onTimeout resp.Reply) (*T, resp.Reply, error) {
+	recheck := time.NewTimer(recheckEvery)
+	defer recheck.Stop()
+	select {
+	case v := <-wake:
+		return &v, nil, nil
+	case <-recheck.C:
+		return nil, nil, nil
+	case <-deadline:
+		return nil, onTimeout, nil
+	case <-gone:
+		return nil, nil, errClientGone
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
 	}
 }
 

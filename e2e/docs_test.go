@@ -76,7 +76,7 @@ func TestQuickstartRunsAsPrinted(t *testing.T) {
 		if strings.HasSuffix(strings.TrimSpace(s.command), "&") {
 			want = without(want, "[1] <pid>")
 		}
-		if got := outputLines(printed); !linesMatch(want, got) {
+		if got := outputLines(printed); !agqtest.LinesMatch(want, got) {
 			t.Errorf("%s\n--- the page shows:\n%s\n--- the session printed:\n%s",
 				s, strings.Join(s.want, "\n"), strings.Join(got, "\n"))
 		}
@@ -222,7 +222,7 @@ func TestCookbookRunsAsPrinted(t *testing.T) {
 		if code != 0 || j.Status != "completed" || j.worker() != "reverser-1" || string(j.Result) != `{"output":"qga ,olleh","status":"completed"}` {
 			t.Fatalf("exit %d, job %+v, result %s", code, j, j.Result)
 		}
-		if !lineMatches(shownOutput, strings.TrimSuffix(stdout, "\n")) {
+		if !agqtest.LineMatches(shownOutput, strings.TrimSuffix(stdout, "\n")) {
 			t.Fatalf("the script printed\n%s\nthe page shows\n%s", stdout, shownOutput)
 		}
 	})

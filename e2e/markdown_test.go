@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -82,41 +81,6 @@ func fencedBlock(t *testing.T, page, opening string) string {
 		t.Fatalf("the block %s is not closed", opening)
 	}
 	return body + "\n"
-}
-
-// placeholderRE finds the <name> parts of a printed line.
-var placeholderRE = regexp.MustCompile(`<[a-z][a-z0-9 _-]*>`)
-
-// lineMatches reports whether got matches the printed line want.
-func lineMatches(want, got string) bool {
-	var re strings.Builder
-	re.WriteString("^")
-	last := 0
-	for _, loc := range placeholderRE.FindAllStringIndex(want, -1) {
-		re.WriteString(regexp.QuoteMeta(want[last:loc[0]]))
-		re.WriteString(".+")
-		last = loc[1]
-	}
-	re.WriteString(regexp.QuoteMeta(want[last:]))
-	re.WriteString("$")
-	return regexp.MustCompile(re.String()).MatchString(got)
-}
-
-// linesMatch reports whether got matches want, where a want line "..."
-// stands for any number of lines.
-func linesMatch(want, got []string) bool {
-	if len(want) == 0 {
-		return len(got) == 0
-	}
-	if strings.TrimSpace(want[0]) == "..." {
-		for skip := 0; skip <= len(got); skip++ {
-			if linesMatch(want[1:], got[skip:]) {
-				return true
-			}
-		}
-		return false
-	}
-	return len(got) > 0 && lineMatches(strings.TrimRight(want[0], " \t"), got[0]) && linesMatch(want[1:], got[1:])
 }
 
 // outputLines splits what a command printed into lines without line ends,
