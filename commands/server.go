@@ -193,7 +193,13 @@ func (s *Server) RecheckKeys(ctx context.Context) {
 		if !sess.isAuthed() {
 			continue
 		}
+		// The database may just have come back: a pooled connection
+		// broken by the outage fails once and is replaced, so try again.
 		ok, err := s.keys.StillValid(ctx, sess.principal())
+		for try := 0; err != nil && try < 5 && ctx.Err() == nil; try++ {
+			time.Sleep(200 * time.Millisecond)
+			ok, err = s.keys.StillValid(ctx, sess.principal())
+		}
 		if err != nil {
 			s.log.Warn().Err(err).Msg("re-checking session keys")
 			return
