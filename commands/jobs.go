@@ -8,6 +8,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
@@ -51,7 +53,23 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 		}
 		jobs[i] = j
 	}
-	res, err := s.store.JobsSubmit(ctx, jobs)
+	var res []store.SubmitResult
+	var err error
+	if batch {
+		var notes []store.ReadyNote
+		res, notes, err = s.store.JobsSubmit(ctx, jobs)
+		if err == nil {
+			s.hub.Publish(notes, nil)
+		}
+	} else {
+		// A single job joins the node's next group of submissions: it
+		// shares that group's commit, and its reply still waits for it.
+		var out submitOutcome
+		out, err = s.groups.submits.Do(ctx, jobs[0])
+		if err == nil {
+			res, err = []store.SubmitResult{out.res}, out.err
+		}
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, resp.CodeErrorf("TRYAGAIN", "%s", err)
 	}
@@ -116,6 +134,7 @@ type updateDoc struct {
 	Error     string `json:"error"`
 	Retryable *bool  `json:"retryable"`
 	Attempt   int    `json:"attempt"`
+	Delivery  string `json:"delivery"`
 }
 
 // JOB.UPDATE job_id json
@@ -140,7 +159,13 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if probe == nil {
 		return nil, resp.Errorf("invalid update: must be a JSON object")
 	}
-	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt, Raw: cleanJSON(args[2])}
+	if doc.Delivery != "" {
+		if _, err := uuid.Parse(doc.Delivery); err != nil {
+			return nil, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
+		}
+	}
+	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
+		Delivery: doc.Delivery, Raw: cleanJSON(args[2])}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
@@ -150,13 +175,23 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if sess.principal().Role == auth.RoleAdmin {
 		p.Admin = true
 	} else {
-		w, err := s.sessionWorker(ctx, sess)
+		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
 			return nil, err
 		}
 		p.WorkerID = w.ID
 	}
-	if err := s.store.JobUpdate(ctx, p); err != nil {
+	var err error
+	if doc.Status == "" || doc.Status == store.StatusRunning {
+		err = s.store.JobAck(ctx, p)
+	} else {
+		// A final report joins the node's next group of final reports:
+		// it shares that group's commit, and its reply waits for it.
+		var gerr error
+		err, gerr = s.groups.finishes.Do(ctx, p)
+		err = cmp.Or(gerr, err)
+	}
+	if err != nil {
 		return nil, jobError(id, err)
 	}
 	return resp.OK, nil
@@ -166,6 +201,7 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 func jobError(id string, err error) error {
 	var owner *store.NotOwnerError
 	var state *store.StateError
+	var stale *store.StaleDeliveryError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return resp.Errorf("no such job %s", id)
@@ -173,6 +209,8 @@ func jobError(id string, err error) error {
 		return resp.Errorf("job %s cannot be queued again: its unique_key is held by another unfinished job", id)
 	case errors.Is(err, store.ErrJobCancelled):
 		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
+	case errors.As(err, &stale):
+		return resp.Errorf("job %s was delivered again (attempt %d): this report is about an earlier delivery", id, stale.Attempt)
 	case errors.As(err, &owner):
 		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
 	case errors.As(err, &state):

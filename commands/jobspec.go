@@ -185,9 +185,10 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 	return uniq, nil
 }
 
-// deliveryJSON is the job as BRPOP hands it to a worker.
+// deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
+// shows a waiting one. A delivery carries its token.
 func deliveryJSON(j store.Job) []byte {
-	b, _ := json.Marshal(map[string]any{
+	m := map[string]any{
 		"job_id":          j.ID,
 		"queue":           j.Queue,
 		"type":            j.Type,
@@ -199,7 +200,11 @@ func deliveryJSON(j store.Job) []byte {
 		"attempt":         j.Attempt,
 		"max_attempts":    j.MaxAttempts,
 		"timeout_seconds": j.TimeoutSeconds,
-	})
+	}
+	if j.Status == store.StatusRunning && j.Delivery != nil {
+		m["delivery"] = *j.Delivery
+	}
+	b, _ := json.Marshal(m)
 	return b
 }
 

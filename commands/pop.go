@@ -28,27 +28,10 @@ func queueKeys(args [][]byte) ([]string, error) {
 	return names, nil
 }
 
-// claimFirst claims up to limit jobs from the first queue, in the given
-// order, that has one the worker can run.
-func (s *Server) claimFirst(ctx context.Context, workerID string, queues []string, limit int) (string, []store.Job, error) {
-	for _, q := range queues {
-		jobs, err := s.store.JobClaim(ctx, store.JobClaimParams{
-			Queue: q, WorkerID: workerID, AckTimeout: s.opts.AckTimeout, Lease: s.lease(), Limit: limit,
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		if len(jobs) > 0 {
-			return q, jobs, nil
-		}
-	}
-	return "", nil, nil
-}
-
 // popWorker resolves the popping worker; a dead or unregistered one must
 // register again.
 func (s *Server) popWorker(ctx context.Context, sess *Session) (store.Worker, error) {
-	w, err := s.sessionWorker(ctx, sess)
+	w, err := s.hotWorker(ctx, sess)
 	if err != nil {
 		return w, err
 	}
@@ -58,18 +41,29 @@ func (s *Server) popWorker(ctx context.Context, sess *Session) (store.Worker, er
 	return w, nil
 }
 
+// lookupPopWorker is popWorker under the command deadline.
+func (s *Server) lookupPopWorker(sess *Session) (store.Worker, error) {
+	ctx, cancel := s.ctxForCommand(sess)
+	defer cancel()
+	return s.popWorker(ctx, sess)
+}
+
 func errNotRegistered(id string) error { return resp.Errorf("Worker not registered: %s", id) }
 
-// claimError words a claim refusal: a draining worker simply gets nothing.
-func claimError(workerID string, err error) (draining bool, _ error) {
+// claimError words a claim refusal: a draining worker simply gets nothing;
+// one that registered again with other capabilities retries.
+func claimError(workerID string, err error) (draining, retry bool, _ error) {
 	var inactive *store.WorkerNotActiveError
 	if errors.As(err, &inactive) {
 		if inactive.State == store.WorkerDraining {
-			return true, nil
+			return true, false, nil
 		}
-		return false, errNotRegistered(workerID)
+		return false, false, errNotRegistered(workerID)
 	}
-	return false, err
+	if errors.Is(err, store.ErrCapabilitiesChanged) {
+		return false, true, nil
+	}
+	return false, false, err
 }
 
 // RPOP queue:<name> [count]
@@ -88,13 +82,20 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 	} else if len(args) > 3 {
 		return nil, resp.ErrSyntax
 	}
-	w, err := s.popWorker(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	_, jobs, err := s.claimFirst(ctx, w.ID, queues, limit)
-	if _, err := claimError(w.ID, err); err != nil {
-		return nil, err // a draining worker gets no error and no job
+	var jobs []store.Job
+	for try := 0; ; try++ {
+		w, err := s.popWorker(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		_, jobs, err = s.claim(ctx, sess, w, queues, limit)
+		_, retry, err := claimError(w.ID, err)
+		if err != nil {
+			return nil, err // a draining worker gets no error and no job
+		}
+		if !retry || try > 0 {
+			break
+		}
 	}
 	if len(args) == 2 {
 		if len(jobs) == 0 {
@@ -129,9 +130,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 	if err != nil {
 		return nil, err
 	}
-	lookup, cancel := s.ctxForCommand(sess)
-	w, err := s.popWorker(lookup, sess)
-	cancel()
+	w, err := s.lookupPopWorker(sess)
 	if err != nil {
 		return nil, err
 	}
@@ -148,9 +147,20 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 
 	for {
 		claimCtx, cancel := s.ctxForCommand(sess)
-		queue, jobs, err := s.claimFirst(claimCtx, w.ID, queues, 1)
+		queue, jobs, err := s.claim(claimCtx, sess, w, queues, 1)
 		cancel()
-		if draining, cerr := claimError(w.ID, err); draining {
+		draining, retry, cerr := claimError(w.ID, err)
+		if retry {
+			// Registered again, elsewhere, with other capabilities.
+			if w, err = s.lookupPopWorker(sess); err != nil {
+				return nil, err
+			}
+			waiter.Close(received...)
+			received = nil
+			waiter = s.hub.NewWaiter(queues, w.Capabilities)
+			continue
+		}
+		if draining {
 			// A draining worker gets nothing: wait out the timeout
 			// without taking wake-ups meant for others.
 			waiter.Close(received...)
@@ -164,11 +174,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			select {
 			case <-gone:
 				// Claimed as the client left: give it back untouched.
-				relCtx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout)
-				defer cancel()
-				if err := s.store.JobRelease(relCtx, jobs[0].ID, w.ID); err != nil {
-					s.log.Warn().Err(err).Str("job", jobs[0].ID).Msg("releasing a job claimed for a departed client")
-				}
+				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: jobs})
 				return nil, errClientGone
 			default:
 			}

@@ -51,6 +51,7 @@ type Server struct {
 	metrics *metrics
 	table   map[string]*Command
 	started time.Time
+	groups  groups
 
 	nextID   atomic.Int64
 	mu       sync.Mutex
@@ -81,6 +82,7 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 		sessions: map[int64]*Session{},
 	}
 	s.table = s.buildTable()
+	s.groups = s.newGroups()
 	return s
 }
 

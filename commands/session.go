@@ -11,6 +11,7 @@ import (
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
 )
 
 // Session is the state of one client connection. Only the connection's own
@@ -40,6 +41,8 @@ type Session struct {
 	who      auth.Principal
 	authUser string // the user named in AUTH, "" when none
 	workerID string // set by WORKER.REGISTER on this connection
+	// worker is the worker this session acts as, kept for the hot path.
+	worker *store.Worker
 	// unblock ends the blocking command running now, if any.
 	unblock context.CancelFunc
 }
@@ -83,6 +86,7 @@ func (s *Session) setAuth(p auth.Principal, user string, limits resp.Limits) {
 func (s *Session) clearAuth() {
 	s.mu.Lock()
 	s.authed, s.who, s.authUser = false, auth.Principal{}, ""
+	s.worker = nil
 	s.mu.Unlock()
 }
 

@@ -52,6 +52,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	sess.mu.Lock()
 	sess.workerID = w.ID
 	sess.mu.Unlock()
+	s.forgetWorkers(w.Principal, w.ID)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
 	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.opts.HeartbeatInterval.Seconds()))), nil
 }
@@ -115,6 +116,7 @@ func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args []
 		}
 		return nil, err
 	}
+	s.forgetWorkers("", id)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", id).Msg("worker unregistered")
 	return resp.OK, nil
 }

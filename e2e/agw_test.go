@@ -31,7 +31,7 @@ func TestAgwRunsAPipelineSubmittedWithRedisCLI(t *testing.T) {
 		t.Fatalf("JOB.WAIT printed %s", out)
 	}
 	want := regexp.MustCompile(`^\{"output":"      1 apple\\n      1 fig\\n      2 pear\\n","status":"completed","attempt":1,` +
-		`"completed_at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","task_results":\[` +
+		`"delivery":"[0-9a-f-]{36}","completed_at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","task_results":\[` +
 		`\{"tool":"sort","stderr":"","exit_code":0,"duration_ms":\d+\},` +
 		`\{"tool":"uniq","stderr":"","exit_code":0,"duration_ms":\d+\}\]\}$`)
 	if !want.Match(j.Result) {

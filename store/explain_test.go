@@ -60,19 +60,19 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "ClaimUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "worker-1",
-					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
+				_, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
+					Capabilities: everything, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
 				return err
 			},
-			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 20,
+			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 30,
 		},
 		{
 			// Two jobs in three need a tool this worker lacks: the scan
 			// filters them out on its way down the index.
 			name: "ClaimByANarrowWorkerUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "email", WorkerID: "worker-2",
-					AckTimeout: 30 * time.Second, Lease: 90 * time.Second, Limit: 1})
+				_, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "email", Workers: []string{"worker-2"},
+					Capabilities: []string{"echo"}, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
 				return err
 			},
 			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 50,
@@ -90,31 +90,33 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "SELECT count(*) FROM jobs", index: "jobs_waiting|jobs_queue_status", maxScanned: 10000,
 		},
 		{
-			// 2,000 overdue deliveries, a batch of 500: found in
-			// jobs_running_ack, then each updated through its key.
-			name: "UnackedSweepUsesJobsRunningAck",
+			// 2,000 overdue deliveries, a batch of 500: found among the
+			// 10,000 running jobs of jobs_running, then each updated
+			// through its key.
+			name: "UnackedSweepUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				_, err := st.JobsRequeueUnacked(ctx, 500)
 				return err
 			},
-			match: "ack_deadline < now()", index: "jobs_running_ack", maxScanned: 2000,
+			match: "ack_deadline < now()", index: "jobs_running", maxScanned: 12000,
 		},
 		{
-			// About 2,000 expired leases, a batch of 500.
-			name: "LeaseRecoveryUsesJobsRunningLease",
+			// About 2,000 expired leases among 10,000 running jobs, a
+			// batch of 500.
+			name: "LeaseRecoveryUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				_, err := st.JobsRecoverExpiredLeases(ctx, 500)
 				return err
 			},
-			match: "lease_expires_at < now()", index: "jobs_running_lease", maxScanned: 2000,
+			match: "lease_expires_at < now()", index: "jobs_running", maxScanned: 12000,
 		},
 		{
-			name: "TimeoutSweepUsesJobsRunningDeadline",
+			name: "TimeoutSweepUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				_, err := st.JobsFailTimedOut(ctx, 0, 500)
 				return err
 			},
-			match: "deadline_at < now()", index: "jobs_running_deadline", maxScanned: 100,
+			match: "deadline_at < now()", index: "jobs_running", maxScanned: 12000,
 		},
 		{
 			// Three weeks of completed jobs are past a week's retention.
@@ -126,7 +128,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "DELETE FROM jobs", index: "jobs_finished", maxScanned: 2000,
 		},
 		{
-			name: "HeartbeatLeaseExtensionUsesJobsRunningWorker",
+			name: "HeartbeatLeaseExtensionUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				w := store.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",
 					Capabilities: everything, Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 1}
@@ -136,7 +138,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 				_, err := st.WorkerHeartbeat(ctx, w.ID, json.RawMessage(`{"load":0.5}`), 90*time.Second)
 				return err
 			},
-			match: "RETURNING id, cancel_requested", index: "jobs_running_worker", maxScanned: 100,
+			match: "RETURNING id, cancel_requested", index: "jobs_running", maxScanned: 100,
 		},
 		{
 			// A queue holding one job in seven: walking the primary key in
@@ -169,7 +171,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// The id exists: the statement answers the existing job.
 			name: "ResubmittingAnIdUsesThePrimaryKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobsSubmit(ctx, []store.NewJob{submission("j00500000", "")})
+				_, _, err := st.JobsSubmit(ctx, []store.NewJob{submission("j00500000", "")})
 				return err
 			},
 			match: "INSERT INTO jobs", index: "jobs_pkey", maxScanned: 10,
@@ -178,7 +180,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// An unfinished job holds the unique key.
 			name: "SubmittingAHeldUniqueKeyUsesJobsUniqueKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobsSubmit(ctx, []store.NewJob{submission("new-job-1", "uk-999993")})
+				_, _, err := st.JobsSubmit(ctx, []store.NewJob{submission("new-job-1", "uk-999993")})
 				return err
 			},
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
@@ -328,7 +330,7 @@ func newRecordingStore(ctx context.Context, t *testing.T) *recordingStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	r.st = &store.Store{Pool: pool}
+	r.st = &store.Store{Pool: pool, Async: pool}
 	return r
 }
 

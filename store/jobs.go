@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -46,17 +44,19 @@ type Job struct {
 	RunAt               time.Time
 	UniqueKey           *string
 	WorkerID            *string
-	AckDeadline         *time.Time
-	LeaseExpiresAt      *time.Time
-	DeadlineAt          *time.Time
-	CancelRequested     bool
-	Progress            json.RawMessage
-	Result              json.RawMessage
-	Errors              json.RawMessage
-	CreatedAt           time.Time
-	StartedAt           *time.Time
-	FinishedAt          *time.Time
-	UpdatedAt           time.Time
+	// Delivery is the token of the latest delivery.
+	Delivery        *string
+	AckDeadline     *time.Time
+	LeaseExpiresAt  *time.Time
+	DeadlineAt      *time.Time
+	CancelRequested bool
+	Progress        json.RawMessage
+	Result          json.RawMessage
+	Errors          json.RawMessage
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	UpdatedAt       time.Time
 }
 
 // jobColumns is the select list scanJob reads.
@@ -68,7 +68,7 @@ var jobColumns = jobCols("")
 func jobCols(a string) string {
 	return strings.NewReplacer("@", a).Replace(`@id, @seq, @queue, @type, @requires, @plan, @inputs, @payload, @priority,
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
-	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id,
+	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
 	@created_at, @started_at, @finished_at, @updated_at`)
 }
@@ -77,7 +77,7 @@ func scanJob(row pgx.Row) (Job, error) {
 	var j Job
 	err := row.Scan(&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
-		&j.UniqueKey, &j.WorkerID, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
+		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
 		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt)
 	return j, err
 }
@@ -116,11 +116,14 @@ type NewJob struct {
 	UniqueKey string
 }
 
-// Notification channels. agq_jobs carries a ReadyNote; agq_done a job id.
+// Notification channels. agq_jobs carries a ReadyNote; agq_done a job id;
+// agq_events a node's coalesced notes and finished ids, sent after its
+// commits.
 const (
-	ChannelJobs = "agq_jobs"
-	ChannelDone = "agq_done"
-	ChannelKeys = "agq_keys"
+	ChannelJobs   = "agq_jobs"
+	ChannelDone   = "agq_done"
+	ChannelKeys   = "agq_keys"
+	ChannelEvents = "agq_events"
 )
 
 // ReadyNote tells listeners that N jobs needing Requires became claimable
@@ -159,116 +162,6 @@ func notifyReady(ctx context.Context, tx pgx.Tx, note ReadyNote) error {
 	return err
 }
 
-// SubmitResult is the outcome of one submitted job.
-type SubmitResult struct {
-	ID      string
-	Created bool
-	Queue   string
-}
-
-// JobsSubmit inserts jobs in one transaction. A job whose id, or whose
-// unique_key held by an unfinished job, already exists is not inserted
-// again: its result names the existing job with Created false.
-func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, error) {
-	results := make([]SubmitResult, len(jobs))
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		batch := &pgx.Batch{}
-		for _, j := range jobs {
-			var uniq *string
-			if j.UniqueKey != "" {
-				uniq = &j.UniqueKey
-			}
-			if j.Requires == nil {
-				j.Requires = []string{} // the column is NOT NULL: no requirement
-			}
-			var runAt *time.Time
-			if !j.RunAt.IsZero() {
-				runAt = &j.RunAt
-			}
-			// The CTE registers the queue, inserts unless a unique index
-			// objects, and otherwise finds the job that holds the id or key.
-			batch.Queue(`
-				WITH q AS (
-					INSERT INTO queues (name) VALUES ($2) ON CONFLICT DO NOTHING
-				), ins AS (
-					INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority,
-						status, max_attempts, retry_backoff_seconds, timeout_seconds, run_at, unique_key)
-					VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-						CASE WHEN $12::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
-						$9, $10, $11, coalesce($12::timestamptz, now()), $13)
-					ON CONFLICT DO NOTHING
-					RETURNING id, true AS created
-				)
-				SELECT id, created FROM ins
-				UNION ALL
-				SELECT id, false FROM jobs
-				WHERE NOT EXISTS (SELECT 1 FROM ins)
-				  AND (id = $1 OR (unique_key = $13 AND status IN ('queued', 'scheduled', 'running', 'retrying')))
-				LIMIT 1`,
-				j.ID, j.Queue, j.Type, j.Requires, nullJSON(j.Plan), nullJSON(j.Inputs), nullJSON(j.Payload), j.Priority,
-				j.MaxAttempts, j.RetryBackoffSeconds, j.TimeoutSeconds, runAt, uniq)
-		}
-		br := tx.SendBatch(ctx, batch)
-		for i := range jobs {
-			var id string
-			var created bool
-			if err := br.QueryRow().Scan(&id, &created); err != nil {
-				br.Close()
-				if errors.Is(err, pgx.ErrNoRows) {
-					// The conflicting row committed after this statement's
-					// snapshot was taken; the client's retry will find it.
-					return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
-				}
-				return fmt.Errorf("job %d: %w", i, err)
-			}
-			results[i] = SubmitResult{ID: id, Created: created, Queue: jobs[i].Queue}
-		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		return notifySubmitted(ctx, tx, jobs, results)
-	})
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	return results, nil
-}
-
-// notifySubmitted sends one ReadyNote per distinct (queue, requires, due
-// time) among the created jobs, so listeners wake as many waiters as there
-// are new jobs and no more.
-func notifySubmitted(ctx context.Context, tx pgx.Tx, jobs []NewJob, results []SubmitResult) error {
-	type groupKey struct {
-		queue, requires string
-		at              int64
-	}
-	counts := map[groupKey]*ReadyNote{}
-	var order []groupKey
-	now := time.Now()
-	for i, j := range jobs {
-		if !results[i].Created {
-			continue
-		}
-		var at int64
-		if j.RunAt.After(now) {
-			at = dueMillis(j.RunAt)
-		}
-		k := groupKey{j.Queue, fmt.Sprint(j.Requires), at}
-		if n := counts[k]; n != nil {
-			n.N++
-			continue
-		}
-		counts[k] = &ReadyNote{Queue: j.Queue, N: 1, Requires: j.Requires, At: at}
-		order = append(order, k)
-	}
-	for _, k := range order {
-		if err := notifyReady(ctx, tx, *counts[k]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func nullJSON(raw json.RawMessage) any {
 	if len(raw) == 0 {
 		return nil
@@ -280,4 +173,12 @@ func nullJSON(raw json.RawMessage) any {
 func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
 	return j, interpretError(err)
+}
+
+// Notify sends payloads on a channel in one statement, committed without
+// waiting for the WAL flush: PostgreSQL holds its notification-queue lock
+// until the commit returns, which must never be a job's flush.
+func (s *Store) Notify(ctx context.Context, channel string, payloads []string) error {
+	_, err := s.Async.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
+	return interpretError(err)
 }

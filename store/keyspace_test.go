@@ -28,7 +28,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 		jobs = append(jobs, store.NewJob{ID: id, Queue: "ready", Requires: []string{"sort"}, MaxAttempts: 3,
 			RetryBackoffSeconds: 1, TimeoutSeconds: 60})
 	}
-	if _, err := st.JobsSubmit(ctx, jobs); err != nil {
+	if _, _, err := st.JobsSubmit(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
 	w := store.Worker{ID: "w-1", Principal: "w", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
@@ -36,12 +36,12 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "ready", WorkerID: "w-1",
-		AckTimeout: time.Minute, Lease: time.Minute, Limit: 2})
+	claimed, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"w-1", "w-1"},
+		Capabilities: []string{"sort"}, AckTimeout: time.Minute, Lease: time.Minute})
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claimed %d jobs: %v", len(claimed), err)
 	}
-	running := []string{claimed[0].ID, claimed[1].ID}
+	running := []string{claimed[0].Job.ID, claimed[1].Job.ID}
 	slices.Sort(running)
 
 	list := func(p store.KeyspaceJobsParams) []string {
@@ -76,7 +76,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 		}
 	}
 
-	held, err := st.KeyspaceJobProbe(ctx, claimed[0].ID)
+	held, err := st.KeyspaceJobProbe(ctx, claimed[0].Job.ID)
 	if err != nil || held.Holder != "w-1" || held.UntilDeadline == nil ||
 		*held.UntilDeadline <= 50*time.Second || *held.UntilDeadline > time.Minute {
 		t.Fatalf("probe of a running job: %+v, %v", held, err)

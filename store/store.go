@@ -28,9 +28,14 @@ var (
 	ErrInvalidInput = errors.New("invalid input")
 )
 
-// Store wraps the connection pool.
+// Store wraps the connection pools.
 type Store struct {
 	Pool *pgxpool.Pool
+	// Async is a small pool whose sessions commit without waiting for the
+	// WAL flush (synchronous_commit off): for single statements whose loss
+	// in an operating-system crash only repeats work — claims,
+	// acknowledgements, progress, lease extensions, wake-up notices.
+	Async *pgxpool.Pool
 }
 
 // Config sizes the pool.
@@ -53,6 +58,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "agq"
+	// Connections idle for a while are closed: a node whose clients are all
+	// blocked holds no more than it needs.
+	pc.MaxConnIdleTime = time.Minute
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
@@ -61,11 +69,22 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{Pool: pool}, nil
+	ac := pc.Copy()
+	ac.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	ac.MaxConns = max(2, pc.MaxConns/2)
+	async, err := pgxpool.NewWithConfig(ctx, ac)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("creating pool: %w", err)
+	}
+	return &Store{Pool: pool, Async: async}, nil
 }
 
-// Close closes the pool.
-func (s *Store) Close() { s.Pool.Close() }
+// Close closes the pools.
+func (s *Store) Close() {
+	s.Pool.Close()
+	s.Async.Close()
+}
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {

@@ -23,6 +23,14 @@ type NotOwnerError struct{ Owner string }
 
 func (e *NotOwnerError) Error() string { return "job is owned by " + e.Owner }
 
+// StaleDeliveryError means a report names a delivery that is not the
+// job's latest one.
+type StaleDeliveryError struct{ Attempt int }
+
+func (e *StaleDeliveryError) Error() string {
+	return fmt.Sprintf("delivery is stale: the job was delivered again (attempt %d)", e.Attempt)
+}
+
 // StateError means the job's status does not allow the transition.
 type StateError struct{ Status string }
 
@@ -39,6 +47,9 @@ type JobUpdateParams struct {
 	Retryable bool
 	// Attempt is the delivery the report is about; 0 when not given.
 	Attempt int
+	// Delivery is the token of the delivery the report is about ("" when
+	// not given): unlike the attempt, no later delivery repeats it.
+	Delivery string
 	// Raw is the update as sent: progress for running updates, the result
 	// for completed ones.
 	Raw json.RawMessage
@@ -61,6 +72,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 		var cur struct {
 			status          string
 			worker          *string
+			delivery        *string
 			cancelRequested bool
 			attempt, max    int
 			backoff         float64
@@ -69,9 +81,9 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			errors          []errorEntry
 		}
 		err := tx.QueryRow(ctx, `
-			SELECT status, worker_id, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
+			SELECT status, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
 			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
-			Scan(&cur.status, &cur.worker, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
+			Scan(&cur.status, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
 		if err != nil {
 			return err
 		}
@@ -80,6 +92,11 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			owner = *cur.worker
 		}
 		switch {
+		case p.Delivery != "" && (cur.delivery == nil || *cur.delivery != p.Delivery) && (p.Attempt == 0 || p.Attempt == cur.attempt):
+			// A report about a delivery that is not the job's latest: the
+			// job was delivered again since, or the claim that made it
+			// was lost in a database crash. It must not touch the job.
+			return &StaleDeliveryError{Attempt: cur.attempt}
 		case p.Attempt > 0 && p.Attempt != cur.attempt:
 			// A report about an earlier delivery, re-sent late: it must
 			// not touch the current one. Its own outcome, if recorded, was

@@ -41,7 +41,7 @@ func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
 	for _, j := range jobs {
 		batch = append(batch, store.NewJob{ID: j.id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600})
 	}
-	if _, err := st.JobsSubmit(ctx, batch); err != nil {
+	if _, _, err := st.JobsSubmit(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jobs {

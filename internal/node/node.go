@@ -166,6 +166,8 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	n.cancel = cancel
 	n.hub = wakeup.New(wakeup.Config{
 		ConnString: n.store.Pool.Config().ConnString(),
+		NodeID:     n.ID,
+		Send:       n.store.Notify,
 		Logger:     n.log.With().Str("component", "listen").Logger(),
 		OnReconnect: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -34,6 +34,12 @@ type Config struct {
 	OnReconnect func()
 	// ReconnectDelay is the pause between LISTEN reconnection attempts.
 	ReconnectDelay time.Duration
+	// NodeID names this node in the events it sends, so that it skips its
+	// own when they come back.
+	NodeID string
+	// Send delivers events to the other nodes (NOTIFY channel, payloads);
+	// nil keeps Publish local.
+	Send func(ctx context.Context, channel string, payloads []string) error
 }
 
 // Hub routes notifications to waiters.
@@ -46,6 +52,11 @@ type Hub struct {
 	jobWait  map[string]map[*JobWaiter]struct{}
 	timers   dueHeap
 	timerSig chan struct{}
+
+	outMu    sync.Mutex
+	outReady []store.ReadyNote
+	outDone  []string
+	outSig   chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -61,15 +72,17 @@ func New(cfg Config) *Hub {
 		byQueue:  map[string][]*Waiter{},
 		jobWait:  map[string]map[*JobWaiter]struct{}{},
 		timerSig: make(chan struct{}, 1),
+		outSig:   make(chan struct{}, 1),
 	}
 }
 
 // Start runs the LISTEN loop and the due-time timer until Stop.
 func (h *Hub) Start(ctx context.Context) {
 	ctx, h.cancel = context.WithCancel(ctx)
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go func() { defer h.wg.Done(); h.listenLoop(ctx) }()
 	go func() { defer h.wg.Done(); h.timerLoop(ctx) }()
+	go func() { defer h.wg.Done(); h.sendLoop(ctx) }()
 }
 
 // Stop ends the loops and waits for them.
@@ -280,7 +293,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys} {
+	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys, store.ChannelEvents} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return err
 		}
@@ -329,6 +342,8 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 			h.deliver(note)
 		case store.ChannelDone:
 			h.jobDone(n.Payload)
+		case store.ChannelEvents:
+			h.receiveEvent(n.Payload)
 		case store.ChannelKeys:
 			if h.cfg.OnKeyRevoked != nil {
 				h.cfg.OnKeyRevoked(n.Payload)

@@ -23,6 +23,7 @@ type jobMessage struct {
 	Plan           json.RawMessage `json:"plan"`
 	Inputs         json.RawMessage `json:"inputs"`
 	Attempt        int             `json:"attempt"`
+	Delivery       string          `json:"delivery"`
 	MaxAttempts    int             `json:"max_attempts"`
 	TimeoutSeconds float64         `json:"timeout_seconds"`
 }
@@ -48,7 +49,7 @@ func (w *Worker) runJob(queue, raw string) {
 	defer w.untrack(msg.JobID)
 
 	started := time.Now()
-	ack := mustMarshal(runningUpdate{Status: "running", Attempt: msg.Attempt, WorkerID: w.cfg.WorkerID, StartedAt: timestamp(started)})
+	ack := mustMarshal(runningUpdate{Status: "running", Attempt: msg.Attempt, Delivery: msg.Delivery, WorkerID: w.cfg.WorkerID, StartedAt: timestamp(started)})
 	if err := w.report(msg.JobID, ack, log); err != nil {
 		if errors.Is(err, errJobCancelled) {
 			log.Info().Msg("job was cancelled before it started")
@@ -66,12 +67,12 @@ func (w *Worker) runJob(queue, raw string) {
 		res, err = w.cfg.Executor.Run(ctx, spec, p.offer)
 		p.stop()
 	}
-	w.finish(msg.JobID, msg.Attempt, res, err, started, log)
+	w.finish(msg.JobID, delivery{msg.Attempt, msg.Delivery}, res, err, started, log)
 }
 
-// finish sends a job's final report, naming the attempt it is about so
+// finish sends a job's final report, naming the delivery it is about so
 // that a report re-sent late never applies to a later delivery.
-func (w *Worker) finish(jobID string, attempt int, res pipeline.Result, runErr error, started time.Time, log zerolog.Logger) {
+func (w *Worker) finish(jobID string, d delivery, res pipeline.Result, runErr error, started time.Time, log zerolog.Logger) {
 	now := time.Now()
 	var body []byte
 	switch {
@@ -85,7 +86,7 @@ func (w *Worker) finish(jobID string, attempt int, res pipeline.Result, runErr e
 		// agq answers this report -CANCELLED, and the job ends
 		// cancelled now rather than when its timeout runs out.
 		log.Info().Msg("job cancelled by agq; its processes are stopped; telling agq")
-		err := w.report(jobID, withAttempt(cancelledBody(res.Tasks, now, w.cfg.MaxReportBytes), attempt), log)
+		err := w.report(jobID, withDelivery(cancelledBody(res.Tasks, now, w.cfg.MaxReportBytes), d), log)
 		if err != nil && !errors.Is(err, errJobCancelled) {
 			log.Error().Err(err).Msg("could not report the job's cancellation")
 		}
@@ -97,7 +98,7 @@ func (w *Worker) finish(jobID string, attempt int, res pipeline.Result, runErr e
 		w.failed.Add(1)
 		body = failedBody(runErr.Error(), pipeline.Retryable(runErr), res.Tasks, now, w.cfg.MaxReportBytes)
 	}
-	body = withAttempt(body, attempt)
+	body = withDelivery(body, d)
 	ev := log.Info()
 	if runErr != nil {
 		ev = log.Warn().Str("error", runErr.Error()).Bool("retryable", pipeline.Retryable(runErr))

@@ -57,6 +57,7 @@ func (w *Worker) report(jobID string, body []byte, log zerolog.Logger) error {
 type runningUpdate struct {
 	Status    string `json:"status"`
 	Attempt   int    `json:"attempt,omitempty"`
+	Delivery  string `json:"delivery,omitempty"`
 	WorkerID  string `json:"worker_id"`
 	StartedAt string `json:"started_at"`
 }
@@ -198,13 +199,22 @@ func mustMarshal(v any) []byte {
 	return b
 }
 
-// withAttempt adds "attempt" to a report body; 0, an unknown attempt, adds
-// nothing.
-func withAttempt(body []byte, attempt int) []byte {
-	if attempt <= 0 {
-		return body
+// delivery names one delivery of a job: its attempt and its token.
+type delivery struct {
+	attempt int
+	token   string
+}
+
+// withDelivery adds "attempt" and "delivery" to a report body; what is
+// unknown (0, "") is left out.
+func withDelivery(body []byte, d delivery) []byte {
+	if d.token != "" {
+		body = withField(body, "delivery", mustMarshal(d.token))
 	}
-	return withField(body, "attempt", mustMarshal(attempt))
+	if d.attempt > 0 {
+		body = withField(body, "attempt", mustMarshal(d.attempt))
+	}
+	return body
 }
 
 // withField puts "key": value first in body, a JSON object this package

@@ -1,0 +1,140 @@
+// Package group gathers requests that many goroutines make at the same time
+// and serves them together: one database statement and one commit for a
+// whole group instead of one each. No timer paces it: a request that finds
+// no group in flight starts one at once, and requests arriving meanwhile
+// form the next group, which starts as soon as the previous one returned.
+// A lone request pays one round trip, a busy node shares each among many.
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Config configures a Runner.
+type Config[Req, Res any] struct {
+	// Run serves one group and returns one result per request, in order.
+	// Its context is the runner's own, bounded by Timeout: a group serves
+	// many clients, so no single client's departure may cut it short.
+	Run func(ctx context.Context, reqs []Req) []Res
+	// MaxSize bounds a group; more requests wait for the next one.
+	MaxSize int
+	// Timeout bounds one group's run.
+	Timeout time.Duration
+	// Abandoned, when set, receives the result of a request whose caller
+	// stopped waiting (its context ended) — to undo what was done for it.
+	Abandoned func(Req, Res)
+}
+
+// Runner serves requests in groups.
+type Runner[Req, Res any] struct {
+	cfg     Config[Req, Res]
+	mu      sync.Mutex
+	pending []call[Req, Res]
+	running bool
+	wg      sync.WaitGroup
+}
+
+type call[Req, Res any] struct {
+	req  Req
+	done chan outcome[Res]
+}
+
+type outcome[Res any] struct {
+	res Res
+	err error
+}
+
+// New returns a runner.
+func New[Req, Res any](cfg Config[Req, Res]) *Runner[Req, Res] {
+	if cfg.MaxSize <= 0 {
+		cfg.MaxSize = 1000
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &Runner[Req, Res]{cfg: cfg}
+}
+
+// Do adds req to the next group and waits for its result. When ctx ends
+// first it returns ctx's error; the request may still be served.
+func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	c := call[Req, Res]{req: req, done: make(chan outcome[Res], 1)}
+	r.mu.Lock()
+	r.pending = append(r.pending, c)
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.loop()
+	}
+	r.mu.Unlock()
+	select {
+	case out := <-c.done:
+		return out.res, out.err
+	case <-ctx.Done():
+		if r.cfg.Abandoned != nil {
+			go func() {
+				if out := <-c.done; out.err == nil {
+					r.cfg.Abandoned(req, out.res)
+				}
+			}()
+		}
+		var zero Res
+		return zero, ctx.Err()
+	}
+}
+
+// Wait blocks until no group is in flight or pending.
+func (r *Runner[Req, Res]) Wait() { r.wg.Wait() }
+
+// loop serves groups until none is pending; the next Do starts it again.
+func (r *Runner[Req, Res]) loop() {
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if len(r.pending) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		n := min(len(r.pending), r.cfg.MaxSize)
+		calls := r.pending[:n:n]
+		r.pending = append([]call[Req, Res](nil), r.pending[n:]...)
+		r.mu.Unlock()
+
+		reqs := make([]Req, len(calls))
+		for i, c := range calls {
+			reqs[i] = c.req
+		}
+		res, err := r.run(reqs)
+		for i, c := range calls {
+			if err != nil {
+				c.done <- outcome[Res]{err: err}
+			} else {
+				c.done <- outcome[Res]{res: res[i]}
+			}
+		}
+	}
+}
+
+// ErrPanicked means serving a group panicked; the panic is in the error.
+var ErrPanicked = errors.New("serving a group panicked")
+
+func (r *Runner[Req, Res]) run(reqs []Req) (res []Res, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrPanicked, p, debug.Stack())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	res = r.cfg.Run(ctx, reqs)
+	if len(res) != len(reqs) {
+		return nil, fmt.Errorf("a group of %d requests got %d results", len(reqs), len(res))
+	}
+	return res, nil
+}

@@ -1,0 +1,159 @@
+package wakeup
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/agq/agq/store"
+)
+
+// event is what one node tells the others on store.ChannelEvents: jobs that
+// became claimable and jobs that finished, coalesced.
+type event struct {
+	From  string            `json:"f"`
+	Ready []store.ReadyNote `json:"r,omitempty"`
+	Done  []string          `json:"d,omitempty"`
+}
+
+// Publish tells blocked clients what a committed transaction changed: at
+// once those of this node, in process, and the other nodes' through one
+// coalesced notice sent in the background, so that no commit waits on
+// PostgreSQL's notification queue. Call it after the commit returned.
+func (h *Hub) Publish(ready []store.ReadyNote, done []string) {
+	if len(ready) == 0 && len(done) == 0 {
+		return
+	}
+	for _, note := range ready {
+		h.deliver(note)
+	}
+	for _, id := range done {
+		h.jobDone(id)
+	}
+	if h.cfg.Send == nil {
+		return
+	}
+	h.outMu.Lock()
+	h.outReady = append(h.outReady, ready...)
+	h.outDone = append(h.outDone, done...)
+	h.outMu.Unlock()
+	select {
+	case h.outSig <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop sends what Publish gathered, one batch of notices at a time:
+// everything published while one batch was being sent goes in the next.
+func (h *Hub) sendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.outSig:
+		}
+		h.outMu.Lock()
+		ready, done := h.outReady, h.outDone
+		h.outReady, h.outDone = nil, nil
+		h.outMu.Unlock()
+		payloads := h.eventPayloads(coalesce(ready), done)
+		for try := 0; try < 3; try++ {
+			sendCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := h.cfg.Send(sendCtx, store.ChannelEvents, payloads)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			// Other nodes' blocked clients re-check on their own in the
+			// end; a notice is worth a few tries, not more.
+			h.cfg.Logger.Warn().Err(err).Int("try", try+1).Msg("sending wake-up notices to other nodes")
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// coalesce merges notes for the same queue, requirements and due time.
+func coalesce(notes []store.ReadyNote) []store.ReadyNote {
+	type key struct {
+		queue, requires string
+		at              int64
+	}
+	idx := map[key]int{}
+	var out []store.ReadyNote
+	for _, n := range notes {
+		k := key{n.Queue, string(mustJSON(n.Requires)), n.At}
+		if i, ok := idx[k]; ok {
+			out[i].N += n.N
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, n)
+	}
+	return out
+}
+
+// eventPayloads splits notes and ids into events that each fit in one
+// NOTIFY payload.
+func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string) []string {
+	var out []string
+	cur := event{From: h.cfg.NodeID}
+	size := 0
+	flush := func() {
+		if len(cur.Ready) > 0 || len(cur.Done) > 0 {
+			out = append(out, string(mustJSON(cur)))
+		}
+		cur = event{From: h.cfg.NodeID}
+		size = 0
+	}
+	for _, n := range ready {
+		b := mustJSON(n)
+		if len(b) > maxEventBytes {
+			// Without requirements the note wakes any waiter of the
+			// queue, which checks the database: nothing is missed.
+			n.Requires = nil
+			b = mustJSON(n)
+		}
+		if size+len(b) > maxEventBytes {
+			flush()
+		}
+		cur.Ready = append(cur.Ready, n)
+		size += len(b) + 1
+	}
+	for _, id := range done {
+		if size+len(id)+3 > maxEventBytes {
+			flush()
+		}
+		cur.Done = append(cur.Done, id)
+		size += len(id) + 3
+	}
+	flush()
+	return out
+}
+
+// maxEventBytes keeps an event under PostgreSQL's 8000-byte NOTIFY limit.
+const maxEventBytes = 7000
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// receiveEvent handles another node's event.
+func (h *Hub) receiveEvent(payload string) {
+	var ev event
+	if err := json.Unmarshal([]byte(payload), &ev); err != nil {
+		h.cfg.Logger.Warn().Str("payload", payload).Msg("malformed event notification")
+		return
+	}
+	if ev.From == h.cfg.NodeID {
+		return // delivered in process when it was published
+	}
+	for _, n := range ev.Ready {
+		if n.Queue != "" && n.N > 0 {
+			h.deliver(n)
+		}
+	}
+	for _, id := range ev.Done {
+		h.jobDone(id)
+	}
+}

@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ReportEffects is what committed reports mean to listeners: jobs that
+// finished (for JOB.WAIT) and jobs claimable again (retries). The caller
+// publishes them once the commit returned.
+type ReportEffects struct {
+	Done  []string
+	Ready []ReadyNote
+}
+
+// JobsFinish applies final reports (completed, failed, cancelled) sent by
+// different clients, gathered into one group: one statement over arrays
+// applies every report that finds its job running, held by the reporter at
+// that delivery and not asked to cancel — the usual case — so the group
+// shares one WAL flush. Each other report (a re-send, a stale delivery,
+// another owner, a cancelled job) takes the careful path on its own, and
+// its refusal is its own error.
+func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, ReportEffects) {
+	errs := make([]error, len(reports))
+	var fx ReportEffects
+	applied, err := s.finishMany(ctx, reports, &fx)
+	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+		for i := range errs {
+			errs[i] = interpretError(err)
+		}
+		return errs, fx
+	}
+	for i, p := range reports {
+		if applied[i] {
+			continue
+		}
+		// JobUpdate notifies listeners itself, inside its transaction: it
+		// is the rare path.
+		errs[i] = s.JobUpdate(ctx, p)
+	}
+	return errs, fx
+}
+
+// finishMany is the set-based part of JobsFinish. A failed report retries
+// the job while attempts remain, after backoff × 2^(attempt−1) capped at an
+// hour, ±20% jitter (as RetryDelay), on the database's clock.
+func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *ReportEffects) ([]bool, error) {
+	applied := make([]bool, len(reports))
+	n := len(reports)
+	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
+		make([]string, n), make([]*string, n), make([]string, n), make([]*string, n)
+	attempts, ords := make([]int32, n), make([]int32, n)
+	retryable := make([]bool, n)
+	for i, p := range reports {
+		ids[i], statuses[i], errTexts[i], retryable[i] = p.ID, p.Status, p.Error, p.Retryable
+		if !p.Admin {
+			workers[i] = p.WorkerID
+		}
+		if len(p.Raw) > 0 {
+			raw := string(p.Raw)
+			results[i] = &raw
+		}
+		if p.Delivery != "" {
+			d := p.Delivery
+			deliveries[i] = &d
+		}
+		attempts[i], ords[i] = int32(p.Attempt), int32(i)
+	}
+	rows, err := s.Pool.Query(ctx, `
+		WITH u AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::uuid[], $6::text[], $7::text[], $8::bool[], $9::int[])
+				AS u(id, worker, status, attempt, delivery, result, error, retryable, ord)
+		), r AS (
+			-- A report sent twice in one group is applied once; the
+			-- other copy finds it done on the careful path.
+			SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
+		)
+		UPDATE jobs j SET
+			status = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN 'retrying' ELSE r.status END,
+			result = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN j.result ELSE coalesce(r.result::jsonb, j.result) END,
+			errors = CASE WHEN r.status = 'failed' THEN j.errors || jsonb_build_array(jsonb_build_object(
+			              'attempt', j.attempt, 'worker_id', j.worker_id, 'error', r.error, 'at', now()))
+			         ELSE j.errors END,
+			worker_id = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE j.worker_id END,
+			run_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN now() + make_interval(secs => least(
+			              CASE WHEN j.retry_backoff_seconds > 0 THEN j.retry_backoff_seconds ELSE 1 END
+			              * 2 ^ greatest(j.attempt - 1, 0), 3600) * (0.8 + 0.4 * random()))
+			         ELSE j.run_at END,
+			finished_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE now() END,
+			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
+		FROM r
+		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
+		  AND (r.worker = '' OR j.worker_id = r.worker)
+		  AND (r.attempt = 0 OR j.attempt = r.attempt)
+		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
+		RETURNING r.ord, j.id, j.status, j.queue, j.requires, j.run_at`,
+		ids, workers, statuses, attempts, deliveries, results, errTexts, retryable, ords)
+	if err != nil {
+		return applied, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord int32
+		var id, status, queue string
+		var requires []string
+		var runAt time.Time
+		if err := rows.Scan(&ord, &id, &status, &queue, &requires, &runAt); err != nil {
+			return applied, err
+		}
+		applied[ord] = true
+		if status == StatusRetrying {
+			fx.Ready = append(fx.Ready, ReadyNote{Queue: queue, N: 1, Requires: requires, At: dueMillis(runAt)})
+		} else {
+			fx.Done = append(fx.Done, id)
+		}
+	}
+	return applied, rows.Err()
+}
+
+// JobAck applies an acknowledgement or a progress report (JOB.UPDATE with
+// status running or none) in one statement, committed without waiting for
+// the WAL flush: its loss in a crash only means a redelivery. A report the
+// statement does not apply — the job is not running for this delivery, or
+// its cancellation was asked — takes the careful path, which says why.
+func (s *Store) JobAck(ctx context.Context, p JobUpdateParams) error {
+	worker := p.WorkerID
+	if p.Admin {
+		worker = ""
+	}
+	var delivery, progress *string
+	if p.Delivery != "" {
+		delivery = &p.Delivery
+	}
+	if p.Status == "" && len(p.Raw) > 0 {
+		raw := string(p.Raw)
+		progress = &raw
+	}
+	tag, err := s.Async.Exec(ctx, `
+		UPDATE jobs SET ack_deadline = NULL, progress = coalesce($5::jsonb, progress), updated_at = now()
+		WHERE id = $1 AND status = 'running' AND NOT cancel_requested
+		  AND ($2 = '' OR worker_id = $2)
+		  AND ($3 = 0 OR attempt = $3)
+		  AND ($4::uuid IS NULL OR delivery = $4::uuid)`,
+		p.ID, worker, p.Attempt, delivery, progress)
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return s.JobUpdate(ctx, p)
+}

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SubmitResult is the outcome of one submitted job.
+type SubmitResult struct {
+	ID      string
+	Created bool
+	Queue   string
+}
+
+// JobsSubmit inserts jobs atomically, in one statement of one transaction.
+// A job whose id, or whose unique_key held by an unfinished job, already
+// exists is not inserted again: its result names the existing job with
+// Created false. The notes say which waiters the new jobs may wake; the
+// caller publishes them once the commit returned.
+func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, []ReadyNote, error) {
+	res, err := insertJobs(ctx, s.Pool, jobs)
+	if err != nil {
+		return nil, nil, interpretError(err)
+	}
+	for i, r := range res {
+		if r.ID == "" {
+			// The conflicting row committed after this statement's
+			// snapshot was taken; the client's retry will find it.
+			return nil, nil, fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
+		}
+	}
+	return res, submittedNotes(jobs, res), nil
+}
+
+// JobsSubmitEach inserts independent submissions — single jobs sent by
+// different clients, gathered into one group — in one statement, so that
+// they share one WAL flush. Each job has its own outcome: one that cannot
+// be stored fails alone.
+func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
+	results := make([]SubmitResult, len(jobs))
+	errs := make([]error, len(jobs))
+	res, err := insertJobs(ctx, s.Pool, jobs)
+	if err != nil {
+		if len(jobs) == 1 || errors.Is(interpretError(err), ErrUnavailable) {
+			for i := range errs {
+				errs[i] = interpretError(err)
+			}
+			return results, errs, nil
+		}
+		// One job the database refuses must not fail the others: each
+		// goes again on its own.
+		for i := range jobs {
+			r, err := insertJobs(ctx, s.Pool, jobs[i:i+1])
+			if err != nil {
+				errs[i] = interpretError(err)
+				continue
+			}
+			results[i] = r[0]
+		}
+	} else {
+		results = res
+	}
+	created := make([]SubmitResult, len(jobs))
+	for i, r := range results {
+		if errs[i] == nil && r.ID == "" {
+			errs[i] = fmt.Errorf("%w: job conflicts with a job submitted concurrently", ErrConflict)
+		}
+		if errs[i] == nil {
+			created[i] = r
+		}
+	}
+	return results, errs, submittedNotes(jobs, created)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// insertJobs inserts jobs with one statement over arrays. Registering the
+// queues, inserting unless a unique index objects, and finding the job that
+// holds an id or key already are one round trip. Jobs repeating an id or
+// unique_key of an earlier job of the same call are not sent: they share
+// its outcome, as a repeated submission would. A result with an empty ID
+// conflicts with a row committed after the statement began.
+func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, error) {
+	results := make([]SubmitResult, len(jobs))
+	firstOf := make([]int, len(jobs)) // index of the job whose outcome this one shares
+	byID := make(map[string]int, len(jobs))
+	byKey := map[string]int{}
+	n := 0
+	cols := struct {
+		id, queue, typ, requires, plan, inputs, payload, key []string
+		priority, maxAttempts, timeout                       []int32
+		backoff                                              []float64
+		runAt                                                []*time.Time
+		ord                                                  []int32
+	}{}
+	for i, j := range jobs {
+		if k, dup := byID[j.ID]; dup {
+			firstOf[i] = k
+			continue
+		}
+		if k, dup := byKey[j.UniqueKey]; dup && j.UniqueKey != "" {
+			firstOf[i] = k
+			continue
+		}
+		firstOf[i] = i
+		byID[j.ID] = i
+		if j.UniqueKey != "" {
+			byKey[j.UniqueKey] = i
+		}
+		req, _ := json.Marshal(cmpOrEmpty(j.Requires))
+		var runAt *time.Time
+		if !j.RunAt.IsZero() {
+			runAt = &j.RunAt
+		}
+		cols.id = append(cols.id, j.ID)
+		cols.queue = append(cols.queue, j.Queue)
+		cols.typ = append(cols.typ, j.Type)
+		cols.requires = append(cols.requires, string(req))
+		cols.plan = append(cols.plan, string(j.Plan))
+		cols.inputs = append(cols.inputs, string(j.Inputs))
+		cols.payload = append(cols.payload, string(j.Payload))
+		cols.key = append(cols.key, j.UniqueKey)
+		cols.priority = append(cols.priority, int32(j.Priority))
+		cols.maxAttempts = append(cols.maxAttempts, int32(j.MaxAttempts))
+		cols.timeout = append(cols.timeout, int32(j.TimeoutSeconds))
+		cols.backoff = append(cols.backoff, j.RetryBackoffSeconds)
+		cols.runAt = append(cols.runAt, runAt)
+		cols.ord = append(cols.ord, int32(i))
+		n++
+	}
+	rows, err := q.Query(ctx, `
+		WITH input AS MATERIALIZED (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[])
+				AS i(id, queue, type, requires, plan, inputs, payload, unique_key, priority, max_attempts,
+				     timeout_seconds, backoff, run_at, ord)
+		), q AS (
+			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
+		), ins AS (
+			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+				retry_backoff_seconds, timeout_seconds, run_at, unique_key)
+			SELECT id, queue, type, ARRAY(SELECT jsonb_array_elements_text(requires::jsonb)),
+				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
+				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
+				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, '')
+			FROM input ORDER BY ord
+			ON CONFLICT DO NOTHING
+			RETURNING id
+		)
+		SELECT i.ord, coalesce(ins.id, held.id, ''), ins.id IS NOT NULL
+		FROM input i
+		LEFT JOIN ins ON ins.id = i.id
+		LEFT JOIN LATERAL (
+			SELECT j.id FROM jobs j
+			WHERE ins.id IS NULL
+			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('queued', 'scheduled', 'running', 'retrying')))
+			ORDER BY j.id = i.id DESC LIMIT 1
+		) held ON true`,
+		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
+		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord)
+	if err != nil {
+		return nil, err
+	}
+	got := 0
+	for rows.Next() {
+		var ord int32
+		var r SubmitResult
+		if err := rows.Scan(&ord, &r.ID, &r.Created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		r.Queue = jobs[ord].Queue
+		results[ord] = r
+		got++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if got != n {
+		return nil, fmt.Errorf("inserting jobs: %d results for %d jobs", got, n)
+	}
+	for i, k := range firstOf {
+		if k != i {
+			results[i] = SubmitResult{ID: results[k].ID, Queue: results[k].Queue}
+		}
+	}
+	return results, nil
+}
+
+func cmpOrEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// submittedNotes is one ReadyNote per distinct (queue, requires, due time)
+// among the created jobs, so listeners wake as many waiters as there are
+// new jobs and no more.
+func submittedNotes(jobs []NewJob, results []SubmitResult) []ReadyNote {
+	type groupKey struct {
+		queue, requires string
+		at              int64
+	}
+	counts := map[groupKey]int{}
+	var notes []ReadyNote
+	now := time.Now()
+	for i, j := range jobs {
+		if !results[i].Created {
+			continue
+		}
+		var at int64
+		if j.RunAt.After(now) {
+			at = dueMillis(j.RunAt)
+		}
+		k := groupKey{j.Queue, strings.Join(j.Requires, "\x00"), at}
+		if n, ok := counts[k]; ok {
+			notes[n].N++
+			continue
+		}
+		counts[k] = len(notes)
+		notes = append(notes, ReadyNote{Queue: j.Queue, N: 1, Requires: slices.Clone(j.Requires), At: at})
+	}
+	return notes
+}
