@@ -11,10 +11,11 @@ import (
 )
 
 // The node's groups: single submissions and final reports from all
-// connections share commits; pops share claim statements.
+// connections share commits; acknowledgements and pops share statements.
 type groups struct {
 	submits  *group.Runner[store.NewJob, submitOutcome]
 	finishes *group.Runner[store.JobUpdateParams, error]
+	acks     *group.Runner[store.JobUpdateParams, error]
 	claims   *group.Runner[claimRequest, claimResult]
 }
 
@@ -47,6 +48,10 @@ func (s *Server) newGroups() groups {
 				s.hub.Publish(fx.Ready, fx.Done)
 				return errs
 			},
+		}),
+		acks: group.New(group.Config[store.JobUpdateParams, error]{
+			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,
+			Run: s.store.JobsAck,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
 			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,

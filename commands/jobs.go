@@ -143,21 +143,20 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if int64(len(args[2])) > s.opts.MaxPayload {
 		return nil, resp.ErrPayloadTooBig
 	}
+	// One decoding: the document must be an object, checked by its first
+	// byte, since decoding null or an array into a struct would not fail.
 	var doc updateDoc
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(args[2], &probe); err != nil {
+	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
+		var typeErr *json.UnmarshalTypeError
+		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
+			return nil, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
 		return nil, resp.Errorf("invalid update: must be a JSON object")
-	}
-	if err := json.Unmarshal(args[2], &doc); err != nil {
-		return nil, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	switch doc.Status {
 	case "", store.StatusRunning, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
 	default:
 		return nil, resp.Errorf("invalid update: status must be running, completed, failed or cancelled")
-	}
-	if probe == nil {
-		return nil, resp.Errorf("invalid update: must be a JSON object")
 	}
 	if doc.Delivery != "" {
 		if _, err := uuid.Parse(doc.Delivery); err != nil {
@@ -181,16 +180,14 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 		}
 		p.WorkerID = w.ID
 	}
-	var err error
+	// The report joins the node's next group of its kind: a final one
+	// shares that group's commit, and its reply waits for it.
+	reports := s.groups.finishes
 	if doc.Status == "" || doc.Status == store.StatusRunning {
-		err = s.store.JobAck(ctx, p)
-	} else {
-		// A final report joins the node's next group of final reports:
-		// it shares that group's commit, and its reply waits for it.
-		var gerr error
-		err, gerr = s.groups.finishes.Do(ctx, p)
-		err = cmp.Or(gerr, err)
+		reports = s.groups.acks
 	}
+	err, gerr := reports.Do(ctx, p)
+	err = cmp.Or(gerr, err)
 	if err != nil {
 		return nil, jobError(id, err)
 	}

@@ -135,8 +135,25 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 		return nil, err
 	}
 
-	gone, deadline, stop := blockOn(sess, timeout)
-	defer stop()
+	// The socket is watched and the timeout armed only once the pop has
+	// to wait: a pop served at once costs no watcher.
+	start := time.Now()
+	var gone <-chan struct{}
+	var deadline <-chan time.Time
+	stop := func() {}
+	defer func() { stop() }()
+	blocked := false
+	block := func() {
+		if blocked {
+			return
+		}
+		blocked = true
+		left := timeout
+		if timeout > 0 {
+			left = max(timeout-time.Since(start), time.Nanosecond)
+		}
+		gone, deadline, stop = blockOn(sess, left)
+	}
 	waiter := s.hub.NewWaiter(queues, w.Capabilities)
 	var received []store.ReadyNote // wake-ups not yet used
 	defer func() {
@@ -165,6 +182,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			// without taking wake-ups meant for others.
 			waiter.Close(received...)
 			waiter = nil
+			block()
 			return waitOut(ctx, gone, deadline)
 		} else if cerr != nil {
 			return nil, cerr
@@ -186,6 +204,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			s.hub.RetryTimed(note)
 		}
 		received = nil
+		block()
 		note, reply, err := nextWake(ctx, waiter.C(), gone, deadline, resp.NilArray)
 		if reply != nil || err != nil {
 			return reply, err

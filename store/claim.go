@@ -49,15 +49,15 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // row every claim of a worker shared would serialise them. A claim that
 // races with its worker's death leaves the job with a dead holder, whose
 // unacknowledged delivery or lease the watchdog takes back. A worker that
-// could not claim for its own reason gets its error in the map; the
-// statement and that check are one round trip, committed without waiting
-// for the WAL flush (a claim lost in a crash is delivered again).
+// could not claim for its own reason gets its error in the map, checked only
+// when some worker got nothing. Claims commit without waiting for the WAL
+// flush: a claim lost in a crash is delivered again, and the delivery
+// token tells the two deliveries apart.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, map[string]error, error) {
 	caps := cmpOrEmpty(p.Capabilities)
-	batch := &pgx.Batch{}
 	var claimed []Claimed
 	refused := map[string]error{}
-	batch.Queue(`
+	rows, err := s.Async.Query(ctx, `
 		WITH w AS MATERIALIZED (
 			-- LIMIT 1 makes each check one primary-key probe, whatever
 			-- the planner guesses of the array's length.
@@ -93,41 +93,55 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 			updated_at = now()
 		FROM picked JOIN w USING (rn) WHERE j.id = picked.id
 		RETURNING w.wid, `+jobCols("j."),
-		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var c Claimed
-			j, err := scanJob(prefixed{rows, &c.Worker})
-			if err != nil {
-				return err
-			}
-			c.Job = j
-			claimed = append(claimed, c)
-		}
-		return rows.Err()
-	})
-	batch.Queue(`
-		SELECT u.wid, coalesce(w.state, 'UNREGISTERED')
-		FROM unnest($1::text[]) AS u(wid)
-		LEFT JOIN LATERAL (SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1) w ON true
-		WHERE w.state IS DISTINCT FROM 'ACTIVE' OR w.capabilities <> $2::text[]`, p.Workers, caps).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id, state string
-			if err := rows.Scan(&id, &state); err != nil {
-				return err
-			}
-			if state != WorkerActive {
-				refused[id] = &WorkerNotActiveError{State: state}
-			} else {
-				refused[id] = ErrCapabilitiesChanged
-			}
-		}
-		return rows.Err()
-	})
-	if err := s.Async.SendBatch(ctx, batch).Close(); err != nil {
+		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
+	if err != nil {
 		return nil, nil, interpretError(err)
+	}
+	for rows.Next() {
+		var c Claimed
+		if c.Job, err = scanJob(prefixed{rows, &c.Worker}); err != nil {
+			rows.Close()
+			return nil, nil, interpretError(err)
+		}
+		claimed = append(claimed, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, interpretError(err)
+	}
+	if len(claimed) < len(p.Workers) {
+		// Some got nothing: say which of them may not claim at all.
+		if err := s.claimRefusals(ctx, p.Workers, caps, refused); err != nil {
+			return nil, nil, err
+		}
 	}
 	sort.SliceStable(claimed, func(a, b int) bool { return claimedBefore(claimed[a].Job, claimed[b].Job) })
 	return claimed, refused, nil
+}
+
+// claimRefusals notes, for each worker that is not ACTIVE with caps, why.
+func (s *Store) claimRefusals(ctx context.Context, workers, caps []string, refused map[string]error) error {
+	rows, err := s.Async.Query(ctx, `
+		SELECT u.wid, coalesce(w.state, 'UNREGISTERED')
+		FROM unnest($1::text[]) AS u(wid)
+		LEFT JOIN LATERAL (SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1) w ON true
+		WHERE w.state IS DISTINCT FROM 'ACTIVE' OR w.capabilities <> $2::text[]`, workers, caps)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return interpretError(err)
+		}
+		if state != WorkerActive {
+			refused[id] = &WorkerNotActiveError{State: state}
+		} else {
+			refused[id] = ErrCapabilitiesChanged
+		}
+	}
+	return interpretError(rows.Err())
 }
 
 // prefixed scans one leading column into first, then the rest into dest.

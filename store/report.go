@@ -118,36 +118,87 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 	return applied, rows.Err()
 }
 
-// JobAck applies an acknowledgement or a progress report (JOB.UPDATE with
-// status running or none) in one statement, committed without waiting for
-// the WAL flush: its loss in a crash only means a redelivery. A report the
-// statement does not apply — the job is not running for this delivery, or
-// its cancellation was asked — takes the careful path, which says why.
-func (s *Store) JobAck(ctx context.Context, p JobUpdateParams) error {
-	worker := p.WorkerID
-	if p.Admin {
-		worker = ""
+// JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
+// status running or none) gathered from different clients: one statement
+// over arrays, committed without waiting for the WAL flush, since losing
+// one in a crash only means a redelivery. A report it does not apply — the
+// job is not running for this delivery, or its cancellation was asked —
+// takes the careful path on its own, which says why.
+func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) []error {
+	n := len(reports)
+	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
+	attempts, ords := make([]int32, n), make([]int32, n)
+	for i, p := range reports {
+		ids[i], attempts[i], ords[i] = p.ID, int32(p.Attempt), int32(i)
+		if !p.Admin {
+			workers[i] = p.WorkerID
+		}
+		if p.Status == "" && len(p.Raw) > 0 {
+			raw := string(p.Raw)
+			progress[i] = &raw
+		}
+		if p.Delivery != "" {
+			d := p.Delivery
+			deliveries[i] = &d
+		}
 	}
-	var delivery, progress *string
-	if p.Delivery != "" {
-		delivery = &p.Delivery
+	applied := make([]bool, n)
+	rows, err := s.Async.Query(ctx, `
+		WITH r AS (
+			-- The last report of a job in the group is its progress.
+			SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[])
+				AS u(id, worker, attempt, delivery, progress, ord)
+			ORDER BY id, ord DESC
+		)
+		UPDATE jobs j SET ack_deadline = NULL, progress = coalesce(r.progress::jsonb, j.progress), updated_at = now()
+		FROM r
+		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
+		  AND (r.worker = '' OR j.worker_id = r.worker)
+		  AND (r.attempt = 0 OR j.attempt = r.attempt)
+		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
+		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
+	if err == nil {
+		done := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err = rows.Scan(&id); err != nil {
+				break
+			}
+			done[id] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		// Every report of an applied job matched it: the statement's
+		// conditions are the same for all reports of one delivery.
+		for i, p := range reports {
+			applied[i] = done[p.ID] && sameDelivery(p, reports, i)
+		}
 	}
-	if p.Status == "" && len(p.Raw) > 0 {
-		raw := string(p.Raw)
-		progress = &raw
+	errs := make([]error, n)
+	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+		for i := range errs {
+			errs[i] = interpretError(err)
+		}
+		return errs
 	}
-	tag, err := s.Async.Exec(ctx, `
-		UPDATE jobs SET ack_deadline = NULL, progress = coalesce($5::jsonb, progress), updated_at = now()
-		WHERE id = $1 AND status = 'running' AND NOT cancel_requested
-		  AND ($2 = '' OR worker_id = $2)
-		  AND ($3 = 0 OR attempt = $3)
-		  AND ($4::uuid IS NULL OR delivery = $4::uuid)`,
-		p.ID, worker, p.Attempt, delivery, progress)
-	if err != nil {
-		return interpretError(err)
+	for i, p := range reports {
+		if !applied[i] {
+			errs[i] = s.JobUpdate(ctx, p)
+		}
 	}
-	if tag.RowsAffected() == 1 {
-		return nil
+	return errs
+}
+
+// sameDelivery reports whether report i names the same worker and delivery
+// as the last report of its job in the group, the one the statement tested.
+func sameDelivery(p JobUpdateParams, reports []JobUpdateParams, i int) bool {
+	for k := len(reports) - 1; k > i; k-- {
+		q := reports[k]
+		if q.ID == p.ID {
+			return q.WorkerID == p.WorkerID && q.Admin == p.Admin && q.Attempt == p.Attempt && q.Delivery == p.Delivery
+		}
 	}
-	return s.JobUpdate(ctx, p)
+	return true
 }

@@ -52,6 +52,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
+	} else {
+		// Hot statements are grouped, one group of each kind in flight;
+		// the rest is for the careful paths and the other commands.
+		pc.MaxConns = 8
 	}
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	if pc.ConnConfig.RuntimeParams == nil {
@@ -71,7 +75,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	ac := pc.Copy()
 	ac.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	ac.MaxConns = max(2, pc.MaxConns/2)
+	ac.MaxConns = max(1, pc.MaxConns/2)
 	async, err := pgxpool.NewWithConfig(ctx, ac)
 	if err != nil {
 		pool.Close()
