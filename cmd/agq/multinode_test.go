@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,6 +122,82 @@ func TestTwoNodesShareOneDatabase(t *testing.T) {
 			t.Fatal("the worker blocked on B was not woken by a job submitted on A")
 		}
 		wB.Do(ctx, "WORKER.UNREGISTER", "on-b")
+	})
+
+	// Under load, with wake-ups sent after commits: workers blocked on B
+	// get jobs submitted on A, and JOB.WAITs on A return when B's workers
+	// complete them. Every wait is shorter than the blocked clients'
+	// periodic re-check, so only a wake-up can end it in time.
+	t.Run("UnderLoadPopsAndWaitsCrossNodes", func(t *testing.T) {
+		const jobs, producers, workers = 400, 4, 6
+		loadCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		var completed sync.WaitGroup
+		completed.Add(jobs)
+		var wg sync.WaitGroup
+		for i := range workers {
+			c := register(b.Addr, fmt.Sprintf("load-b-%d", i))
+			wg.Go(func() {
+				for loadCtx.Err() == nil {
+					res, err := c.BRPop(loadCtx, time.Second, "queue:load").Result()
+					if err != nil {
+						continue
+					}
+					var j struct {
+						JobID    string `json:"job_id"`
+						Attempt  int    `json:"attempt"`
+						Delivery string `json:"delivery"`
+					}
+					if err := json.Unmarshal([]byte(res[1]), &j); err != nil {
+						t.Errorf("delivery %q: %v", res[1], err)
+						return
+					}
+					doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, j.Attempt, j.Delivery)
+					if err := c.Do(loadCtx, "JOB.UPDATE", j.JobID, doc).Err(); err != nil {
+						t.Errorf("completing %s: %v", j.JobID, err)
+						return
+					}
+					completed.Done()
+				}
+			})
+		}
+		waits := make(chan error, jobs)
+		var submitters sync.WaitGroup
+		for p := range producers {
+			submitters.Go(func() {
+				for i := p; i < jobs; i += producers {
+					id := fmt.Sprintf("load-%d", i)
+					if err := adminA.Do(ctx, "JOB.SUBMIT", fmt.Sprintf(`{"job_id":%q,"queue":"load","type":"t"}`, id)).Err(); err != nil {
+						t.Errorf("submitting %s on A: %v", id, err)
+						return
+					}
+					if i%10 == 0 {
+						go func() {
+							raw, err := adminA.Do(ctx, "JOB.WAIT", id, "10").Text()
+							if err == nil && !strings.Contains(raw, `"status":"completed"`) {
+								err = fmt.Errorf("JOB.WAIT %s on A = %s", id, raw)
+							}
+							waits <- err
+						}()
+					}
+				}
+			})
+		}
+		submitters.Wait()
+		for range jobs / 10 {
+			if err := <-waits; err != nil {
+				t.Errorf("JOB.WAIT on A for a job completed through B: %v", err)
+			}
+		}
+		done := make(chan struct{})
+		go func() { completed.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("not every job submitted on A was completed by the workers on B")
+		}
+		stop()
+		wg.Wait()
 	})
 
 	t.Run("KilledLeaderIsReplacedAndItsRecoveriesHappen", func(t *testing.T) {
