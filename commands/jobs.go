@@ -73,6 +73,11 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 	if errors.Is(err, store.ErrConflict) {
 		return nil, resp.CodeErrorf("TRYAGAIN", "%s", err)
 	}
+	if exists := (*store.JobExistsError)(nil); errors.As(err, &exists) {
+		// An id is one job: submitting it again is idempotent only
+		// with the same contents.
+		return nil, resp.Errorf("%s", err)
+	}
 	return res, err
 }
 

@@ -465,6 +465,20 @@ func TestSubmissionIsIdempotentAndBatchesAreAtomic(t *testing.T) {
 	if n, _ := admin.Do(ctx, "LLEN", "queue:bulk").Int(); n != 1000 {
 		t.Fatalf("LLEN = %d, want 1000", n)
 	}
+
+	// An id names one job: another producer's job with the same id is
+	// refused, alone or in a batch (which then stores nothing).
+	err = admin.Do(ctx, "JOB.SUBMIT", `{"job_id":"same-id","type":"other"}`).Err()
+	if err == nil || err.Error() != "ERR job same-id already exists with different contents" {
+		t.Fatalf("an id taken by other contents: %v", err)
+	}
+	err = admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"fresh-1","queue":"mixed"},{"job_id":"same-id","queue":"mixed"}]`).Err()
+	if err == nil || err.Error() != "ERR job 1: job same-id already exists with different contents" {
+		t.Fatalf("a batch with an id taken by other contents: %v", err)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:mixed").Int(); n != 0 {
+		t.Fatalf("a refused batch left %d jobs", n)
+	}
 	if err := admin.Do(ctx, "JOB.SUBMIT", `{"type":"t","payload":"`+strings.Repeat("x", 3<<20)+`"}`).Err(); err == nil || err.Error() != "ERR payload too large" {
 		t.Fatalf("oversize job: %v", err)
 	}

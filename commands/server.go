@@ -195,11 +195,12 @@ func (s *Server) RecheckKeys(ctx context.Context) {
 		if !sess.isAuthed() {
 			continue
 		}
-		// The database may just have come back: a pooled connection
-		// broken by the outage fails once and is replaced, so try again.
+		// The database may just have come back: each pooled connection
+		// broken by the outage fails once and is replaced, so try again
+		// for a while.
 		ok, err := s.keys.StillValid(ctx, sess.principal())
-		for try := 0; err != nil && try < 5 && ctx.Err() == nil; try++ {
-			time.Sleep(200 * time.Millisecond)
+		for start := time.Now(); err != nil && time.Since(start) < 10*time.Second && ctx.Err() == nil; {
+			time.Sleep(100 * time.Millisecond)
 			ok, err = s.keys.StillValid(ctx, sess.principal())
 		}
 		if err != nil {

@@ -141,16 +141,25 @@ func TestJobsSubmitEach(t *testing.T) {
 		// PostgreSQL cannot store a NUL in text: this one fails alone.
 		{ID: "bad", Queue: "q", Type: "a\x00b", MaxAttempts: 1, TimeoutSeconds: 1},
 		{ID: "new-2", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1, UniqueKey: "k"},
-		{ID: "new-1", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1},
+		{ID: "new-1", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1, UniqueKey: "k"},
+		// An existing id with other contents, in the database and in the group.
+		{ID: "old", Queue: "other", MaxAttempts: 1, TimeoutSeconds: 1},
+		{ID: "new-1", Queue: "q", MaxAttempts: 2, TimeoutSeconds: 1, UniqueKey: "k"},
 	}
 	res, errs, notes := st.JobsSubmitEach(ctx, jobs)
 	if !errors.Is(errs[2], store.ErrInvalidInput) {
 		t.Errorf("the bad job: %v, want invalid input", errs[2])
 	}
-	want := []store.SubmitResult{{"new-1", true, "q"}, {"old", false, "q"}, {}, {"new-1", false, "q"}, {"new-1", false, "q"}}
+	want := []store.SubmitResult{{"new-1", true, "q", true}, {"old", false, "q", true}, {}, {"new-1", false, "q", true}, {"new-1", false, "q", true}}
 	for i, w := range want {
 		if i != 2 && (errs[i] != nil || res[i] != w) {
 			t.Errorf("job %d: %+v, %v; want %+v", i, res[i], errs[i], w)
+		}
+	}
+	for _, i := range []int{5, 6} {
+		var exists *store.JobExistsError
+		if !errors.As(errs[i], &exists) {
+			t.Errorf("job %d, an id taken by other contents: %v", i, errs[i])
 		}
 	}
 	if len(notes) != 1 || notes[0].N != 1 {

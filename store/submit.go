@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,24 +18,46 @@ type SubmitResult struct {
 	ID      string
 	Created bool
 	Queue   string
+	// Same is false when the id was taken by a different job: the
+	// submission is refused (ErrJobExists), never silently merged.
+	Same bool
+}
+
+// JobExistsError means a submission's job_id names an existing job with
+// other contents.
+type JobExistsError struct{ ID string }
+
+func (e *JobExistsError) Error() string {
+	return "job " + e.ID + " already exists with different contents"
 }
 
 // JobsSubmit inserts jobs atomically, in one statement of one transaction.
 // A job whose id, or whose unique_key held by an unfinished job, already
 // exists is not inserted again: its result names the existing job with
-// Created false. The notes say which waiters the new jobs may wake; the
+// Created false. An id held by a job with other contents fails the batch
+// (JobExistsError). The notes say which waiters the new jobs may wake; the
 // caller publishes them once the commit returned.
 func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, []ReadyNote, error) {
-	res, err := insertJobs(ctx, s.Pool, jobs)
+	var res []SubmitResult
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if res, err = insertJobs(ctx, tx, jobs); err != nil {
+			return err
+		}
+		for i, r := range res {
+			if r.ID == "" {
+				// The conflicting row committed after this statement's
+				// snapshot was taken; the client's retry will find it.
+				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
+			}
+			if !r.Same {
+				return fmt.Errorf("job %d: %w", i, &JobExistsError{ID: r.ID})
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, interpretError(err)
-	}
-	for i, r := range res {
-		if r.ID == "" {
-			// The conflicting row committed after this statement's
-			// snapshot was taken; the client's retry will find it.
-			return nil, nil, fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
-		}
 	}
 	return res, submittedNotes(jobs, res), nil
 }
@@ -71,6 +94,9 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResu
 	for i, r := range results {
 		if errs[i] == nil && r.ID == "" {
 			errs[i] = fmt.Errorf("%w: job conflicts with a job submitted concurrently", ErrConflict)
+		}
+		if errs[i] == nil && !r.Same {
+			errs[i] = &JobExistsError{ID: r.ID}
 		}
 		if errs[i] == nil {
 			created[i] = r
@@ -157,11 +183,22 @@ func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, 
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		)
-		SELECT i.ord, coalesce(ins.id, held.id, ''), ins.id IS NOT NULL
+		SELECT i.ord, coalesce(ins.id, held.id, ''), ins.id IS NOT NULL, coalesce(held.same, true)
 		FROM input i
 		LEFT JOIN ins ON ins.id = i.id
 		LEFT JOIN LATERAL (
-			SELECT j.id FROM jobs j
+			-- The job that holds the id or the key. A job holding the id
+			-- must be this very submission sent again (run_at aside: a
+			-- re-sent delay_seconds names a later time).
+			SELECT j.id, j.id <> i.id OR (j.queue = i.queue AND j.type = i.type
+				AND j.requires = ARRAY(SELECT jsonb_array_elements_text(i.requires::jsonb))
+				AND j.plan IS NOT DISTINCT FROM nullif(i.plan, '')::jsonb
+				AND j.inputs IS NOT DISTINCT FROM nullif(i.inputs, '')::jsonb
+				AND j.payload IS NOT DISTINCT FROM nullif(i.payload, '')::jsonb
+				AND j.priority = i.priority AND j.max_attempts = i.max_attempts
+				AND j.retry_backoff_seconds = i.backoff AND j.timeout_seconds = i.timeout_seconds
+				AND j.unique_key IS NOT DISTINCT FROM nullif(i.unique_key, '')) AS same
+			FROM jobs j
 			WHERE ins.id IS NULL
 			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('queued', 'scheduled', 'running', 'retrying')))
 			ORDER BY j.id = i.id DESC LIMIT 1
@@ -175,7 +212,7 @@ func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, 
 	for rows.Next() {
 		var ord int32
 		var r SubmitResult
-		if err := rows.Scan(&ord, &r.ID, &r.Created); err != nil {
+		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -192,10 +229,20 @@ func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, 
 	}
 	for i, k := range firstOf {
 		if k != i {
-			results[i] = SubmitResult{ID: results[k].ID, Queue: results[k].Queue}
+			same := results[k].Same && (jobs[i].ID != jobs[k].ID || sameSubmission(jobs[i], jobs[k]))
+			results[i] = SubmitResult{ID: results[k].ID, Queue: results[k].Queue, Same: same}
 		}
 	}
 	return results, nil
+}
+
+// sameSubmission reports whether two submissions of one id in one call
+// ask for the same job.
+func sameSubmission(a, b NewJob) bool {
+	return a.Queue == b.Queue && a.Type == b.Type && slices.Equal(a.Requires, b.Requires) &&
+		bytes.Equal(a.Plan, b.Plan) && bytes.Equal(a.Inputs, b.Inputs) && bytes.Equal(a.Payload, b.Payload) &&
+		a.Priority == b.Priority && a.MaxAttempts == b.MaxAttempts && a.RetryBackoffSeconds == b.RetryBackoffSeconds &&
+		a.TimeoutSeconds == b.TimeoutSeconds && a.UniqueKey == b.UniqueKey
 }
 
 func cmpOrEmpty(s []string) []string {
