@@ -241,9 +241,9 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	gone, deadline, stop := blockOn(sess, timeout)
-	defer stop()
-	jw := s.hub.NewJobWaiter(id)
+	b := newBlocking(ctx, sess, timeout)
+	defer b.close()
+	jw := s.hub.NewJobWaiter(id, b.onWake())
 	defer jw.Close()
 	for {
 		getCtx, cancel := s.ctxForCommand(sess)
@@ -258,7 +258,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 		if store.IsTerminal(j.Status) {
 			return resp.Bulk(jobJSON(j)), nil
 		}
-		if _, reply, err := nextWake(ctx, jw.C(), gone, deadline, resp.Nil); reply != nil || err != nil {
+		if _, reply, err := next(b, jw.C(), resp.Nil); reply != nil || err != nil {
 			return reply, err
 		}
 	}

@@ -4,16 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
-
-// recheckEvery bounds how long a blocked pop trusts notifications alone: a
-// safety net for a note lost while the LISTEN connection was down or a due
-// time beyond the hub's bounded timer heap.
-const recheckEvery = 15 * time.Second
 
 // queueKeys parses queue:<name> keys.
 func queueKeys(args [][]byte) ([]string, error) {
@@ -135,26 +129,9 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 		return nil, err
 	}
 
-	// The socket is watched and the timeout armed only once the pop has
-	// to wait: a pop served at once costs no watcher.
-	start := time.Now()
-	var gone <-chan struct{}
-	var deadline <-chan time.Time
-	stop := func() {}
-	defer func() { stop() }()
-	blocked := false
-	block := func() {
-		if blocked {
-			return
-		}
-		blocked = true
-		left := timeout
-		if timeout > 0 {
-			left = max(timeout-time.Since(start), time.Nanosecond)
-		}
-		gone, deadline, stop = blockOn(sess, left)
-	}
-	waiter := s.hub.NewWaiter(queues, w.Capabilities)
+	b := newBlocking(ctx, sess, timeout)
+	defer b.close()
+	waiter := s.hub.NewWaiter(queues, w.Capabilities, b.onWake())
 	var received []store.ReadyNote // wake-ups not yet used
 	defer func() {
 		if waiter != nil {
@@ -174,7 +151,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			}
 			waiter.Close(received...)
 			received = nil
-			waiter = s.hub.NewWaiter(queues, w.Capabilities)
+			waiter = s.hub.NewWaiter(queues, w.Capabilities, b.onWake())
 			continue
 		}
 		if draining {
@@ -182,19 +159,16 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			// without taking wake-ups meant for others.
 			waiter.Close(received...)
 			waiter = nil
-			block()
-			return waitOut(ctx, gone, deadline)
+			return b.out(resp.NilArray)
 		} else if cerr != nil {
 			return nil, cerr
 		}
 		if len(jobs) > 0 {
 			received = dropNoteFor(received, queue)
-			select {
-			case <-gone:
+			if b.peerGone() {
 				// Claimed as the client left: give it back untouched.
 				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: jobs})
 				return nil, errClientGone
-			default:
 			}
 			return resp.Array{resp.BulkString("queue:" + queue), resp.Bulk(deliveryJSON(jobs[0]))}, nil
 		}
@@ -204,35 +178,13 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			s.hub.RetryTimed(note)
 		}
 		received = nil
-		block()
-		note, reply, err := nextWake(ctx, waiter.C(), gone, deadline, resp.NilArray)
+		note, reply, err := next(b, waiter.C(), resp.NilArray)
 		if reply != nil || err != nil {
 			return reply, err
 		}
 		if note != nil {
 			received = append(received, *note)
 		}
-	}
-}
-
-// nextWake waits for a blocking command's next reason to look again: a
-// wake-up (returned), or the safety re-check (nil). When the wait is over
-// instead — the deadline (onTimeout is the reply), the client left, the
-// server stops — it returns the reply or error to end the command with.
-func nextWake[T any](ctx context.Context, wake <-chan T, gone <-chan struct{}, deadline <-chan time.Time, onTimeout resp.Reply) (*T, resp.Reply, error) {
-	recheck := time.NewTimer(recheckEvery)
-	defer recheck.Stop()
-	select {
-	case v := <-wake:
-		return &v, nil, nil
-	case <-recheck.C:
-		return nil, nil, nil
-	case <-deadline:
-		return nil, onTimeout, nil
-	case <-gone:
-		return nil, nil, errClientGone
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
 	}
 }
 
@@ -244,34 +196,4 @@ func dropNoteFor(notes []store.ReadyNote, queue string) []store.ReadyNote {
 		}
 	}
 	return notes
-}
-
-// waitOut blocks until the deadline (nil reply), the client leaves or the
-// server stops.
-func waitOut(ctx context.Context, gone <-chan struct{}, deadline <-chan time.Time) (resp.Reply, error) {
-	select {
-	case <-deadline:
-		return resp.NilArray, nil
-	case <-gone:
-		return nil, errClientGone
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-var errClientGone = errors.New("client disconnected while blocked")
-
-// blockOn prepares a blocking command's wait: gone closes when the client
-// disconnects (the socket is watched while redcon is not reading it), and
-// deadline fires after timeout (never for 0). stop ends both.
-func blockOn(sess *Session, timeout time.Duration) (gone <-chan struct{}, deadline <-chan time.Time, stop func()) {
-	stopWatch := func() {}
-	if sess.guard != nil {
-		gone, stopWatch = sess.guard.WatchPeer()
-	}
-	if timeout <= 0 {
-		return gone, nil, stopWatch
-	}
-	t := time.NewTimer(timeout)
-	return gone, t.C, func() { t.Stop(); stopWatch() }
 }

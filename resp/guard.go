@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"time"
@@ -52,8 +51,6 @@ const (
 	guardErrWriteTimeout = 5 * time.Second
 )
 
-var errGuardReadDuringWatch = errors.New("resp: Read called while WatchPeer runs")
-
 // guardViolation is the error Read returns once the client broke framing or
 // a limit; redcon then closes the connection.
 type guardViolation struct{ reason string }
@@ -84,7 +81,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 // well-framed RESP commands within its Limits. On a violation it writes a
 // Redis-style protocol error to the client and Read fails.
 //
-// Read, SetIdleTimeout and WatchPeer belong to the goroutine serving the
+// Read, SetIdleTimeout and Park belong to the goroutine serving the
 // connection and must not run concurrently with each other, except that
 // stop may be called from anywhere; Write, Close and the deadline methods
 // are safe from any goroutine.
@@ -94,20 +91,24 @@ type GuardedConn struct {
 	mu sync.Mutex // guards the fields below; never held across blocking I/O
 	// store[off:] holds bytes received but not yet served; the prefix up to
 	// frame.pos has been validated.
-	store    []byte
-	off      int
-	served   int64 // stream offset of the next byte to serve
-	frame    guardFrame
-	readErr  error // the peer's error, returned once pending bytes are served
-	errSent  bool
-	idle     time.Duration
-	watching bool
+	store   []byte
+	off     int
+	served  int64 // stream offset of the next byte to serve
+	frame   guardFrame
+	readErr error // the peer's error, returned once pending bytes are served
+	errSent bool
+	idle    time.Duration
+	// parking is set while Park reads; unparked records an Unpark;
+	// parkWake wakes a Park that waits without reading.
+	parking  bool
+	unparked bool
+	parkWake chan struct{}
 }
 
 // NewGuardedConn wraps c so that its reads are validated against limits;
 // zero fields take their defaults.
 func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
-	return &GuardedConn{conn: c, frame: guardFrame{lim: limits.withDefaults()}}
+	return &GuardedConn{conn: c, frame: guardFrame{lim: limits.withDefaults()}, parkWake: make(chan struct{}, 1)}
 }
 
 // SetLimits replaces the limits from the next command on: agq is stricter
@@ -125,7 +126,7 @@ func (c *GuardedConn) SetIdleTimeout(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.idle = d
-	if d <= 0 && !c.watching {
+	if d <= 0 {
 		c.conn.SetReadDeadline(time.Time{})
 	}
 }
@@ -156,9 +157,6 @@ func (c *GuardedConn) Read(p []byte) (int, error) {
 		}
 		if c.readErr != nil {
 			return 0, c.readErr
-		}
-		if c.watching {
-			return 0, errGuardReadDuringWatch
 		}
 		n, err := c.readConn(p)
 		if n == 0 {
@@ -236,7 +234,7 @@ func (c *GuardedConn) violated(p []byte) (int, error) {
 // Write writes to the underlying connection.
 func (c *GuardedConn) Write(p []byte) (int, error) { return c.conn.Write(p) }
 
-// Close closes the underlying connection; a running watch then ends and
+// Close closes the underlying connection; a running Park then ends and
 // reports the peer gone.
 func (c *GuardedConn) Close() error { return c.conn.Close() }
 
@@ -247,11 +245,11 @@ func (c *GuardedConn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
 func (c *GuardedConn) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
 
 // SetDeadline sets the underlying connection's read and write deadlines; the
-// idle timeout and WatchPeer replace the read deadline as they go.
+// idle timeout and Park replace the read deadline as they go.
 func (c *GuardedConn) SetDeadline(t time.Time) error { return c.conn.SetDeadline(t) }
 
 // SetReadDeadline sets the underlying connection's read deadline; the idle
-// timeout and WatchPeer replace it as they go.
+// timeout and Park replace it as they go.
 func (c *GuardedConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
 
 // SetWriteDeadline sets the underlying connection's write deadline.

@@ -23,11 +23,17 @@ type guardTestServer struct {
 	blocked chan *guardBlock // BLOCK handlers announce themselves here
 }
 
-// guardBlock is a BLOCK handler waiting on WatchPeer until released.
+// guardBlock is a BLOCK handler parked until released.
 type guardBlock struct {
-	conn    *GuardedConn
-	release chan struct{}
-	result  chan string
+	conn     *GuardedConn
+	released chan struct{}
+	result   chan string
+}
+
+// release ends the BLOCK handler as a wake-up would.
+func (b *guardBlock) release() {
+	close(b.released)
+	b.conn.Unpark()
 }
 
 func guardStartServer(t *testing.T, lim Limits, accept func(redcon.Conn) bool) *guardTestServer {
@@ -59,19 +65,25 @@ func (s *guardTestServer) handle(conn redcon.Conn, cmd redcon.Command) {
 		conn.WriteString("OK")
 	case "BLOCK":
 		gc := conn.NetConn().(*GuardedConn)
-		gone, stop := gc.WatchPeer()
-		defer stop()
-		b := &guardBlock{conn: gc, release: make(chan struct{}), result: make(chan string, 1)}
+		gc.ResetPark()
+		b := &guardBlock{conn: gc, released: make(chan struct{}), result: make(chan string, 1)}
 		s.blocked <- b
-		select {
-		case <-gone:
-			b.result <- "gone"
-		case <-b.release:
-			stop()
-			b.result <- "released"
-			conn.WriteString("RELEASED")
-		case <-time.After(30 * time.Second):
-			b.result <- "timed out"
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if gc.Park(deadline) {
+				b.result <- "gone"
+				return
+			}
+			select {
+			case <-b.released:
+				b.result <- "released"
+				conn.WriteString("RELEASED")
+				return
+			default:
+			}
+			if time.Now().After(deadline) {
+				b.result <- "timed out"
+				return
+			}
 		}
 	default:
 		conn.WriteError("ERR unknown command")

@@ -99,15 +99,18 @@ type Waiter struct {
 	queues []string
 	caps   []string
 	c      chan store.ReadyNote
+	onWake func()
 }
 
 // C receives a note when a job the waiter can run may be claimable.
 func (w *Waiter) C() <-chan store.ReadyNote { return w.c }
 
 // NewWaiter registers a waiter. Register before checking the database, so
-// a job committed between the check and the wait still wakes it.
-func (h *Hub) NewWaiter(queues, caps []string) *Waiter {
-	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1)}
+// a job committed between the check and the wait still wakes it. onWake,
+// when set, is called after each note is put in C: a waiter that does not
+// select on C (a parked connection) is told that way.
+func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
+	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1), onWake: onWake}
 	h.mu.Lock()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], w)
@@ -184,8 +187,15 @@ func (h *Hub) deliver(note store.ReadyNote) {
 		select {
 		case w.c <- note:
 			woken++
+			w.wake()
 		default: // already woken and not yet back
 		}
+	}
+}
+
+func (w *Waiter) wake() {
+	if w.onWake != nil {
+		w.onWake()
 	}
 }
 
@@ -197,6 +207,7 @@ func (h *Hub) wakeAll() {
 		for _, w := range ws {
 			select {
 			case w.c <- store.ReadyNote{Queue: q, N: 1}:
+				w.wake()
 			default:
 			}
 		}
@@ -219,9 +230,10 @@ func covers(caps, requires []string) bool {
 
 // JobWaiter waits for one job to finish.
 type JobWaiter struct {
-	h  *Hub
-	id string
-	c  chan struct{}
+	h      *Hub
+	id     string
+	c      chan struct{}
+	onWake func()
 }
 
 // C receives when the job may have finished.
@@ -230,13 +242,17 @@ func (jw *JobWaiter) C() <-chan struct{} { return jw.c }
 func (jw *JobWaiter) signal() {
 	select {
 	case jw.c <- struct{}{}:
+		if jw.onWake != nil {
+			jw.onWake()
+		}
 	default:
 	}
 }
 
-// NewJobWaiter registers interest in a job's end; register before reading it.
-func (h *Hub) NewJobWaiter(id string) *JobWaiter {
-	jw := &JobWaiter{h: h, id: id, c: make(chan struct{}, 1)}
+// NewJobWaiter registers interest in a job's end; register before reading
+// it. onWake is as for NewWaiter.
+func (h *Hub) NewJobWaiter(id string, onWake func()) *JobWaiter {
+	jw := &JobWaiter{h: h, id: id, c: make(chan struct{}, 1), onWake: onWake}
 	h.mu.Lock()
 	if h.jobWait[id] == nil {
 		h.jobWait[id] = map[*JobWaiter]struct{}{}

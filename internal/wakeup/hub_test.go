@@ -20,8 +20,8 @@ func received(w *Waiter) (store.ReadyNote, bool) {
 func TestWakeUps(t *testing.T) {
 	t.Run("ANoteTheWaiterDidNotUseGoesToTheNext", func(t *testing.T) {
 		h := New(Config{})
-		w1 := h.NewWaiter([]string{"q"}, nil)
-		w2 := h.NewWaiter([]string{"q"}, nil)
+		w1 := h.NewWaiter([]string{"q"}, nil, nil)
+		w2 := h.NewWaiter([]string{"q"}, nil, nil)
 		h.deliver(store.ReadyNote{Queue: "q", N: 1}) // job A
 		if _, ok := received(w1); !ok {
 			t.Fatal("the oldest waiter was not woken")
@@ -35,8 +35,8 @@ func TestWakeUps(t *testing.T) {
 	})
 	t.Run("ANoteForAnotherQueueIsPassedOn", func(t *testing.T) {
 		h := New(Config{})
-		both := h.NewWaiter([]string{"a", "b"}, nil)
-		onlyB := h.NewWaiter([]string{"b"}, nil)
+		both := h.NewWaiter([]string{"a", "b"}, nil, nil)
+		onlyB := h.NewWaiter([]string{"b"}, nil, nil)
 		h.deliver(store.ReadyNote{Queue: "b", N: 1})
 		note, ok := received(both)
 		if !ok {
@@ -50,10 +50,10 @@ func TestWakeUps(t *testing.T) {
 	})
 	t.Run("OnlyCapableWaitersAreWokenAndNoMoreThanN", func(t *testing.T) {
 		h := New(Config{})
-		cannot := h.NewWaiter([]string{"q"}, []string{"grep"})
-		can1 := h.NewWaiter([]string{"q"}, []string{"sort", "uniq"})
-		can2 := h.NewWaiter([]string{"q"}, []string{"sort"})
-		can3 := h.NewWaiter([]string{"q"}, []string{"sort"})
+		cannot := h.NewWaiter([]string{"q"}, []string{"grep"}, nil)
+		can1 := h.NewWaiter([]string{"q"}, []string{"sort", "uniq"}, nil)
+		can2 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
+		can3 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
 		h.deliver(store.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}})
 		if _, ok := received(cannot); ok {
 			t.Fatal("a waiter without the capability was woken")
@@ -71,7 +71,7 @@ func TestWakeUps(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); h.timerLoop(ctx) }()
 		defer func() { cancel(); <-done }()
-		w := h.NewWaiter([]string{"q"}, nil)
+		w := h.NewWaiter([]string{"q"}, nil, nil)
 		defer w.Close()
 		at := time.Now().Add(150 * time.Millisecond)
 		h.deliver(store.ReadyNote{Queue: "q", N: 1, At: at.UnixMilli() + 1})

@@ -55,10 +55,10 @@ func guardResult(t *testing.T, b *guardBlock, want string) {
 	}
 }
 
-func TestGuardWatchPeer(t *testing.T) {
+func TestGuardPark(t *testing.T) {
 	t.Parallel()
 
-	t.Run("ClientClosingWhileHandlerBlocksClosesGone", func(t *testing.T) {
+	t.Run("ClientClosingWhileHandlerParksIsSeen", func(t *testing.T) {
 		t.Parallel()
 		srv := guardStartServer(t, Limits{}, nil)
 		c := guardDial(t, srv.addr)
@@ -66,33 +66,36 @@ func TestGuardWatchPeer(t *testing.T) {
 		b := srv.nextBlock(t)
 		c.Close()
 		guardResult(t, b, "gone")
+		if !b.conn.PeerGone() {
+			t.Fatal("PeerGone is false after the peer left")
+		}
 	})
 
-	t.Run("BytesPipelinedDuringWatchAreServedAfterStop", func(t *testing.T) {
+	t.Run("BytesPipelinedWhileParkedAreServedAfter", func(t *testing.T) {
 		t.Parallel()
 		srv := guardStartServer(t, Limits{}, nil)
 		c := guardDial(t, srv.addr)
 		c.Write([]byte("BLOCK\r\n"))
 		b := srv.nextBlock(t)
 		c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
-		guardEventually(t, "the watch has read the PING", func() bool { return guardPending(b.conn) == 14 })
-		close(b.release)
+		guardEventually(t, "the park has read the PING", func() bool { return guardPending(b.conn) == 14 })
+		b.release()
 		guardResult(t, b, "released")
 		guardExpect(t, c, "+RELEASED\r\n+PONG\r\n")
 	})
 
-	t.Run("StopWithoutActivityLeavesConnUsable", func(t *testing.T) {
+	t.Run("UnparkWithoutActivityLeavesConnUsable", func(t *testing.T) {
 		t.Parallel()
 		srv := guardStartServer(t, Limits{}, nil)
 		c := guardDial(t, srv.addr)
 		c.Write([]byte("BLOCK\r\n"))
-		close(srv.nextBlock(t).release)
+		srv.nextBlock(t).release()
 		guardExpect(t, c, "+RELEASED\r\n")
 		c.Write([]byte("PING\r\n"))
 		guardExpect(t, c, "+PONG\r\n")
 	})
 
-	t.Run("IdleTimeoutIsSuspendedDuringWatchAndRestoredAfter", func(t *testing.T) {
+	t.Run("IdleTimeoutIsSuspendedWhileParkedAndRestoredAfter", func(t *testing.T) {
 		t.Parallel()
 		const idle = 200 * time.Millisecond
 		srv := guardStartServer(t, Limits{}, func(conn redcon.Conn) bool {
@@ -104,78 +107,93 @@ func TestGuardWatchPeer(t *testing.T) {
 		b := srv.nextBlock(t)
 		time.Sleep(3 * idle) // the client waits on the handler longer than idle
 		c.Write([]byte("PING\r\n"))
-		guardEventually(t, "the watch has read the PING", func() bool { return guardPending(b.conn) == 6 })
-		close(b.release)
+		guardEventually(t, "the park has read the PING", func() bool { return guardPending(b.conn) == 6 })
+		b.release()
 		guardResult(t, b, "released")
 		if got := guardReadToClose(t, c); got != "+RELEASED\r\n+PONG\r\n" {
 			t.Fatalf("got %q", got)
 		}
 	})
 
-	t.Run("CloseDuringWatchEndsIt", func(t *testing.T) {
+	t.Run("UnparkBeforeParkEndsItAtOnceAndResetForgetsIt", func(t *testing.T) {
 		t.Parallel()
 		_, server := guardTCPPair(t)
 		gc := NewGuardedConn(server, Limits{})
-		gone, stop := gc.WatchPeer()
-		gc.Close()
-		select {
-		case <-gone:
-		case <-time.After(10 * time.Second):
-			t.Fatal("gone not closed after Close")
+		gc.Unpark()
+		if gone := gc.Park(time.Now().Add(10 * time.Second)); gone {
+			t.Fatal("Park reported the peer gone")
 		}
-		stop()
-		stop()
+		gc.Unpark()
+		gc.ResetPark()
+		start := time.Now()
+		gc.Park(time.Now().Add(100 * time.Millisecond))
+		if time.Since(start) < 100*time.Millisecond {
+			t.Fatal("a forgotten Unpark still ended the next Park")
+		}
+	})
+
+	t.Run("UnparkFromAnotherGoroutineEndsAParkedRead", func(t *testing.T) {
+		t.Parallel()
+		_, server := guardTCPPair(t)
+		gc := NewGuardedConn(server, Limits{})
+		time.AfterFunc(50*time.Millisecond, gc.Unpark)
+		start := time.Now()
+		if gone := gc.Park(time.Time{}); gone || time.Since(start) > 5*time.Second {
+			t.Fatalf("Park = %v after %v", gone, time.Since(start))
+		}
+	})
+
+	t.Run("CloseWhileParkedEndsIt", func(t *testing.T) {
+		t.Parallel()
+		_, server := guardTCPPair(t)
+		gc := NewGuardedConn(server, Limits{})
+		time.AfterFunc(50*time.Millisecond, func() { gc.Close() })
+		if !gc.Park(time.Now().Add(10 * time.Second)) {
+			t.Fatal("Park did not report the closed connection")
+		}
 	})
 
 	t.Run("PeerErrorFollowsPendingBytes", func(t *testing.T) {
 		t.Parallel()
 		client, server := guardTCPPair(t)
 		gc := NewGuardedConn(server, Limits{})
-		gone, stop := gc.WatchPeer()
 		client.Write([]byte("PING\r\n"))
 		client.Close()
-		select {
-		case <-gone:
-		case <-time.After(10 * time.Second):
-			t.Fatal("gone not closed after the peer closed")
+		if !gc.Park(time.Now().Add(10 * time.Second)) {
+			t.Fatal("Park did not report the peer leaving")
 		}
-		stop()
 		got, err := io.ReadAll(gc)
 		if err != nil || string(got) != "PING\r\n" {
 			t.Fatalf("got %q, %v", got, err)
 		}
-		if gone, _ := gc.WatchPeer(); !guardIsClosed(gone) {
-			t.Fatal("a watch after the peer left must report it gone")
+		if !gc.Park(time.Now().Add(10 * time.Second)) {
+			t.Fatal("a Park after the peer left must report it gone")
 		}
 	})
 
-	t.Run("WatchStopsReadingPastOneMiB", func(t *testing.T) {
+	t.Run("ParkStopsReadingPastOneMiB", func(t *testing.T) {
 		t.Parallel()
 		client, server := guardTCPPair(t)
 		gc := NewGuardedConn(server, Limits{})
-		_, stop := gc.WatchPeer()
 		body := strings.Repeat("x", 3<<20)
 		input := "*1\r\n$3145728\r\n" + body + "\r\n"
 		go client.Write([]byte(input))
-		guardEventually(t, "the watch has buffered 1 MiB", func() bool {
-			return guardPending(gc) > guardWatchMaxPending
+		parked := make(chan bool, 1)
+		go func() { parked <- gc.Park(time.Now().Add(30 * time.Second)) }()
+		guardEventually(t, "the park has buffered 1 MiB", func() bool {
+			return guardPending(gc) > guardParkMaxPending
 		})
-		stop()
-		if n := guardPending(gc); n > guardWatchMaxPending+guardWatchReadSize {
-			t.Fatalf("the watch buffered %d bytes", n)
+		time.Sleep(50 * time.Millisecond)
+		if n := guardPending(gc); n > guardParkMaxPending+guardParkReadSize {
+			t.Fatalf("the park buffered %d bytes", n)
+		}
+		gc.Unpark()
+		if gone := <-parked; gone {
+			t.Fatal("Park reported the peer gone")
 		}
 		got := make([]byte, len(input))
 		if _, err := io.ReadFull(gc, got); err != nil || !bytes.Equal(got, []byte(input)) {
 			t.Fatalf("read back %d bytes, %v", len(got), err)
 		}
 	})
-}
-
-func guardIsClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

@@ -1,0 +1,117 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agq/agq/resp"
+)
+
+// recheckEvery bounds how long a blocked command trusts notifications
+// alone: a safety net for a note lost while the LISTEN connection was down,
+// or a due time beyond the hub's bounded timer heap.
+const recheckEvery = 15 * time.Second
+
+var errClientGone = errors.New("client disconnected while blocked")
+
+// blocking is the wait of a blocking command (BRPOP, JOB.WAIT): it ends at
+// its timeout, when the client leaves, when ctx ends (the key is revoked,
+// the server stops) — or, for another look at the database, at a wake-up.
+//
+// The connection's own goroutine waits parked on its socket (see
+// resp.GuardedConn.Park), and wake-ups unpark it, so a blocked client costs
+// no goroutine, timer or buffer beyond its connection's.
+type blocking struct {
+	ctx      context.Context
+	guard    *resp.GuardedConn
+	deadline time.Time // zero: no timeout
+	stopCtx  func() bool
+}
+
+func newBlocking(ctx context.Context, sess *Session, timeout time.Duration) *blocking {
+	b := &blocking{ctx: ctx, guard: sess.guard}
+	if timeout > 0 {
+		b.deadline = time.Now().Add(timeout)
+	}
+	if b.guard != nil {
+		b.guard.ResetPark()
+		b.stopCtx = context.AfterFunc(ctx, b.guard.Unpark)
+	}
+	return b
+}
+
+// close releases the wait.
+func (b *blocking) close() {
+	if b.stopCtx != nil {
+		b.stopCtx()
+	}
+}
+
+// onWake is what a wake-up must call besides filling its channel.
+func (b *blocking) onWake() func() {
+	if b.guard == nil {
+		return nil
+	}
+	return b.guard.Unpark
+}
+
+// peerGone reports whether the client was seen leaving.
+func (b *blocking) peerGone() bool { return b.guard != nil && b.guard.PeerGone() }
+
+// next waits for a wake-up on c (returned) or the periodic re-check (all
+// nil). When the wait is over instead it returns the reply (onTimeout at
+// the timeout) or the error to end the command with.
+func next[T any](b *blocking, c <-chan T, onTimeout resp.Reply) (*T, resp.Reply, error) {
+	recheck := time.Now().Add(recheckEvery)
+	for {
+		select {
+		case v := <-c:
+			return &v, nil, nil
+		default:
+		}
+		if err := b.ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		now := time.Now()
+		if !b.deadline.IsZero() && !now.Before(b.deadline) {
+			return nil, onTimeout, nil
+		}
+		if !now.Before(recheck) {
+			return nil, nil, nil
+		}
+		until := recheck
+		if !b.deadline.IsZero() && b.deadline.Before(until) {
+			until = b.deadline
+		}
+		if b.park(until) {
+			return nil, nil, errClientGone
+		}
+	}
+}
+
+// out waits out the timeout, wake-ups aside: nil at the timeout, or the
+// error that ends the command.
+func (b *blocking) out(onTimeout resp.Reply) (resp.Reply, error) {
+	_, reply, err := next[struct{}](b, nil, onTimeout)
+	for reply == nil && err == nil { // re-checks do not end it
+		_, reply, err = next[struct{}](b, nil, onTimeout)
+	}
+	return reply, err
+}
+
+// park waits until until, a wake-up or ctx, and reports whether the client
+// left. Without a guarded socket (never in a served connection) it only
+// sleeps.
+func (b *blocking) park(until time.Time) bool {
+	if b.guard != nil {
+		return b.guard.Park(until)
+	}
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-b.ctx.Done():
+	}
+	return false
+}
