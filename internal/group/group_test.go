@@ -1,0 +1,125 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRunner(t *testing.T) {
+	t.Run("ALoneRequestRunsAtOnce", func(t *testing.T) {
+		r := New(Config[int, int]{Run: func(_ context.Context, reqs []int) []int {
+			out := make([]int, len(reqs))
+			for i, v := range reqs {
+				out[i] = v * 2
+			}
+			return out
+		}})
+		start := time.Now()
+		got, err := r.Do(context.Background(), 21)
+		if err != nil || got != 42 {
+			t.Fatalf("Do = %d, %v", got, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("a lone request waited %v", d)
+		}
+	})
+
+	t.Run("RequestsArrivingDuringAGroupFormTheNext", func(t *testing.T) {
+		release := make(chan struct{})
+		var sizes []int
+		var mu sync.Mutex
+		r := New(Config[int, int]{MaxSize: 5, Run: func(_ context.Context, reqs []int) []int {
+			mu.Lock()
+			sizes = append(sizes, len(reqs))
+			first := len(sizes) == 1
+			mu.Unlock()
+			if first {
+				<-release // the first group is in flight while the others arrive
+			}
+			return append([]int(nil), reqs...)
+		}})
+		var wg sync.WaitGroup
+		wg.Go(func() { r.Do(context.Background(), 0) })
+		for {
+			mu.Lock()
+			n := len(sizes)
+			mu.Unlock()
+			if n == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		var wrong atomic.Int32
+		for i := 1; i <= 12; i++ {
+			wg.Go(func() {
+				if got, err := r.Do(context.Background(), i); err != nil || got != i {
+					wrong.Add(1)
+				}
+			})
+		}
+		for {
+			r.mu.Lock()
+			n := len(r.pending)
+			r.mu.Unlock()
+			if n == 12 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(release)
+		wg.Wait()
+		if wrong.Load() > 0 {
+			t.Fatalf("%d requests got another's result", wrong.Load())
+		}
+		if want := []int{1, 5, 5, 2}; !slices.Equal(sizes, want) {
+			t.Fatalf("group sizes %v, want %v (bounded by MaxSize)", sizes, want)
+		}
+	})
+
+	t.Run("AnAbandonedRequestIsHandedBack", func(t *testing.T) {
+		release := make(chan struct{})
+		abandoned := make(chan int, 1)
+		r := New(Config[int, int]{
+			Run:       func(_ context.Context, reqs []int) []int { <-release; return reqs },
+			Abandoned: func(req, res int) { abandoned <- res },
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := r.Do(ctx, 7); done <- err }()
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do after cancel = %v", err)
+		}
+		close(release)
+		select {
+		case got := <-abandoned:
+			if got != 7 {
+				t.Fatalf("abandoned result %d", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the abandoned result was not handed back")
+		}
+		r.Wait()
+	})
+
+	t.Run("APanicFailsItsGroupAndTheRunnerGoesOn", func(t *testing.T) {
+		r := New(Config[int, int]{Run: func(_ context.Context, reqs []int) []int {
+			if reqs[0] < 0 {
+				panic("negative")
+			}
+			return reqs
+		}})
+		if _, err := r.Do(context.Background(), -1); !errors.Is(err, ErrPanicked) {
+			t.Fatalf("Do of a panicking group = %v", err)
+		}
+		if got, err := r.Do(context.Background(), 3); err != nil || got != 3 {
+			t.Fatalf("Do after a panic = %d, %v", got, err)
+		}
+	})
+}
