@@ -20,7 +20,8 @@ type JobsClaimParams struct {
 	Lease        time.Duration
 }
 
-// Claimed is one job handed to one worker.
+// Claimed is one job handed to one worker: the job holds what a delivery
+// carries (not its result, errors or timestamps).
 type Claimed struct {
 	Worker string
 	Job    Job
@@ -92,17 +93,22 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 			progress = NULL,
 			updated_at = now()
 		FROM picked JOIN w USING (rn) WHERE j.id = picked.id
-		RETURNING w.wid, `+jobCols("j."),
+		RETURNING w.wid, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
+			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text`,
 		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
 	if err != nil {
 		return nil, nil, interpretError(err)
 	}
 	for rows.Next() {
-		var c Claimed
-		if c.Job, err = scanJob(prefixed{rows, &c.Worker}); err != nil {
+		// What a delivery carries, and what orders deliveries.
+		c := Claimed{Job: Job{Status: StatusRunning}}
+		j := &c.Job
+		if err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
+			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery); err != nil {
 			rows.Close()
 			return nil, nil, interpretError(err)
 		}
+		j.WorkerID = &c.Worker
 		claimed = append(claimed, c)
 	}
 	rows.Close()
@@ -143,14 +149,6 @@ func (s *Store) claimRefusals(ctx context.Context, workers, caps []string, refus
 	}
 	return interpretError(rows.Err())
 }
-
-// prefixed scans one leading column into first, then the rest into dest.
-type prefixed struct {
-	pgx.Row
-	first *string
-}
-
-func (p prefixed) Scan(dest ...any) error { return p.Row.Scan(append([]any{p.first}, dest...)...) }
 
 // JobRelease gives back a just-claimed job whose delivery could not happen
 // (the client left): queued again, the attempt not counted. The note says

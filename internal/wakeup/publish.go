@@ -44,7 +44,10 @@ func (h *Hub) Publish(ready []store.ReadyNote, done []string) {
 }
 
 // sendLoop sends what Publish gathered, one batch of notices at a time:
-// everything published while one batch was being sent goes in the next.
+// everything published while one batch was being sent, or in the short
+// pause after it, goes in the next; a lone notice goes at once. The pause bounds the notices to a few
+// thousand a second, each a commit of its own for PostgreSQL, at the cost
+// of as much latency for clients blocked on other nodes.
 func (h *Hub) sendLoop(ctx context.Context) {
 	for {
 		select {
@@ -69,8 +72,16 @@ func (h *Hub) sendLoop(ctx context.Context) {
 			h.cfg.Logger.Warn().Err(err).Int("try", try+1).Msg("sending wake-up notices to other nodes")
 			time.Sleep(100 * time.Millisecond)
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(sendPause):
+		}
 	}
 }
+
+// sendPause is the least time between two sends of notices.
+const sendPause = 500 * time.Microsecond
 
 // coalesce merges notes for the same queue, requirements and due time.
 func coalesce(notes []store.ReadyNote) []store.ReadyNote {
