@@ -63,8 +63,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "agq"
 	// Connections idle for a while are closed: a node whose clients are all
-	// blocked holds no more than it needs.
-	pc.MaxConnIdleTime = time.Minute
+	// blocked holds no more than its LISTEN and leader connections and the
+	// one its sweeps use.
+	pc.MaxConnIdleTime = 10 * time.Second
+	pc.HealthCheckPeriod = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
