@@ -29,6 +29,9 @@ const (
 // defaultSettings apply unless Config.Settings overrides them.
 var defaultSettings = map[string]string{
 	"max_connections": "200",
+	// A busy queue's jobs table needs vacuuming within seconds, not the
+	// default minute (see migration 008).
+	"autovacuum_naptime": "5s",
 }
 
 // postmaster is a postgres server started by this process.
