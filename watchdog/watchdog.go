@@ -27,6 +27,8 @@ type Config struct {
 	Logger zerolog.Logger
 	// HeartbeatInterval is the workers' interval; they are dead after 3.
 	HeartbeatInterval time.Duration
+	// AckTimeout is how long a delivery may stay unacknowledged; default 30s.
+	AckTimeout time.Duration
 	// RetainCompleted and RetainFailed (also for cancelled jobs) are how
 	// long finished jobs are kept; defaults 7 and 30 days.
 	RetainCompleted time.Duration
@@ -43,6 +45,15 @@ type Watchdog struct {
 	cfg           Config
 	lastRetention time.Time
 	loop          service.Loop
+
+	// heardSince is when this watchdog could last start hearing workers:
+	// its start (a new leader, an agq restart) or the end of a database
+	// outage it saw. Silence before it is not the workers' fault: while
+	// agq or PostgreSQL was away their heartbeats and acknowledgements
+	// failed, so nothing is recovered for lack of them until a full
+	// window has passed since.
+	heardSince time.Time
+	outage     bool
 }
 
 // NewRecoveredCounter is the counter Config.Recovered expects, to be
@@ -57,6 +68,7 @@ func NewRecoveredCounter() *prometheus.CounterVec {
 // New fills defaults.
 func New(cfg Config) *Watchdog {
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
+	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
 	cfg.RetainCompleted = cmp.Or(cfg.RetainCompleted, 7*24*time.Hour)
 	cfg.RetainFailed = cmp.Or(cfg.RetainFailed, 30*24*time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
@@ -80,11 +92,46 @@ func (w *Watchdog) Stop() { w.loop.Stop() }
 
 // RunOnce performs one sweep of every recovery, and retention when due.
 func (w *Watchdog) RunOnce(ctx context.Context) error {
-	steps := []struct {
-		kind string
-		run  func() (int, error)
-	}{
-		{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }},
+	if err := w.cfg.Store.Ping(ctx); err != nil {
+		w.outage = true
+		return fmt.Errorf("database unavailable: %w", err)
+	}
+	if w.heardSince.IsZero() || w.outage {
+		if w.outage {
+			w.cfg.Logger.Info().Msg("database back: workers get a fresh grace before any is declared lost")
+		}
+		w.heardSince, w.outage = time.Now(), false
+	}
+	heard := time.Since(w.heardSince)
+	var steps []step
+	if heard >= w.cfg.AckTimeout {
+		steps = append(steps, step{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }})
+	}
+	if heard >= 3*w.cfg.HeartbeatInterval {
+		steps = append(steps, w.livenessSteps(ctx)...)
+	}
+	steps = append(steps, step{"timed_out_job", func() (int, error) {
+		return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
+	}})
+	if time.Since(w.lastRetention) >= w.cfg.RetentionEvery {
+		steps = append(steps, step{"retention_delete", func() (int, error) {
+			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
+				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
+			})
+		}})
+	}
+	return w.run(steps)
+}
+
+// step is one recovery: it returns how many rows it handled.
+type step struct {
+	kind string
+	run  func() (int, error)
+}
+
+// livenessSteps declare silent workers dead and take back expired leases.
+func (w *Watchdog) livenessSteps(ctx context.Context) []step {
+	return []step{
 		{"dead_worker", func() (int, error) {
 			dead, err := w.cfg.Store.WorkersMarkDead(ctx, 3*w.cfg.HeartbeatInterval, w.cfg.Batch)
 			for _, id := range dead {
@@ -93,21 +140,11 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			return len(dead), err
 		}},
 		{"expired_lease", func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
-		{"timed_out_job", func() (int, error) {
-			return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
-		}},
 	}
-	if time.Since(w.lastRetention) >= w.cfg.RetentionEvery {
-		steps = append(steps, struct {
-			kind string
-			run  func() (int, error)
-		}{"retention_delete", func() (int, error) {
-			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
-				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
-			})
-		}})
-	}
-	// One step failing must not keep the others from running.
+}
+
+// run runs the steps; one failing must not keep the others from running.
+func (w *Watchdog) run(steps []step) error {
 	var errs []error
 	for _, step := range steps {
 		// A full batch means there may be more: repeat, within reason.

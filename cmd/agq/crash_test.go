@@ -412,6 +412,7 @@ type agqProcess struct {
 	adminKey    string
 	dataDir     string
 	runs        int
+	extraArgs   []string
 	cmd         *exec.Cmd
 	exited      chan error
 }
@@ -446,6 +447,7 @@ func (p *agqProcess) start(ctx context.Context) {
 		"--listen", p.addr, "--http-listen", "off", "--database-url", p.databaseURL,
 		"--data-dir", p.dataDir, "--admin-key", p.adminKey,
 		"--ack-timeout", crashAckTimeout.String(), "--log-level", "warn", "--log-format", "json")
+	cmd.Args = append(cmd.Args, p.extraArgs...)
 	cmd.Env = withoutAgqEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -143,3 +143,29 @@ func newDatabase(t testing.TB, template string) string {
 	})
 	return cl.ConnString(name)
 }
+
+// OwnCluster starts a PostgreSQL cluster of the test's own, for tests that
+// stop or restart it; it is closed when the test ends.
+func OwnCluster(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agqo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard),
+		Settings: map[string]string{"fsync": "off", "full_page_writes": "off"}})
+	if err != nil {
+		t.Fatalf("agqtest: opening a cluster: %v", err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.Start(ctx); err != nil {
+		t.Fatalf("agqtest: starting a cluster: %v", err)
+	}
+	return cl
+}

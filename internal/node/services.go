@@ -39,6 +39,7 @@ func (n *Node) startElector(ctx context.Context) {
 				Store:             n.store,
 				Logger:            n.log.With().Str("component", "watchdog").Logger(),
 				HeartbeatInterval: n.cfg.HeartbeatInterval,
+				AckTimeout:        n.cfg.AckTimeout,
 				RetainCompleted:   n.cfg.RetainCompleted,
 				RetainFailed:      n.cfg.RetainFailed,
 				Recovered:         recovered,

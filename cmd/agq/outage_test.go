@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+)
+
+// Time in which agq or PostgreSQL was away is not the workers' silence: a
+// worker that holds a job through an outage longer than three heartbeat
+// intervals is not declared dead, its job is not run again, and its
+// completion of a job on its last attempt is accepted.
+func TestOutagesAreNotBlamedOnWorkers(t *testing.T) {
+	t.Run("AgqKilled", func(t *testing.T) {
+		srv := newAgqProcess(t, buildAgq(t), agqtest.NewDatabase(t))
+		srv.extraArgs = []string{"--heartbeat-interval", "1s"}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		srv.start(ctx)
+		holdThroughOutage(ctx, t, srv, func() {
+			srv.kill()
+			time.Sleep(4 * time.Second)
+			srv.start(ctx)
+		})
+		srv.stop(t)
+	})
+
+	t.Run("PostgresRestarted", func(t *testing.T) {
+		cl := agqtest.OwnCluster(t)
+		srv := newAgqProcess(t, buildAgq(t), cl.ConnString("postgres"))
+		srv.extraArgs = []string{"--heartbeat-interval", "1s"}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		srv.start(ctx)
+		holdThroughOutage(ctx, t, srv, func() {
+			if err := cl.Stop(); err != nil {
+				t.Fatalf("stopping postgres: %v", err)
+			}
+			time.Sleep(4 * time.Second)
+			if err := cl.Start(ctx); err != nil {
+				t.Fatalf("starting postgres: %v", err)
+			}
+		})
+		srv.stop(t)
+	})
+}
+
+// holdThroughOutage has a worker, heartbeating every second as agw does,
+// take a job with one attempt, lives through outage, resumes heartbeating
+// a moment after it (as a worker whose next tick comes later would), then
+// completes the job once a dead-worker sweep has certainly run.
+func holdThroughOutage(ctx context.Context, t *testing.T, srv *agqProcess, outage func()) {
+	t.Helper()
+	admin := redis.NewClient(srv.clientOptions("", srv.adminKey))
+	defer admin.Close()
+	key := mustText(ctx, t, admin, "KEY.CREATE", "worker", "holder")
+	w := redis.NewClient(srv.clientOptions("holder", key))
+	defer w.Close()
+	reg := `{"worker_id":"holder","hostname":"h","agw_version":"0","capabilities":{"tools":["t"]}}`
+	if err := w.Do(ctx, "WORKER.REGISTER", reg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var paused atomic.Bool
+	var beats atomic.Int64
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	go func() {
+		for hbCtx.Err() == nil {
+			if !paused.Load() && w.Do(hbCtx, "WORKER.HEARTBEAT", "holder").Err() == nil {
+				beats.Add(1)
+			}
+			select {
+			case <-hbCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	mustText(ctx, t, admin, "JOB.SUBMIT", `{"job_id":"once","queue":"hold","type":"t","max_attempts":1}`)
+	res, err := w.BRPop(ctx, 5*time.Second, "queue:hold").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		Attempt  int    `json:"attempt"`
+		Delivery string `json:"delivery"`
+	}
+	if err := json.Unmarshal([]byte(res[1]), &job); err != nil {
+		t.Fatal(err)
+	}
+	ack := fmt.Sprintf(`{"status":"running","attempt":%d,"delivery":%q}`, job.Attempt, job.Delivery)
+	if err := w.Do(ctx, "JOB.UPDATE", "once", ack).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	paused.Store(true)
+	outage()
+	back := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	before := beats.Load()
+	paused.Store(false)
+	agqtest.Eventually(t, 20*time.Second, func() error {
+		if beats.Load() == before {
+			return fmt.Errorf("no heartbeat answered since the outage")
+		}
+		return nil
+	})
+	// Past three intervals since agq could hear the worker again: a
+	// sweep that wrongly counted the outage would have struck by now.
+	time.Sleep(time.Until(back.Add(4 * time.Second)))
+
+	done := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, job.Attempt, job.Delivery)
+	if err := w.Do(ctx, "JOB.UPDATE", "once", done).Err(); err != nil {
+		t.Fatalf("the worker's completion after the outage: %v", err)
+	}
+	raw := mustText(ctx, t, admin, "JOB.GET", "once")
+	if !strings.Contains(raw, `"status":"completed"`) || !strings.Contains(raw, `"attempt":1,`) {
+		t.Fatalf("the job after the outage: %s", raw)
+	}
+	dead, err := admin.Do(ctx, "WORKER.LIST", "DEAD").StringSlice()
+	if err != nil || slices.Contains(dead, "holder") {
+		t.Fatalf("WORKER.LIST DEAD = %v, %v: the outage was blamed on the worker", dead, err)
+	}
+}
