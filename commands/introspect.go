@@ -146,8 +146,18 @@ func (s *Server) infoServer(context.Context) ([][2]string, error) {
 }
 
 func (s *Server) infoClients(context.Context) ([][2]string, error) {
+	sessions := s.sessionList()
+	blocked := 0
+	for _, sess := range sessions {
+		sess.mu.Lock()
+		if sess.unblock != nil {
+			blocked++
+		}
+		sess.mu.Unlock()
+	}
 	return [][2]string{
-		{"connected_clients", fmt.Sprint(len(s.sessionList()))},
+		{"connected_clients", fmt.Sprint(len(sessions))},
+		{"blocked_clients", fmt.Sprint(blocked)},
 		{"maxclients", fmt.Sprint(s.opts.MaxClients)},
 	}, nil
 }

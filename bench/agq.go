@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// agqServer is agq run as a subprocess on the benchmark's cluster.
+type agqServer struct {
+	cmd      *exec.Cmd
+	addr     string
+	adminKey string
+	admin    *redis.Client
+	dir      string
+}
+
+// buildAgq compiles the agq of this checkout, in its own module (the
+// benchmark runs from bench/).
+func buildAgq(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "agq")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(root, "cmd", "agq")); err != nil {
+		return "", fmt.Errorf("run the benchmark from the bench directory: %w", err)
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/agq")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building agq: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func startAgq(ctx context.Context, bin, databaseURL string, maxClients int) (*agqServer, error) {
+	dir, err := os.MkdirTemp("", "agqb-agq")
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	s := &agqServer{addr: freeAddr(), adminKey: hex.EncodeToString(key), dir: dir}
+	s.cmd = exec.Command(bin, "--listen", s.addr, "--http-listen", "off", "--database-url", databaseURL,
+		"--data-dir", dir, "--admin-key", s.adminKey, "--log-level", "warn",
+		"--max-clients", strconv.Itoa(maxClients))
+	log, err := os.Create(filepath.Join(dir, "agq.log"))
+	if err != nil {
+		return nil, err
+	}
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.admin = redis.NewClient(&redis.Options{Addr: s.addr, Password: s.adminKey, PoolSize: 32})
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if err := s.admin.Ping(ctx).Err(); err == nil {
+			return s, nil
+		} else if time.Since(start) > 30*time.Second {
+			s.stop()
+			return nil, fmt.Errorf("agq did not answer: %v (log in %s)", err, log.Name())
+		}
+	}
+}
+
+func (s *agqServer) pid() int { return s.cmd.Process.Pid }
+
+func (s *agqServer) stop() {
+	s.admin.Close()
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	os.RemoveAll(s.dir)
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// worker is one registered worker on one go-redis connection, as a user
+// would write it.
+type worker struct {
+	id string
+	c  *redis.Client
+}
+
+func (s *agqServer) newWorkers(ctx context.Context, prefix string, n int) ([]*worker, error) {
+	out := make([]*worker, n)
+	for i := range out {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
+		if err != nil {
+			return nil, err
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.addr, Username: id, Password: key, PoolSize: 1,
+			ReadTimeout: -1, MaxRetries: -1})
+		doc, _ := json.Marshal(map[string]any{"worker_id": id, "hostname": "bench", "agw_version": "bench",
+			"capabilities": map[string]any{"tools": []string{}, "types": []string{"bench"}}})
+		if err := c.Do(ctx, "WORKER.REGISTER", string(doc)).Err(); err != nil {
+			return nil, err
+		}
+		out[i] = &worker{id: id, c: c}
+	}
+	return out, nil
+}
+
+func closeWorkers(ws []*worker) {
+	for _, w := range ws {
+		w.c.Close()
+	}
+}
+
+// delivered is the part of a delivered job a worker reports with.
+type delivered struct {
+	ID       string `json:"job_id"`
+	Attempt  int    `json:"attempt"`
+	Delivery string `json:"delivery"`
+	Payload  struct {
+		SentAt int64 `json:"sent_at"`
+	} `json:"payload"`
+}
+
+// work pops a job from queue and reports it, with a running report first
+// when running is set. It returns false when the pop timed out.
+func (w *worker) work(ctx context.Context, queue string, running bool) (delivered, bool, error) {
+	res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
+	if err == redis.Nil {
+		return delivered{}, false, nil
+	}
+	if err != nil {
+		return delivered{}, false, err
+	}
+	var d delivered
+	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+		return d, false, err
+	}
+	if running {
+		doc := fmt.Sprintf(`{"status":"running","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)
+		if err := w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err(); err != nil {
+			return d, false, err
+		}
+	}
+	doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)
+	return d, true, w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err()
+}
+
+// jobDoc is one benchmark job.
+func jobDoc(queue string, sentAt int64) string {
+	return fmt.Sprintf(`{"queue":%q,"type":"bench","payload":{"sent_at":%d}}`, queue, sentAt)
+}
+
+// submitBatches submits n jobs in batches of size.
+func (s *agqServer) submitBatches(ctx context.Context, queue string, n, size int) error {
+	for done := 0; done < n; {
+		k := min(size, n-done)
+		b := make([]byte, 0, k*64)
+		b = append(b, '[')
+		for i := range k {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, jobDoc(queue, 0)...)
+		}
+		b = append(b, ']')
+		if err := s.admin.Do(ctx, "JOB.SUBMIT", string(b)).Err(); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The benchmark runs at a tiny size so that it cannot rot: every scenario
+// must finish, every job be worked, and every figure be printed.
+func TestBenchmarkRunsAtASmallSize(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r, err := run(ctx, options{jobs: 300, workers: 8, submitJobs: 300, producers: 4, continuous: time.Second,
+		latency: 10, idle: 50}, &progress)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	t.Logf("\n%s", out.String())
+	for _, row := range r.rows {
+		for i, cell := range row[1:3] {
+			if strings.Contains(cell, "jobs/s") && strings.HasPrefix(cell, "0 ") {
+				t.Errorf("%s: %s measured nothing: %q", row[0], []string{"agq", "River"}[i], cell)
+			}
+		}
+	}
+	for _, want := range []string{"burn-down, 300 jobs", "with JOB.UPDATE running", "write transactions per job",
+		"continuous: completed", "single jobs, 4 producers", "batches of 1,000", "pickup latency, idle worker p99",
+		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report has no %q row", want)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/internal/pgcluster"
+)
+
+// cluster is the one PostgreSQL both systems run on, with its defaults:
+// fsync and synchronous_commit on, as users run it.
+type cluster struct {
+	pg    *pgcluster.Cluster
+	dir   string
+	admin *pgxpool.Pool
+}
+
+func startCluster(ctx context.Context) (*cluster, error) {
+	dir, err := os.MkdirTemp("", "agqb")
+	if err != nil {
+		return nil, err
+	}
+	// As root, postgres runs as its own user and must be able to enter it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	pg, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard),
+		Settings: map[string]string{"max_connections": "300"}})
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.Start(ctx); err != nil {
+		return nil, err
+	}
+	admin, err := pgxpool.New(ctx, pg.ConnString("postgres"))
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{pg: pg, dir: dir, admin: admin}
+	for _, db := range []string{"agq", "river"} {
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *cluster) url(db string) string { return c.pg.ConnString(db) }
+
+func (c *cluster) close() {
+	c.admin.Close()
+	c.pg.Close()
+	os.RemoveAll(c.dir)
+}
+
+// counters is what PostgreSQL and the processes have done so far.
+type counters struct {
+	at      time.Time
+	commits int64 // transaction ids taken so far: write transactions
+	wal     string
+	pgCPU   time.Duration
+	agqCPU  time.Duration
+	selfCPU time.Duration
+}
+
+func (c *cluster) sample(ctx context.Context, db string, agqPID int) (counters, error) {
+	s := counters{at: time.Now()}
+	// Write transactions are counted by the transaction ids they took:
+	// pg_stat_database's counters reach it up to seconds late.
+	err := c.admin.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_lsn()::text`).
+		Scan(&s.commits, &s.wal)
+	s.pgCPU = postgresCPU()
+	if agqPID > 0 {
+		s.agqCPU = processCPU(agqPID)
+	}
+	s.selfCPU = processCPU(os.Getpid())
+	return s, err
+}
+
+// perJob is the cost of one job between two samples.
+type perJob struct {
+	commits, walBytes   float64
+	pgCPU, agqCPU, self time.Duration
+}
+
+func (c *cluster) perJob(ctx context.Context, a, b counters, jobs int) perJob {
+	var wal float64
+	c.admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)`, b.wal, a.wal).Scan(&wal)
+	n := float64(max(jobs, 1))
+	return perJob{
+		commits:  float64(b.commits-a.commits) / n,
+		walBytes: wal / n,
+		pgCPU:    (b.pgCPU - a.pgCPU) / time.Duration(max(jobs, 1)),
+		agqCPU:   (b.agqCPU - a.agqCPU) / time.Duration(max(jobs, 1)),
+		self:     (b.selfCPU - a.selfCPU) / time.Duration(max(jobs, 1)),
+	}
+}
+
+// waitEvents samples what the database's sessions wait on until ctx ends.
+func (c *cluster) waitEvents(ctx context.Context, db string) map[string]int {
+	counts := map[string]int{}
+	for ctx.Err() == nil {
+		rows, err := c.admin.Query(context.Background(), `
+			SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
+			WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()`, db)
+		if err == nil {
+			for rows.Next() {
+				var w string
+				if rows.Scan(&w) == nil {
+					counts[w]++
+				}
+			}
+			rows.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return counts
+}
+
+// connections counts the database's sessions from an application.
+func (c *cluster) connections(ctx context.Context, db, app string) int {
+	var n int
+	c.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`, db, app).Scan(&n)
+	return n
+}
+
+var clockTick = 100 // USER_HZ on Linux
+
+// processCPU is the user and system CPU a process has used.
+func processCPU(pid int) time.Duration {
+	f := statFields(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * time.Second / time.Duration(clockTick)
+}
+
+// postgresCPU sums the CPU of every postgres process of the machine (the
+// benchmark's cluster is the only one it expects), and of those that
+// exited: the postmaster reaps them, so their time is its children's.
+func postgresCPU() time.Duration {
+	var total time.Duration
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, p := range procs {
+		comm, err := os.ReadFile(p)
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		total += processCPU(pid)
+		if f := statFields(pid); len(f) > 14 {
+			if parent, _ := os.ReadFile(fmt.Sprintf("/proc/%s/comm", f[1])); strings.TrimSpace(string(parent)) != "postgres" {
+				cu, _ := strconv.ParseInt(f[13], 10, 64)
+				cs, _ := strconv.ParseInt(f[14], 10, 64)
+				total += time.Duration(cu+cs) * time.Second / time.Duration(clockTick)
+			}
+		}
+	}
+	return total
+}
+
+// statFields are the fields of /proc/<pid>/stat after the command name:
+// state, ppid, … (f[11], f[12] are utime and stime; f[13], f[14] the
+// reaped children's).
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+}
+
+// rss is a process's resident memory in bytes.
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,189 @@
+// Command bench measures agq beside River on one PostgreSQL: it starts a
+// cluster with PostgreSQL's durable defaults, runs agq (built from this
+// checkout) as a subprocess driven over RESP by go-redis clients, and River
+// v0.51 in process on another database of the same cluster, one after the
+// other for each kind of work, and prints every figure with the agq/River
+// ratio as a markdown table.
+//
+//	cd bench && go run .            # full size (a few minutes)
+//	cd bench && go run . -small     # seconds
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	jobs, workers, submitJobs, producers int
+	continuous                           time.Duration
+	latency, idle                        int
+	settle                               time.Duration
+	only                                 string
+}
+
+func main() {
+	var o options
+	small := flag.Bool("small", false, "a run of seconds, for CI")
+	flag.IntVar(&o.jobs, "jobs", 20000, "jobs per burn-down")
+	flag.IntVar(&o.workers, "workers", 64, "agq worker connections")
+	flag.IntVar(&o.submitJobs, "submit-jobs", 20000, "jobs per submission run")
+	flag.IntVar(&o.producers, "producers", 16, "concurrent producers")
+	flag.DurationVar(&o.continuous, "continuous", 10*time.Second, "length of the continuous run")
+	flag.IntVar(&o.latency, "latency", 300, "pickup latency samples")
+	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
+	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,latency,idle (default all)")
+	flag.Parse()
+	if *small {
+		o = options{jobs: 2000, workers: 16, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
+			latency: 30, idle: 200, settle: 0, only: o.only}
+	}
+	r, err := run(context.Background(), o, os.Stderr)
+	if r != nil {
+		r.print(os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs the selected scenarios and returns their report.
+func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
+	raiseFileLimit()
+	want := func(s string) bool { return o.only == "" || strings.Contains(","+o.only+",", ","+s+",") }
+	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
+
+	cl, err := startCluster(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
+	}
+	defer cl.close()
+	tmp, err := os.MkdirTemp("", "agqb-bin")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin, err := buildAgq(ctx, tmp)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startAgq(ctx, bin, cl.url("agq"), max(o.idle+1000, 10000))
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	rv, err := newRiver(ctx, cl.url("river"))
+	if err != nil {
+		return nil, fmt.Errorf("river: %w", err)
+	}
+	defer rv.close()
+	ws, err := s.newWorkers(ctx, "w", o.workers)
+	if err != nil {
+		return nil, err
+	}
+	defer closeWorkers(ws)
+
+	r := &report{}
+	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
+	if want("burn") {
+		say("burn-down of %d jobs, %d agq worker connections", o.jobs, o.workers)
+		a, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false)
+		if err != nil {
+			return r, fmt.Errorf("agq burn-down: %w", err)
+		}
+		b, err := riverBurnDown(ctx, cl, rv, o.jobs)
+		if err != nil {
+			return r, fmt.Errorf("river burn-down: %w", err)
+		}
+		say("burn-down with JOB.UPDATE running")
+		ar, err := agqBurnDown(ctx, cl, s, ws, o.jobs, true)
+		if err != nil {
+			return r, fmt.Errorf("agq burn-down: %w", err)
+		}
+		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
+		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
+		r.costs("burn-down", a, b)
+		r.add("burn-down with running: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ar.cost.commits, ar.cost.walBytes), "", "")
+	}
+	if want("continuous") {
+		say("continuous: %d producers of single jobs while working, %v", o.producers, o.continuous)
+		a, err := agqContinuous(ctx, s, ws, o.producers, o.continuous)
+		if err != nil {
+			return r, fmt.Errorf("agq continuous: %w", err)
+		}
+		b, err := riverContinuous(ctx, rv, o.producers, o.continuous)
+		if err != nil {
+			return r, fmt.Errorf("river continuous: %w", err)
+		}
+		r.rates("continuous: submitted", float64(a.submitted)/a.d.Seconds(), float64(b.submitted)/b.d.Seconds())
+		r.rates("continuous: completed", float64(a.completed)/a.d.Seconds(), float64(b.completed)/b.d.Seconds())
+		r.add("continuous: backlog at the end", fmt.Sprint(a.submitted-a.completed), fmt.Sprint(b.submitted-b.completed), "")
+	}
+	if want("submit") {
+		for _, p := range []int{1, o.producers} {
+			say("submit: single jobs from %d producers", p)
+			a, err := agqSubmit(ctx, s, o.submitJobs, p, 1)
+			if err != nil {
+				return r, fmt.Errorf("agq submit: %w", err)
+			}
+			b, err := riverSubmit(ctx, rv, o.submitJobs, p, 1)
+			if err != nil {
+				return r, fmt.Errorf("river submit: %w", err)
+			}
+			r.rates(fmt.Sprintf("submit: single jobs, %d producers", p), a, b)
+		}
+		say("submit: batches of 1,000")
+		a, err := agqSubmit(ctx, s, o.submitJobs, 1, 1000)
+		if err != nil {
+			return r, fmt.Errorf("agq batch submit: %w", err)
+		}
+		b, err := riverSubmit(ctx, rv, o.submitJobs, 1, 1000)
+		if err != nil {
+			return r, fmt.Errorf("river batch submit: %w", err)
+		}
+		r.rates("submit: batches of 1,000 (JOB.SUBMIT array / InsertMany)", a, b)
+	}
+	if want("latency") {
+		say("pickup latency over %d jobs, one idle worker", o.latency)
+		a, err := agqPickup(ctx, s, ws[0], o.latency)
+		if err != nil {
+			return r, fmt.Errorf("agq pickup: %w", err)
+		}
+		b, err := riverPickup(ctx, rv, o.latency)
+		if err != nil {
+			return r, fmt.Errorf("river pickup: %w", err)
+		}
+		r.latencies("pickup latency, idle worker", a, b)
+	}
+	if want("idle") && o.idle > 0 {
+		closeWorkers(ws)
+		ws = nil
+		say("%d idle blocked connections", o.idle)
+		res, err := agqIdle(ctx, cl, s, o.idle, max(o.latency/3, 10), o.settle)
+		if err != nil {
+			return r, fmt.Errorf("agq idle: %w", err)
+		}
+		r.add(fmt.Sprintf("%d idle blocked BRPOPs: agq RSS", res.conns), fmt.Sprintf("%.0f MB", float64(res.rss)/(1<<20)), "", "")
+		r.add(fmt.Sprintf("%d idle blocked BRPOPs: database connections", res.conns), fmt.Sprint(res.dbConns), "", "")
+		r.latencies(fmt.Sprintf("%d idle blocked BRPOPs: pickup", res.conns), res.latencies, nil)
+	}
+	return r, nil
+}
+
+// raiseFileLimit lets the process open as many connections as it may.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

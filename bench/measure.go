@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+)
+
+// measure is a timed run of n jobs with what it cost.
+type measure struct {
+	jobs  int
+	d     time.Duration
+	cost  perJob
+	waits string // the database's commonest wait events while it ran
+}
+
+func (m measure) rate() float64 { return float64(m.jobs) / m.d.Seconds() }
+
+// continuous is a run of steady submissions and work.
+type continuous struct {
+	submitted, completed int64
+	d                    time.Duration
+}
+
+// measure runs fn, timing it and sampling what it cost the database db
+// (and the agq process pid, when not 0).
+func (c *cluster) measure(ctx context.Context, db string, pid, n int, fn func() error) (measure, error) {
+	before, err := c.sample(ctx, db, pid)
+	if err != nil {
+		return measure{}, err
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	waits := make(chan map[string]int, 1)
+	go func() { waits <- c.waitEvents(sampleCtx, db) }()
+	start := time.Now()
+	err = fn()
+	d := time.Since(start)
+	stopSampling()
+	after, serr := c.sample(ctx, db, pid)
+	if err == nil {
+		err = serr
+	}
+	return measure{jobs: n, d: d, cost: c.perJob(ctx, before, after, n), waits: topWaits(<-waits, 4)}, err
+}
+
+// topWaits formats the commonest wait events with their share of samples.
+func topWaits(counts map[string]int, k int) string {
+	type kv struct {
+		k string
+		n int
+	}
+	var all []kv
+	total := 0
+	for w, n := range counts {
+		all = append(all, kv{w, n})
+		total += n
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].k < all[j].k })
+	var parts []string
+	for i, e := range all {
+		if i == k {
+			break
+		}
+		parts = append(parts, e.k+" "+percent(e.n, total))
+	}
+	return strings.Join(parts, ", ")
+}

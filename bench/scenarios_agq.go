@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// agqBurnDown works off n pre-submitted jobs with the workers.
+func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, running bool) (measure, error) {
+	queue := fmt.Sprintf("burn-%v", running)
+	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
+		return measure{}, err
+	}
+	return cl.measure(ctx, "agq", s.pid(), n, func() error {
+		var done atomic.Int64
+		var first error
+		var once sync.Once
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() {
+				for done.Load() < int64(n) {
+					_, ok, err := w.work(ctx, queue, running)
+					if err != nil {
+						once.Do(func() { first = err })
+						return
+					}
+					if ok {
+						done.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return first
+	})
+}
+
+// agqContinuous submits single jobs from producers while the workers work,
+// for d.
+func agqContinuous(ctx context.Context, s *agqServer, ws []*worker, producers int, d time.Duration) (continuous, error) {
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var submitted, completed atomic.Int64
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if s.admin.Do(runCtx, "JOB.SUBMIT", jobDoc("steady", 0)).Err() == nil {
+					submitted.Add(1)
+				}
+			}
+		})
+	}
+	for _, w := range ws {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if _, ok, err := w.work(runCtx, "steady", false); err == nil && ok {
+					completed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	c := continuous{submitted: submitted.Load(), completed: completed.Load(), d: d}
+	// What is left waits for the next scenario's workers: drain it.
+	return c, drainQueue(ctx, ws, "steady", s)
+}
+
+func drainQueue(ctx context.Context, ws []*worker, queue string, s *agqServer) error {
+	for {
+		n, err := s.admin.Do(ctx, "LLEN", "queue:"+queue).Int()
+		if err != nil || n == 0 {
+			return err
+		}
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() { w.work(ctx, queue, false) })
+		}
+		wg.Wait()
+	}
+}
+
+// agqSubmit submits n single jobs from producers connections, or n jobs in
+// batches of batch from one.
+func agqSubmit(ctx context.Context, s *agqServer, n, producers, batch int) (float64, error) {
+	queue := fmt.Sprintf("submit-%d-%d", producers, batch)
+	start := time.Now()
+	if batch > 1 {
+		if err := s.submitBatches(ctx, queue, n, batch); err != nil {
+			return 0, err
+		}
+		return float64(n) / time.Since(start).Seconds(), nil
+	}
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range producers {
+		c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.adminKey, PoolSize: 1})
+		wg.Go(func() {
+			defer c.Close()
+			for next.Add(1) <= int64(n) {
+				if err := c.Do(ctx, "JOB.SUBMIT", jobDoc(queue, 0)).Err(); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), first
+}
+
+// agqPickup submits one job at a time to a queue an idle worker is blocked
+// on and measures until the worker holds it.
+func agqPickup(ctx context.Context, s *agqServer, w *worker, samples int) ([]time.Duration, error) {
+	lat := make(chan time.Duration, samples)
+	workCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for workCtx.Err() == nil {
+			if d, ok, err := w.work(workCtx, "pickup", false); err == nil && ok {
+				lat <- time.Since(time.Unix(0, d.Payload.SentAt))
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // blocked
+	var out []time.Duration
+	for range samples {
+		if err := s.admin.Do(ctx, "JOB.SUBMIT", jobDoc("pickup", time.Now().UnixNano())).Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case d := <-lat:
+			out = append(out, d)
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("a job was not picked up within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return out, nil
+}
+
+// idleResult is agq with many idle blocked connections.
+type idleResult struct {
+	conns     int
+	rss       int64
+	dbConns   int
+	latencies []time.Duration
+}
+
+// agqIdle blocks n connections of one worker in BRPOP, lets the node
+// settle, then measures its memory, its database connections, and the
+// pickup latency of jobs that each wake one of them.
+func agqIdle(ctx context.Context, cl *cluster, s *agqServer, n, samples int, settle time.Duration) (idleResult, error) {
+	key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", "idle-fleet").Text()
+	if err != nil {
+		return idleResult{}, err
+	}
+	reg := redis.NewClient(&redis.Options{Addr: s.addr, Username: "idle-fleet", Password: key, PoolSize: 1})
+	defer reg.Close()
+	if err := reg.Do(ctx, "WORKER.REGISTER", `{"worker_id":"idle-fleet","hostname":"bench","agw_version":"bench","capabilities":{"tools":[],"types":["bench"]}}`).Err(); err != nil {
+		return idleResult{}, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	lat := make(chan time.Duration, samples)
+	var wg sync.WaitGroup
+	clients := make([]*redis.Client, n)
+	for i := range clients {
+		c := redis.NewClient(&redis.Options{Addr: s.addr, Username: "idle-fleet", Password: key, PoolSize: 1,
+			ReadTimeout: -1, MaxRetries: -1, DialTimeout: 30 * time.Second})
+		clients[i] = c
+		w := &worker{id: "idle-fleet", c: c}
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if d, ok, err := w.work(runCtx, "idle", false); err == nil && ok {
+					lat <- time.Since(time.Unix(0, d.Payload.SentAt))
+				} else if err != nil && runCtx.Err() == nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+		if i%500 == 499 {
+			time.Sleep(50 * time.Millisecond) // a fleet connects over time
+		}
+	}
+	defer func() {
+		stop()
+		for _, c := range clients {
+			c.Close()
+		}
+		wg.Wait()
+	}()
+	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
+		info, _ := s.admin.Info(ctx, "clients").Result()
+		if blockedClients(info) >= n || time.Since(start) > 2*time.Minute {
+			break
+		}
+	}
+	time.Sleep(settle)
+	res := idleResult{conns: n, rss: rss(s.pid()), dbConns: cl.connections(ctx, "agq", "agq")}
+	for range samples {
+		if err := s.admin.Do(ctx, "JOB.SUBMIT", jobDoc("idle", time.Now().UnixNano())).Err(); err != nil {
+			return res, err
+		}
+		select {
+		case d := <-lat:
+			res.latencies = append(res.latencies, d)
+		case <-time.After(10 * time.Second):
+			return res, fmt.Errorf("a job was not picked up by the idle connections within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return res, nil
+}
+
+func blockedClients(info string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	return 0
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted)-1)*p/100+0.5))]
+}
+
+func sortDurations(d []time.Duration) []time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d
+}
