@@ -63,9 +63,13 @@ func perSecond(v float64) string {
 	return fmt.Sprintf("%.0f jobs/s", v)
 }
 
-func micros(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
 
-func millis(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
 
 func percent(n, total int) string {
 	if total == 0 {
