@@ -125,6 +125,15 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 	}
 	defer cancel()
 	reply, err = c.Handler(ctx, sess, args)
+	if err != nil && store.SafeToRetry(err) && ctx.Err() == nil {
+		// The command failed on a pooled connection that was broken
+		// before it was sent (the database restarted, a connection was
+		// killed): nothing reached the database, so it runs once more,
+		// on a fresh connection, rather than answering TRYAGAIN.
+		s.metrics.retried.Inc()
+		s.store.DropIdleConns()
+		reply, err = c.Handler(ctx, sess, args)
+	}
 	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
 		return nil, resp.ErrNoAuth
 	}

@@ -12,6 +12,7 @@ type metrics struct {
 	latency          *prometheus.HistogramVec
 	authFailures     prometheus.Counter
 	panics           prometheus.Counter
+	retried          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,12 +37,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_auth_failures_total", Help: "AUTH and HELLO AUTH attempts refused.",
 		}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_command_retries_total", Help: "Commands run again because their database connection was broken before they were sent.",
+		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics)
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried)
 	}
 	return m
 }

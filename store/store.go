@@ -7,12 +7,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 )
 
 // Domain errors returned by store functions.
@@ -101,6 +105,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // interpretError maps pgx and PostgreSQL errors to the domain errors.
+// Every failure that comes from the database's availability — a connection
+// refused, reset, closed or timed out, a server shutting down, starting up
+// or out of connections — is ErrUnavailable, so that clients are told to
+// retry; the original error stays in the chain.
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -108,26 +116,55 @@ func interpretError(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalidInput) {
+		return err // interpreted already
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "23505": // unique_violation
+		switch {
+		case pgErr.Code == "23505": // unique_violation
 			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
-		case "57P01", "57P02", "57P03": // admin shutdown, crash shutdown, cannot connect now
-			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
-		case "22P02", "22P05", "22021", "22026", "54000": // bad text or json, untranslatable, not in repertoire, too long
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // admin or crash shutdown, cannot connect now
+			pgErr.Code == "53300", // too many connections
+			pgErr.Code == "25006": // read-only transaction: a standby, or a primary being demoted
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, pgErr.Message, err)
+		case pgErr.Code == "22P02", pgErr.Code == "22P05", pgErr.Code == "22021", pgErr.Code == "22026", pgErr.Code == "54000":
+			// bad text or json, untranslatable, not in repertoire, too long
 			return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
 		}
 		return err
 	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if connectionFailed(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// connectionFailed reports whether err comes from the connection to the
+// database rather than from a statement.
+func connectionFailed(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, puddle.ErrClosedPool) || strings.Contains(err.Error(), "conn closed")
+}
+
+// SafeToRetry reports whether err failed a statement before anything of it
+// reached the database (the connection was already broken): running the
+// command again on a fresh connection cannot apply it twice.
+func SafeToRetry(err error) bool {
+	return errors.Is(err, ErrUnavailable) && pgconn.SafeToRetry(err)
+}
+
+// DropIdleConns closes the pools' idle connections, after one of them was
+// found broken: those idle beside it were most likely broken by the same
+// restart, and the next statement should get a fresh one.
+func (s *Store) DropIdleConns() {
+	s.Pool.Reset()
+	s.Async.Reset()
 }
 
 // asyncCommit runs fn in a transaction whose commit does not wait for the
