@@ -163,13 +163,16 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	default:
 		return nil, resp.Errorf("invalid update: status must be running, completed, failed or cancelled")
 	}
+	if err := textError(args[2]); err != nil {
+		return nil, resp.Errorf("invalid update: %s", err)
+	}
 	if doc.Delivery != "" {
 		if _, err := uuid.Parse(doc.Delivery); err != nil {
 			return nil, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
 	}
 	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
-		Delivery: doc.Delivery, Raw: cleanJSON(args[2])}
+		Delivery: doc.Delivery, Raw: args[2]}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}

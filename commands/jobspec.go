@@ -60,7 +60,9 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 		return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
 	}
 	if json.Valid(raw) {
-		raw = cleanJSON(raw)
+		if err := textError(raw); err != nil {
+			return store.NewJob{}, err
+		}
 	}
 	var spec jobSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))

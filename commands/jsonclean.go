@@ -1,56 +1,116 @@
 package commands
 
-// cleanJSON returns raw with the string escapes PostgreSQL's jsonb refuses —
-// \u0000 and unpaired UTF-16 surrogates — replaced by \ufffd, the
-// replacement character. A tool's output with a NUL byte in it must not
-// keep a finished job from being reported. raw is valid JSON; it is
-// returned unchanged (not copied) when there is nothing to replace.
-func cleanJSON(raw []byte) []byte {
-	var out []byte
-	inString := false
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if !inString {
-			inString = c == '"'
-			continue
+import (
+	"cmp"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// unstorableText finds, in valid JSON, the first string that PostgreSQL
+// cannot store — one with a \u0000 escape, or a \uD800-\uDFFF escape that is
+// not half of a surrogate pair — and returns its field path (payload.s,
+// items[2], "" for the document itself) and what is wrong. Such text is
+// refused, never changed: a job must be stored as it was sent.
+func unstorableText(raw []byte) (path, problem string, found bool) {
+	type level struct {
+		object bool
+		key    string
+		index  int
+	}
+	var stack []level
+	pathOf := func() string {
+		var b strings.Builder
+		for _, l := range stack {
+			if l.object {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(l.key)
+			} else {
+				b.WriteString("[" + strconv.Itoa(l.index) + "]")
+			}
 		}
-		switch c {
-		case '"':
-			inString = false
-		case '\\':
-			if i+1 < len(raw) && raw[i+1] == 'u' && i+6 <= len(raw) {
-				if code, ok := hex4(raw[i+2 : i+6]); ok {
-					bad := code == 0
-					if code >= 0xD800 && code <= 0xDBFF { // high surrogate: a low one must follow
-						low, ok := uint16(0), false
-						if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
-							low, ok = hex4(raw[i+8 : i+12])
-						}
-						if ok && low >= 0xDC00 && low <= 0xDFFF {
-							i += 11 // a valid pair
-							continue
-						}
-						bad = true
-					} else if code >= 0xDC00 && code <= 0xDFFF {
-						bad = true // a low surrogate alone
-					}
-					if bad {
-						if out == nil {
-							out = append(make([]byte, 0, len(raw)), raw...)
-						}
-						copy(out[i:i+6], `\ufffd`)
-					}
-					i += 5
-					continue
+		return b.String()
+	}
+	expectKey := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case '{':
+			stack = append(stack, level{object: true})
+			expectKey = true
+		case '[':
+			stack = append(stack, level{})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := len(stack) - 1; top >= 0 {
+				if stack[top].object {
+					expectKey = true
+				} else {
+					stack[top].index++
 				}
 			}
-			i++ // skip the escaped character
+		case '"':
+			end, bad := scanString(raw, i)
+			if expectKey {
+				stack[len(stack)-1].key = string(raw[i+1 : end])
+				expectKey = false
+				if bad != "" {
+					return pathOf(), "a key " + bad, true
+				}
+			} else if bad != "" {
+				return pathOf(), bad, true
+			}
+			i = end
 		}
 	}
-	if out == nil {
-		return raw
+	return "", "", false
+}
+
+// scanString returns the index of the quote closing the string opened at
+// raw[start], and what in it PostgreSQL cannot store, if anything.
+func scanString(raw []byte, start int) (end int, bad string) {
+	for i := start + 1; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			return i, bad
+		case '\\':
+			if raw[i+1] != 'u' {
+				i++
+				continue
+			}
+			code, _ := hex4(raw[i+2 : i+6])
+			switch {
+			case code == 0:
+				bad = cmp.Or(bad, `contains \u0000`)
+			case code >= 0xD800 && code <= 0xDBFF:
+				if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+					if low, ok := hex4(raw[i+8 : i+12]); ok && low >= 0xDC00 && low <= 0xDFFF {
+						i += 11 // a valid pair
+						continue
+					}
+				}
+				bad = cmp.Or(bad, fmt.Sprintf(`contains \u%04x, half of a surrogate pair`, code))
+			case code >= 0xDC00 && code <= 0xDFFF:
+				bad = cmp.Or(bad, fmt.Sprintf(`contains \u%04x, half of a surrogate pair`, code))
+			}
+			i += 5
+		}
 	}
-	return out
+	return len(raw), bad
+}
+
+// textError words unstorableText's finding for a reply, or is nil.
+func textError(raw []byte) error {
+	path, problem, found := unstorableText(raw)
+	if !found {
+		return nil
+	}
+	if path == "" {
+		return fmt.Errorf("the document %s, which cannot be stored", problem)
+	}
+	return fmt.Errorf("%s %s, which cannot be stored", path, problem)
 }
 
 func hex4(b []byte) (uint16, bool) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
@@ -91,7 +92,9 @@ func parseKey(key string) (keyKind, string, bool) {
 		if !ok {
 			continue
 		}
-		if name, ok = strings.CutSuffix(name, f.tail); ok && name != "" && (f.colonInName || !strings.Contains(name, ":")) {
+		// A name with NUL or invalid UTF-8 cannot be stored: no key has it.
+		if name, ok = strings.CutSuffix(name, f.tail); ok && name != "" && (f.colonInName || !strings.Contains(name, ":")) &&
+			utf8.ValidString(name) && !strings.ContainsRune(name, 0) {
 			return keyKind(kind), name, true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
@@ -66,6 +67,9 @@ func newKeyQuery(pattern, typ string) (*keyQuery, error) {
 		return nil, resp.Errorf("pattern is longer than %d bytes", maxPatternLen)
 	}
 	q := &keyQuery{glob: compileGlob(pattern)}
+	if !utf8.ValidString(pattern) || strings.ContainsRune(pattern, 0) {
+		return q, nil // no stored key has such bytes: it matches nothing
+	}
 	for kind, f := range keyFamilies {
 		q.possible[kind] = (typ == "" || strings.EqualFold(typ, f.typ)) && q.glob.canMatchShape(f.head, f.tail, f.nameBytes())
 	}

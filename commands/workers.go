@@ -32,7 +32,9 @@ func (s *Server) lease() time.Duration { return 3 * s.opts.HeartbeatInterval }
 func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	raw := args[1]
 	if json.Valid(raw) {
-		raw = cleanJSON(raw)
+		if err := textError(raw); err != nil {
+			return nil, resp.Errorf("invalid registration: %s", err)
+		}
 	}
 	w, running, err := registry.ParseRegistration(raw)
 	if err != nil {
@@ -43,9 +45,19 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 		return nil, resp.Errorf("%s", err.Error())
 	}
 	w.Principal = sess.principal().Name
+	if w.ID != w.Principal {
+		// An id named like another key's principal is that key's worker.
+		owned, err := s.keys.IsPrincipal(ctx, w.ID)
+		if err != nil {
+			return nil, err
+		}
+		if owned {
+			return nil, errWorkerTaken
+		}
+	}
 	if err := s.store.WorkerRegister(ctx, w, s.lease(), running); err != nil {
 		if errors.Is(err, store.ErrWorkerTaken) {
-			return nil, resp.Errorf("%s", registry.ErrWorkerTaken.Error())
+			return nil, errWorkerTaken
 		}
 		return nil, err
 	}
@@ -56,6 +68,8 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
 	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.opts.HeartbeatInterval.Seconds()))), nil
 }
+
+var errWorkerTaken = resp.CodeErrorf("NOPERM", "%s by another principal", registry.ErrWorkerTaken)
 
 // checkWorkerAccess refuses a worker principal acting on another
 // principal's worker; admins may act on any.
@@ -89,7 +103,10 @@ func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][
 		if err := json.Unmarshal(args[2], &probe); err != nil {
 			return nil, resp.Errorf("invalid stats: must be a JSON object")
 		}
-		stats = cleanJSON(args[2])
+		if err := textError(args[2]); err != nil {
+			return nil, resp.Errorf("invalid stats: %s", err)
+		}
+		stats = args[2]
 	}
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err

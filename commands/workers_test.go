@@ -44,15 +44,52 @@ func TestWorkerRegistration(t *testing.T) {
 		})
 	}
 
-	t.Run("AnotherPrincipalCannotTakeALiveId", func(t *testing.T) {
+	t.Run("AWorkerIdBelongsToItsKey", func(t *testing.T) {
+		const taken = "NOPERM Worker ID already registered by another principal"
 		otherKey := a.CreateKey(t, "worker", "w-2")
 		other := a.Client(t, redis.Options{Password: otherKey})
-		err := other.Do(ctx, "WORKER.REGISTER", `{"worker_id":"w-1","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`).Err()
-		if err == nil || err.Error() != "ERR Worker ID already registered" {
-			t.Fatalf("taking w-1: %v", err)
+		register := func(c *redis.Client, id string) error {
+			return c.Do(ctx, "WORKER.REGISTER", `{"worker_id":"`+id+`","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`).Err()
+		}
+		// w-1 is ACTIVE, registered by its own key.
+		if err := register(other, "w-1"); err == nil || err.Error() != taken {
+			t.Fatalf("taking the live w-1: %v", err)
 		}
 		if err := other.Do(ctx, "WORKER.HEARTBEAT", "w-1").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
 			t.Fatalf("heartbeat for another principal's worker: %v", err)
+		}
+		// w-3's key exists; w-3 never registered.
+		a.CreateKey(t, "worker", "w-3")
+		if err := register(other, "w-3"); err == nil || err.Error() != taken {
+			t.Fatalf("taking w-3 before it registered: %v", err)
+		}
+		// An id no key is named after belongs to whoever registered it first,
+		// in every state since.
+		if err := register(other, "shared-slot"); err != nil {
+			t.Fatal(err)
+		}
+		third := a.Client(t, redis.Options{Password: a.CreateKey(t, "worker", "w-4")})
+		for _, state := range []string{"ACTIVE", "UNREGISTERED", "DEAD"} {
+			switch state {
+			case "UNREGISTERED":
+				if err := other.Do(ctx, "WORKER.UNREGISTER", "shared-slot").Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "DEAD":
+				if _, err := a.Node.Store().Pool.Exec(ctx, `UPDATE workers SET state = 'DEAD' WHERE worker_id = 'shared-slot'`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := register(third, "shared-slot"); err == nil || err.Error() != taken {
+				t.Fatalf("taking shared-slot while it is %s: %v", state, err)
+			}
+		}
+		if err := register(other, "shared-slot"); err != nil {
+			t.Fatalf("its own key registering shared-slot again: %v", err)
+		}
+		raw, err := a.Admin(t).Do(ctx, "WORKER.GET", "shared-slot").Text()
+		if err != nil || !strings.Contains(raw, `"principal":"w-2"`) {
+			t.Fatalf("WORKER.GET shared-slot = %s, %v", raw, err)
 		}
 	})
 	t.Run("HeartbeatStoresStats", func(t *testing.T) {

@@ -171,6 +171,9 @@ func nullJSON(raw json.RawMessage) any {
 
 // JobGet returns one job.
 func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
+	if !storable(id) {
+		return Job{}, ErrNotFound
+	}
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
 	return j, interpretError(err)
 }

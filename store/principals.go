@@ -133,3 +133,11 @@ func (s *Store) AdminExists(ctx context.Context) (bool, error) {
 		SELECT EXISTS (SELECT 1 FROM principals WHERE role = 'admin' AND revoked_at IS NULL)`).Scan(&ok)
 	return ok, interpretError(err)
 }
+
+// PrincipalExists reports whether a principal of that name was ever
+// created, revoked or not: a worker id named like one is its key's.
+func (s *Store) PrincipalExists(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM principals WHERE name = $1)`, name).Scan(&ok)
+	return ok, interpretError(err)
+}

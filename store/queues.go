@@ -38,6 +38,9 @@ type Queue struct {
 
 // QueueStats returns queues (all, or the one named) with their job counts.
 func (s *Store) QueueStats(ctx context.Context, name string) ([]Queue, error) {
+	if !storable(name) {
+		return nil, nil
+	}
 	rows, err := s.Pool.Query(ctx, `
 		SELECT q.name, q.paused, coalesce(c.status, ''), coalesce(c.n, 0), coalesce(o.age, 0)
 		FROM queues q
@@ -99,6 +102,9 @@ type JobListParams struct {
 // jobs_queue_status serves (queue, status, id > cursor); without one the
 // primary key gives the order.
 func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
+	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
+		return nil, nil
+	}
 	where := []string{"id > $1"}
 	args := []any{p.Cursor}
 	add := func(cond string, v any) {

@@ -164,6 +164,9 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc Schedule) (created bool, 
 
 // ScheduleGet returns one schedule.
 func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) {
+	if !storable(name) {
+		return Schedule{}, ErrNotFound
+	}
 	sc, err := scanSchedule(s.Pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1`, name))
 	return sc, interpretError(err)
 }

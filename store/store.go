@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -157,6 +158,18 @@ func connectionFailed(err error) bool {
 // command again on a fresh connection cannot apply it twice.
 func SafeToRetry(err error) bool {
 	return errors.Is(err, ErrUnavailable) && pgconn.SafeToRetry(err)
+}
+
+// storable reports whether PostgreSQL can hold s as text: a name or id
+// that cannot be stored names nothing, and is looked up as missing rather
+// than sent (PostgreSQL would refuse it with an encoding error).
+func storable(s ...string) bool {
+	for _, v := range s {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // DropIdleConns closes the pools' idle connections, after one of them was

@@ -67,6 +67,9 @@ type errorEntry struct {
 // that already took effect is a no-op that succeeds, since clients re-send
 // after timeouts.
 func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
+	if !storable(p.ID) {
+		return ErrNotFound
+	}
 	var cancelled bool
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
@@ -216,6 +219,9 @@ func RetryDelay(backoffSeconds float64, attempt int) time.Duration {
 // its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled
 // job succeeds; a completed or failed one is a StateError.
 func (s *Store) JobCancel(ctx context.Context, id string) error {
+	if !storable(id) {
+		return ErrNotFound
+	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status string
 		if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
@@ -239,6 +245,9 @@ func (s *Store) JobCancel(ctx context.Context, id string) error {
 // set of attempts; its error history is kept. A job already waiting or
 // running again is left as it is (the retry already happened).
 func (s *Store) JobRetry(ctx context.Context, id string) error {
+	if !storable(id) {
+		return ErrNotFound
+	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status, queue string
 		var requires []string

@@ -19,7 +19,7 @@ const (
 
 // Errors of worker statements.
 var (
-	// ErrWorkerTaken means another principal holds the worker id while it is live.
+	// ErrWorkerTaken means the worker id belongs to another principal.
 	ErrWorkerTaken = errors.New("worker id is held by another principal")
 	// ErrWorkerUnknown means no live worker has the id.
 	ErrWorkerUnknown = errors.New("worker not registered")
@@ -58,8 +58,11 @@ func scanWorker(row pgx.Row) (Worker, error) {
 
 // WorkerRegister registers a worker or lets the same principal take its
 // record over (a reconnect or restart with the same id): it becomes ACTIVE
-// and keeps the jobs it holds, whose leases restart. Another principal may
-// not take an id that is live.
+// and keeps the jobs it holds, whose leases restart. A worker id belongs to
+// the principal that first registered it, whatever its state since — except
+// that the principal named like the id (the key minted for that worker)
+// always gets it back, and the jobs another principal held under it go back
+// to their queues.
 //
 // running, when not nil, lists the jobs the worker really runs: held jobs it
 // had acknowledged but does not list were lost with an earlier process of
@@ -68,6 +71,19 @@ func scanWorker(row pgx.Row) (Worker, error) {
 // may be claiming one at this very moment.
 func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
 	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var holder string
+		err := tx.QueryRow(ctx, `SELECT principal FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case holder != w.Principal && w.ID != w.Principal:
+			return ErrWorkerTaken
+		case holder != w.Principal:
+			if err := requeueHeld(ctx, tx, w.ID, false); err != nil {
+				return err
+			}
+		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
 			VALUES ($1, $2, 'ACTIVE', $3, $4, $5, $6, $7, $8)
@@ -81,7 +97,8 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 				max_concurrent_jobs = excluded.max_concurrent_jobs, registered_at = now(),
 				last_heartbeat_at = now(),
 				state_changed_at = CASE WHEN workers.state = 'ACTIVE' THEN workers.state_changed_at ELSE now() END
-			WHERE workers.principal = excluded.principal OR workers.state NOT IN ('ACTIVE', 'DRAINING')`,
+			-- Another principal that registered the id in between wins.
+			WHERE workers.principal = excluded.principal OR excluded.worker_id = excluded.principal`,
 			w.ID, w.Principal, w.Hostname, w.Platform, w.AgwVersion, w.Capabilities, string(w.Metadata), w.MaxConcurrentJobs)
 		if err != nil {
 			return err
@@ -196,6 +213,9 @@ func requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt b
 
 // WorkerGet returns one worker.
 func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
+	if !storable(id) {
+		return Worker{}, ErrNotFound
+	}
 	w, err := scanWorker(s.Pool.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers WHERE worker_id = $1`, id))
 	return w, interpretError(err)
 }
@@ -203,6 +223,9 @@ func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
 // WorkerOfPrincipal returns the live worker a principal registered most
 // recently: the identity of its connections that did not register themselves.
 func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error) {
+	if !storable(principal) {
+		return Worker{}, ErrNotFound
+	}
 	w, err := scanWorker(s.Pool.QueryRow(ctx, `
 		SELECT `+workerColumns+` FROM workers
 		WHERE principal = $1 AND state IN ('ACTIVE', 'DRAINING')

@@ -259,3 +259,12 @@ func (k *Keyring) StillValid(ctx context.Context, p Principal) (bool, error) {
 	}
 	return row.Name == p.Name, nil
 }
+
+// IsPrincipal reports whether name is a principal's, from configuration or
+// minted (revoked or not).
+func (k *Keyring) IsPrincipal(ctx context.Context, name string) (bool, error) {
+	if k.isStatic(name) {
+		return true, nil
+	}
+	return k.store.PrincipalExists(ctx, name)
+}

@@ -4,20 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 )
 
 // registerAtStart registers before any work. The server being unreachable
-// is retried with backoff; so is "Worker ID already registered", which
-// clears once the other holder of the id is declared dead. Any other
-// refusal (a wrong key, an invalid id) is returned: it will not fix itself.
+// is retried with backoff; a refusal (a wrong key, an invalid id, an id
+// that belongs to another key) is returned: it will not fix itself.
 func (w *Worker) registerAtStart(ctx context.Context) error {
 	w.regMu.Lock()
 	defer w.regMu.Unlock()
-	return w.registerLocked(ctx, func(err error) bool {
-		return !strings.Contains(err.Error(), "already registered")
-	})
+	return w.registerLocked(ctx, func(error) bool { return true })
 }
 
 // ensureRegistered registers again if a connection was lost or the server

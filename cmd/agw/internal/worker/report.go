@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -98,7 +99,7 @@ func completedBody(res pipeline.Result, now time.Time, limit int) []byte {
 	u := completedUpdate{
 		Status:          "completed",
 		CompletedAt:     timestamp(now),
-		Output:          res.Output,
+		Output:          storable(res.Output),
 		OutputTruncated: res.OutputTruncated,
 		TaskResults:     taskResults(res.Tasks),
 	}
@@ -122,7 +123,7 @@ func failedBody(msg string, retryable bool, tasks []pipeline.TaskResult, now tim
 	u := failedUpdate{
 		Status:      "failed",
 		FailedAt:    timestamp(now),
-		Error:       msg,
+		Error:       storable(msg),
 		Retryable:   retryable,
 		TaskResults: taskResults(tasks),
 	}
@@ -149,8 +150,17 @@ func cancelledBody(tasks []pipeline.TaskResult, now time.Time, limit int) []byte
 func taskResults(tasks []pipeline.TaskResult) []pipeline.TaskResult {
 	out := make([]pipeline.TaskResult, len(tasks))
 	copy(out, tasks)
+	for i := range out {
+		out[i].Stderr = storable(out[i].Stderr)
+	}
 	return out
 }
+
+// storable replaces the NUL bytes of a tool's output, which agq refuses
+// (PostgreSQL cannot store them), with U+FFFD, as JSON encoding already
+// does for bytes that are not UTF-8: a tool printing binary data must not
+// keep its job from being reported.
+func storable(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
 
 // shortStderr is what each stderr tail is cut to when a report is too big.
 const shortStderr = 256
