@@ -18,6 +18,8 @@ type Limits struct {
 	MaxBulk    int64 // bytes per argument (default 64 MiB)
 	MaxInline  int   // bytes per inline (telnet-style) command line (default 64 KiB)
 	MaxCommand int64 // bytes per whole command (default 256 MiB)
+	// Budget, when set, is shared by every connection: see Budget.
+	Budget *Budget
 }
 
 // PreAuthLimits are what a client may send before it authenticates: enough
@@ -116,6 +118,7 @@ func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
 func (c *GuardedConn) SetLimits(l Limits) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.frame.release()
 	c.frame.lim = l.withDefaults()
 }
 
@@ -236,7 +239,12 @@ func (c *GuardedConn) Write(p []byte) (int, error) { return c.conn.Write(p) }
 
 // Close closes the underlying connection; a running Park then ends and
 // reports the peer gone.
-func (c *GuardedConn) Close() error { return c.conn.Close() }
+func (c *GuardedConn) Close() error {
+	c.mu.Lock()
+	c.frame.release()
+	c.mu.Unlock()
+	return c.conn.Close()
+}
 
 // LocalAddr returns the local network address.
 func (c *GuardedConn) LocalAddr() net.Addr { return c.conn.LocalAddr() }

@@ -10,6 +10,7 @@ const (
 	guardTooManyArgs     = "too many arguments"
 	guardBulkTooBig      = "bulk length exceeds limit"
 	guardCommandTooBig   = "command too large"
+	guardBudgetSpent     = "server input buffers are full; retry later"
 	guardUnbalanced      = "unbalanced quotes in request"
 )
 
@@ -45,6 +46,7 @@ type guardFrame struct {
 	state    guardState
 	pos      int64 // stream offset of the next byte
 	cmdStart int64 // stream offset where the current command began
+	reserved int64 // bytes of the current command taken from lim.Budget
 	bad      string
 
 	num    int64 // number being parsed
@@ -150,6 +152,9 @@ func (f *guardFrame) step(c byte) bool {
 		if f.pos+1-f.cmdStart+f.num+2 > f.lim.MaxCommand {
 			return f.fail(guardCommandTooBig)
 		}
+		if !f.reserve(f.pos + 1 - f.cmdStart + f.num + 2) {
+			return f.fail(guardBudgetSpent)
+		}
 		f.state, f.body = guardBody, f.num
 		if f.num == 0 {
 			f.state = guardBodyCR
@@ -167,6 +172,7 @@ func (f *guardFrame) step(c byte) bool {
 		f.state = guardDollar
 		if f.args == 0 {
 			f.state, f.cmdStart = guardCmdStart, f.pos+1
+			f.release()
 		}
 	}
 	return true
@@ -289,6 +295,7 @@ func (l *guardInlineLine) end(lim Limits) string {
 
 func (f *guardFrame) fail(reason string) bool {
 	f.bad = reason
+	f.release()
 	return false
 }
 

@@ -29,6 +29,7 @@ type Config struct {
 	JobTimeout        time.Duration
 	AckTimeout        time.Duration
 	MaxPayload        int64
+	MaxInputBuffer    int64
 	MaxAttempts       int
 	MaxClients        int
 	AuthTimeout       time.Duration
@@ -76,6 +77,14 @@ var settings = []setting{
 			return fmt.Errorf("must be a positive number of bytes")
 		}
 		c.MaxPayload = n
+		return nil
+	}},
+	{"max-input-buffer", "268435456", "bytes all clients' unfinished commands may hold together", func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("must be a positive number of bytes")
+		}
+		c.MaxInputBuffer = n
 		return nil
 	}},
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},

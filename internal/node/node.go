@@ -28,6 +28,7 @@ import (
 	"github.com/agq/agq/internal/pgcluster"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/migrations"
+	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
 
@@ -185,6 +186,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		JobTimeout:        cfg.JobTimeout,
 		AckTimeout:        cfg.AckTimeout,
 		MaxPayload:        cfg.MaxPayload,
+		Limits:            inputLimits(cfg),
 		MaxAttempts:       cfg.MaxAttempts,
 		MaxClients:        cfg.MaxClients,
 		AuthTimeout:       cfg.AuthTimeout,
@@ -219,6 +221,15 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	}
 	n.log.Info().Str("listen", n.RESPAddr()).Str("http", n.HTTPAddr()).Msg("agq ready")
 	return n, nil
+}
+
+// inputLimits bound one command to what the largest legal command needs —
+// an argument of a few jobs' worth, enough for a batch JOB.SUBMIT (16 MiB
+// with the default 2 MiB per job), a command twice that — and all
+// connections' unfinished commands together to MaxInputBuffer.
+func inputLimits(cfg config.Config) resp.Limits {
+	bulk := max(16<<20, 8*cfg.MaxPayload)
+	return resp.Limits{MaxBulk: bulk, MaxCommand: 2 * bulk, Budget: resp.NewBudget(cfg.MaxInputBuffer)}
 }
 
 func staticKeys(cfg config.Config) auth.StaticKeys {
