@@ -230,7 +230,7 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 				c.Do(ctx, "BRPOP", "queue:idle", "30")
 			}(clients[i])
 		}
-		agqtest.Eventually(t, 20*time.Second, func() error {
+		agqtest.Eventually(t, 60*time.Second, func() error {
 			list, _ := a.Admin(t).ClientList(ctx).Result()
 			if got := strings.Count(list, "cmd=brpop"); got < n {
 				return fmt.Errorf("%d of %d pops blocked", got, n)
