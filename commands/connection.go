@@ -105,16 +105,18 @@ func (s *Server) authenticate(ctx context.Context, sess *Session, user, key stri
 	}
 	sess.authFailures++
 	s.metrics.authFailures.Inc()
-	s.log.Info().Int64("conn", sess.ID).Str("addr", sess.addr).Int("failures", sess.authFailures).Msg("authentication failed")
-	if sess.authFailures >= maxAuthFailures {
+	wait, ok := s.authLimit.failed(sess.addr)
+	if sess.authFailures >= maxAuthFailures || !ok {
 		sess.conn.WriteRaw(resp.ErrWrongPass.AppendRESP(nil, sess.proto))
 		sess.conn.Close()
 		return resp.ErrWrongPass
 	}
 	if sess.authFailures > slowAuthAfter {
-		delay := min(100*time.Millisecond<<(sess.authFailures-slowAuthAfter-1), 2*time.Second)
+		wait = max(wait, min(100*time.Millisecond<<(sess.authFailures-slowAuthAfter-1), 2*time.Second))
+	}
+	if wait > 0 {
 		select {
-		case <-time.After(delay):
+		case <-time.After(wait):
 		case <-ctx.Done():
 		}
 	}

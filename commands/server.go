@@ -52,6 +52,8 @@ type Server struct {
 	table   map[string]*Command
 	started time.Time
 	groups  groups
+	// authLimit slows failed AUTHs per source address.
+	authLimit *authLimiter
 
 	nextID   atomic.Int64
 	mu       sync.Mutex
@@ -83,6 +85,7 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 	}
 	s.table = s.buildTable()
 	s.groups = s.newGroups()
+	s.authLimit = newAuthLimiter(log)
 	return s
 }
 
