@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -145,8 +146,9 @@ func newDatabase(t testing.TB, template string) string {
 }
 
 // OwnCluster starts a PostgreSQL cluster of the test's own, for tests that
-// stop or restart it; it is closed when the test ends.
-func OwnCluster(t testing.TB) *pgcluster.Cluster {
+// stop or restart it, with settings added to the test defaults; it is
+// closed when the test ends.
+func OwnCluster(t testing.TB, settings map[string]string) *pgcluster.Cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "agqo")
 	if err != nil {
@@ -156,8 +158,9 @@ func OwnCluster(t testing.TB) *pgcluster.Cluster {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard),
-		Settings: map[string]string{"fsync": "off", "full_page_writes": "off"}})
+	all := map[string]string{"fsync": "off", "full_page_writes": "off"}
+	maps.Copy(all, settings)
+	cl, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard), Settings: all})
 	if err != nil {
 		t.Fatalf("agqtest: opening a cluster: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -236,7 +237,14 @@ func (c *Cluster) launch(ctx context.Context) (*postmaster, int64, error) {
 // Stop shuts postgres down: a fast shutdown (SIGINT), then after 30 seconds
 // an immediate one (SIGQUIT). It also aborts a Start in progress. Stop is
 // idempotent and may be called from a signal handler's goroutine.
-func (c *Cluster) Stop() error {
+func (c *Cluster) Stop() error { return c.stop(syscall.SIGINT) }
+
+// Crash stops postgres with an immediate shutdown: no checkpoint, and
+// whatever was not flushed to the WAL is lost, as in a crash; the next
+// Start recovers from the WAL. Tests use it.
+func (c *Cluster) Crash() error { return c.stop(syscall.SIGQUIT) }
+
+func (c *Cluster) stop(first syscall.Signal) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancelStart != nil {
@@ -248,7 +256,7 @@ func (c *Cluster) Stop() error {
 	if !c.pm.hasExited() {
 		c.log.Info().Int("pid", c.pm.pid()).Msg("stopping postgres")
 	}
-	if err := c.pm.stop(); err != nil {
+	if err := c.pm.stopWith(first); err != nil {
 		return err // keep pm so that another Stop can try again
 	}
 	c.pm = nil

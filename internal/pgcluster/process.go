@@ -120,7 +120,11 @@ func (pm *postmaster) hasExited() bool {
 // stop asks for a fast shutdown, escalating to an immediate shutdown and
 // finally SIGKILL of the whole process group. It is safe to call more than
 // once.
-func (pm *postmaster) stop() error {
+func (pm *postmaster) stop() error { return pm.stopWith(syscall.SIGINT) }
+
+// stopWith stops postgres from the shutdown first asks for: SIGINT (fast),
+// or SIGQUIT (immediate: no checkpoint, as after a crash).
+func (pm *postmaster) stopWith(first syscall.Signal) error {
 	steps := []struct {
 		sig     syscall.Signal
 		timeout time.Duration
@@ -128,11 +132,14 @@ func (pm *postmaster) stop() error {
 		{syscall.SIGINT, stopTimeout},
 		{syscall.SIGQUIT, quitTimeout},
 	}
-	for _, step := range steps {
+	if first == syscall.SIGQUIT {
+		steps = steps[1:]
+	}
+	for i, step := range steps {
 		if pm.hasExited() {
 			return nil
 		}
-		if step.sig != syscall.SIGINT {
+		if i > 0 {
 			pm.log.Warn().Int("pid", pm.pid()).Stringer("signal", step.sig).Msg("postgres is slow to stop; escalating")
 		}
 		if err := pm.process.Signal(step.sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
