@@ -29,8 +29,9 @@ type Config struct {
 	// OnKeyRevoked is called with "<principal> <live key digest hex>" for every
 	// revoked (no digest) or replaced key.
 	OnKeyRevoked func(principal string)
-	// OnReconnect is called after the LISTEN connection was restored:
-	// notifications sent meanwhile (key revocations among them) are lost.
+	// OnReconnect is called each time the LISTEN connection is
+	// established: notifications sent before (key revocations among them)
+	// were not heard.
 	OnReconnect func()
 	// ReconnectDelay is the pause between LISTEN reconnection attempts.
 	ReconnectDelay time.Duration
@@ -322,12 +323,13 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 	for _, note := range notes {
 		h.deliver(note)
 	}
+	// Notes sent while we were not listening — away, or not yet connected
+	// while clients were already served — are lost: everyone re-checks.
+	h.wakeAll()
+	if h.cfg.OnReconnect != nil {
+		h.cfg.OnReconnect()
+	}
 	if reconnect {
-		// Notes sent while we were away are lost: everyone re-checks.
-		h.wakeAll()
-		if h.cfg.OnReconnect != nil {
-			h.cfg.OnReconnect()
-		}
 		h.cfg.Logger.Info().Msg("LISTEN connection restored")
 	}
 	for {
