@@ -94,7 +94,7 @@ func (s *Server) cmdAuth(ctx context.Context, sess *Session, args [][]byte) (res
 }
 
 func (s *Server) authenticate(ctx context.Context, sess *Session, user, key string) error {
-	p, err := s.keys.Authenticate(ctx, user, key)
+	p, err := offStack(func() (auth.Principal, error) { return s.keys.Authenticate(ctx, user, key) })
 	if err == nil {
 		sess.setAuth(p, user, s.opts.Limits)
 		s.log.Debug().Int64("conn", sess.ID).Str("principal", p.Name).Str("role", p.Role).Msg("authenticated")

@@ -187,7 +187,7 @@ func (s *Server) hotWorker(ctx context.Context, sess *Session) (store.Worker, er
 	if w != nil {
 		return *w, nil
 	}
-	got, err := s.sessionWorker(ctx, sess)
+	got, err := offStack(func() (store.Worker, error) { return s.sessionWorker(ctx, sess) })
 	if err != nil {
 		return got, err
 	}
@@ -218,4 +218,23 @@ func (s *Server) forgetWorkers(principal, id string) {
 		}
 		sess.mu.Unlock()
 	}
+}
+
+// offStack runs fn on a goroutine of its own and waits for it. A
+// connection's goroutine lives as long as the client, and its stack never
+// gives back what a deep call (a database lookup) grew it to: thousands of
+// idle clients would each keep that. The lookups a connection makes once —
+// its key, its worker — run on a short-lived goroutine instead.
+func offStack[T any](fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	c := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		c <- result{v, err}
+	}()
+	r := <-c
+	return r.v, r.err
 }
