@@ -143,10 +143,16 @@ type delivered struct {
 	} `json:"payload"`
 }
 
-// work pops a job from queue and reports it, with a running report first
-// when running is set. It returns false when the pop timed out.
+// work pops a job from queue, waiting up to a second, and reports it, with
+// a running report first when running is set. It returns false when the
+// pop timed out.
 func (w *worker) work(ctx context.Context, queue string, running bool) (delivered, bool, error) {
-	res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
+	return w.workWaiting(ctx, queue, running, time.Second)
+}
+
+// workWaiting is work with the pop's timeout (0: none).
+func (w *worker) workWaiting(ctx context.Context, queue string, running bool, timeout time.Duration) (delivered, bool, error) {
+	res, err := w.c.BRPop(ctx, timeout, "queue:"+queue).Result()
 	if err == redis.Nil {
 		return delivered{}, false, nil
 	}

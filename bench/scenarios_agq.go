@@ -181,7 +181,7 @@ func agqIdle(ctx context.Context, cl *cluster, s *agqServer, n, samples int, set
 		w := &worker{id: "idle-fleet", c: c}
 		wg.Go(func() {
 			for runCtx.Err() == nil {
-				if d, ok, err := w.work(runCtx, "idle", false); err == nil && ok {
+				if d, ok, err := w.workWaiting(runCtx, "idle", false, 0); err == nil && ok {
 					lat <- time.Since(time.Unix(0, d.Payload.SentAt))
 				} else if err != nil && runCtx.Err() == nil {
 					time.Sleep(100 * time.Millisecond)

@@ -91,6 +91,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{Pool: pool, Async: async}, nil
 }
 
+// Background returns a store for the leader's background services — the
+// watchdog and the scheduler sweep every second — on one connection of its
+// own, so that the client pools can close every connection while clients
+// are idle. Close it apart from s.
+func (s *Store) Background(ctx context.Context) (*Store, error) {
+	pc := s.Pool.Config().Copy()
+	pc.MaxConns, pc.MinConns = 1, 0
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("creating pool: %w", err)
+	}
+	// One connection serves both: a sweep runs one statement at a time.
+	return &Store{Pool: pool, Async: pool}, nil
+}
+
+// CloseBackground closes a store made by Background.
+func (s *Store) CloseBackground() { s.Pool.Close() }
+
 // Close closes the pools.
 func (s *Store) Close() {
 	s.Pool.Close()

@@ -45,6 +45,7 @@ type Node struct {
 	httpLn   net.Listener
 	registry *prometheus.Registry
 	hub      *wakeup.Hub
+	sweeps   *store.Store // the leader services' own connection
 	elector  *leader.Elector
 	cancel   context.CancelFunc
 
@@ -193,7 +194,9 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		IsLeader:          n.IsLeader,
 	}, n.store, keys, n.hub, n.log, n.registry)
 	n.hub.Start(bg)
-	n.startElector(bg)
+	if err := n.startElector(bg); err != nil {
+		return nil, err
+	}
 
 	if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
@@ -309,6 +312,9 @@ func (n *Node) Close() error {
 			cancel()
 		}
 		n.wg.Wait()
+		if n.sweeps != nil {
+			n.sweeps.CloseBackground()
+		}
 		if n.store != nil {
 			n.store.Close()
 		}

@@ -12,7 +12,14 @@ import (
 
 // startElector campaigns for leadership; the leader runs the watchdog and
 // the scheduler.
-func (n *Node) startElector(ctx context.Context) {
+func (n *Node) startElector(ctx context.Context) error {
+	// The leader's services sweep every second on a connection of their
+	// own: the client pools can then close all theirs while clients idle.
+	sweeps, err := n.store.Background(ctx)
+	if err != nil {
+		return err
+	}
+	n.sweeps = sweeps
 	recovered := watchdog.NewRecoveredCounter()
 	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "agq_leader", Help: "1 when this node is the leader running the watchdog and scheduler.",
@@ -26,7 +33,7 @@ func (n *Node) startElector(ctx context.Context) {
 	// Created once, so its metrics are registered once however often this
 	// node gains and loses leadership.
 	sched := scheduler.New(scheduler.Config{
-		Store:      n.store,
+		Store:      sweeps,
 		Logger:     n.log.With().Str("component", "scheduler").Logger(),
 		Registerer: n.registry,
 	})
@@ -36,7 +43,7 @@ func (n *Node) startElector(ctx context.Context) {
 		Logger:     n.log.With().Str("component", "leader").Logger(),
 		Lead: func(ctx context.Context) {
 			wd := watchdog.New(watchdog.Config{
-				Store:             n.store,
+				Store:             sweeps,
 				Logger:            n.log.With().Str("component", "watchdog").Logger(),
 				HeartbeatInterval: n.cfg.HeartbeatInterval,
 				AckTimeout:        n.cfg.AckTimeout,
@@ -52,6 +59,7 @@ func (n *Node) startElector(ctx context.Context) {
 		},
 	})
 	n.elector.Start(ctx)
+	return nil
 }
 
 // IsLeader reports whether this node runs the leader-only services now.
