@@ -127,6 +127,29 @@ func (s *agqServer) newWorkers(ctx context.Context, prefix string, n int) ([]*wo
 	return out, nil
 }
 
+func workerIDs(ws []*worker) []string {
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.id
+	}
+	return ids
+}
+
+// heartbeat sends every worker's heartbeat each interval until ctx ends;
+// a worker not registered yet answers an error, which is fine.
+func (s *agqServer) heartbeat(ctx context.Context, ids []string, every time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		for _, id := range ids {
+			s.admin.Do(ctx, "WORKER.HEARTBEAT", id)
+		}
+	}
+}
+
 func closeWorkers(ws []*worker) {
 	for _, w := range ws {
 		w.c.Close()

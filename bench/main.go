@@ -91,6 +91,11 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		return nil, err
 	}
 	defer closeWorkers(ws)
+	// Workers heartbeat as agw does, through the admin connection (their
+	// own are busy popping), so a long run never declares them dead.
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	defer stopBeats()
+	go s.heartbeat(beatCtx, append(workerIDs(ws), "idle-fleet"), 10*time.Second)
 
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
