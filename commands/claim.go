@@ -121,4 +121,3 @@ func (s *Server) claim(ctx context.Context, sess *Session, w store.Worker, queue
 	}
 	return res.queue, res.jobs, nil
 }
-

@@ -57,4 +57,3 @@ func (s *Server) newGroups() groups {
 		}),
 	}
 }
-
