@@ -25,9 +25,13 @@ type submitOutcome struct {
 const maxGroup = 500
 
 func (s *Server) newGroups() groups {
+	observe := func(kind string) func(int) {
+		h := s.metrics.groupSize.WithLabelValues(kind)
+		return func(n int) { h.Observe(float64(n)) }
+	}
 	return groups{
 		submits: group.New(group.Config[store.NewJob, submitOutcome]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,
+			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("submit"),
 			Run: func(ctx context.Context, jobs []store.NewJob) []submitOutcome {
 				res, errs, notes := s.store.JobsSubmitEach(ctx, jobs)
 				s.hub.Publish(notes, nil)
@@ -39,7 +43,7 @@ func (s *Server) newGroups() groups {
 			},
 		}),
 		finishes: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,
+			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, fx := s.store.JobsFinish(ctx, reports)
 				s.hub.Publish(fx.Ready, fx.Done)
@@ -47,11 +51,11 @@ func (s *Server) newGroups() groups {
 			},
 		}),
 		acks: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,
+			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("acknowledgement"),
 			Run: s.store.JobsAck,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout,
+			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("pop"),
 			Run:       s.runClaims,
 			Abandoned: s.releaseClaimed,
 		}),

@@ -13,6 +13,7 @@ type metrics struct {
 	authFailures     prometheus.Counter
 	panics           prometheus.Counter
 	retried          prometheus.Counter
+	groupSize        *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,12 +41,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retried: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_retries_total", Help: "Commands run again because their database connection was broken before they were sent.",
 		}),
+		groupSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agq_group_size",
+			Help:    "Requests served together by one statement: submissions, final reports, acknowledgements, pops.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 500},
+		}, []string{"kind"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried)
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize)
 	}
 	return m
 }

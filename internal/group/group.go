@@ -28,6 +28,8 @@ type Config[Req, Res any] struct {
 	// Abandoned, when set, receives the result of a request whose caller
 	// stopped waiting (its context ended) — to undo what was done for it.
 	Abandoned func(Req, Res)
+	// Observe, when set, is told the size of each group.
+	Observe func(size int)
 }
 
 // Runner serves requests in groups.
@@ -106,6 +108,9 @@ func (r *Runner[Req, Res]) loop() {
 		r.pending = append([]call[Req, Res](nil), r.pending[n:]...)
 		r.mu.Unlock()
 
+		if r.cfg.Observe != nil {
+			r.cfg.Observe(len(calls))
+		}
 		reqs := make([]Req, len(calls))
 		for i, c := range calls {
 			reqs[i] = c.req
