@@ -222,18 +222,21 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 		clients := make([]*redis.Client, n)
 		for i := range clients {
 			id := fmt.Sprintf("crowd-%d", i)
-			clients[i] = a.Client(t, redis.Options{Username: id, Password: key, PoolSize: 1})
+			// No read timeout: the pops block until the test closes them,
+			// however long registering the crowd takes on a busy machine.
+			clients[i] = a.Client(t, redis.Options{Username: id, Password: key, PoolSize: 1, ReadTimeout: -1, MaxRetries: -1})
 			reg(clients[i], id)
 			wg.Add(1)
 			go func(c *redis.Client) {
 				defer wg.Done()
-				c.Do(ctx, "BRPOP", "queue:idle", "30")
+				c.Do(ctx, "BRPOP", "queue:idle", "0")
 			}(clients[i])
 		}
+		admin := a.Admin(t)
 		agqtest.Eventually(t, 60*time.Second, func() error {
-			list, _ := a.Admin(t).ClientList(ctx).Result()
-			if got := strings.Count(list, "cmd=brpop"); got < n {
-				return fmt.Errorf("%d of %d pops blocked", got, n)
+			list, err := admin.ClientList(ctx).Result()
+			if got := strings.Count(list, "cmd=brpop"); err != nil || got < n {
+				return fmt.Errorf("%d of %d pops blocked (%v)", got, n, err)
 			}
 			return nil
 		})
