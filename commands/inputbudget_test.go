@@ -86,20 +86,27 @@ func TestInputIsBounded(t *testing.T) {
 		}
 	})
 
-	t.Run("UnfinishedCommandsShareOneBudget", func(t *testing.T) {
+	t.Run("LargeCommandsShareOneBudget", func(t *testing.T) {
 		cfg := agqtest.DefaultConfig(t)
-		cfg.MaxInputBuffer = 6 << 20
+		cfg.MaxInputBuffer = 20 << 20
 		a := agqtest.StartConfig(t, cfg)
-		// A holds a 5 MiB argument half sent: 4 MiB of the budget.
+		echo := func(c net.Conn, rd *bufio.Reader, size int, send bool) (string, error) {
+			fmt.Fprintf(c, "*2\r\n$4\r\nECHO\r\n$%d\r\n", size)
+			if send {
+				c.Write(append(make([]byte, size), '\r', '\n'))
+			}
+			return rd.ReadString('\n')
+		}
+		const spent = "-ERR Protocol error: server input buffers are full; retry later\r\n"
+		// A's 5 MiB argument, half sent, holds twice its size beyond the
+		// free MiB: 8 MiB of the 20.
 		first, firstRd := rawClient(t, a)
 		fmt.Fprintf(first, "*2\r\n$4\r\nECHO\r\n$%d\r\n", 5<<20)
 		first.Write(make([]byte, 1<<20))
 		time.Sleep(200 * time.Millisecond)
-		// B's 5 MiB argument does not fit in what is left.
+		// B's 8 MiB argument needs 14 MiB: it does not fit, B is closed.
 		second, secondRd := rawClient(t, a)
-		fmt.Fprintf(second, "*2\r\n$4\r\nECHO\r\n$%d\r\n", 5<<20)
-		line, _ := secondRd.ReadString('\n')
-		if line != "-ERR Protocol error: server input buffers are full; retry later\r\n" {
+		if line, _ := echo(second, secondRd, 8<<20, false); line != spent {
 			t.Fatalf("a command past the budget: %q", line)
 		}
 		if _, err := secondRd.ReadString('\n'); err == nil {
@@ -108,16 +115,23 @@ func TestInputIsBounded(t *testing.T) {
 		if err := a.Admin(t).Ping(context.Background()).Err(); err != nil {
 			t.Fatalf("others are not served: %v", err)
 		}
-		// A finishes: its command runs, and the budget is whole again.
+		// A's command runs. Its connection keeps what it took as long as
+		// it is open (the reader keeps its grown buffer), so an 8 MiB
+		// command still does not fit…
 		first.Write(append(make([]byte, 4<<20), '\r', '\n'))
 		if line, err := firstRd.ReadString('\n'); err != nil || line != fmt.Sprintf("$%d\r\n", 5<<20) {
 			t.Fatalf("the command within the budget: %q, %v", line, err)
 		}
 		third, thirdRd := rawClient(t, a)
-		fmt.Fprintf(third, "*2\r\n$4\r\nECHO\r\n$%d\r\n", 5<<20)
-		third.Write(append(make([]byte, 5<<20), '\r', '\n'))
-		if line, err := thirdRd.ReadString('\n'); err != nil || line != fmt.Sprintf("$%d\r\n", 5<<20) {
-			t.Fatalf("a command once the budget was given back: %q, %v", line, err)
+		if line, _ := echo(third, thirdRd, 8<<20, false); line != spent {
+			t.Fatalf("an 8 MiB command while A is connected: %q", line)
+		}
+		// …until A closes.
+		first.Close()
+		time.Sleep(200 * time.Millisecond)
+		fourth, fourthRd := rawClient(t, a)
+		if line, err := echo(fourth, fourthRd, 8<<20, true); err != nil || line != fmt.Sprintf("$%d\r\n", 8<<20) {
+			t.Fatalf("a command once A closed: %q, %v", line, err)
 		}
 	})
 }

@@ -118,7 +118,9 @@ func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
 func (c *GuardedConn) SetLimits(l Limits) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.frame.release()
+	if l.Budget != c.frame.lim.Budget {
+		c.frame.release()
+	}
 	c.frame.lim = l.withDefaults()
 }
 

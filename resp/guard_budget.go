@@ -2,12 +2,14 @@ package resp
 
 import "sync/atomic"
 
-// Budget bounds the bytes that all connections together may hold in
-// commands still arriving. A command's first MiB is free; beyond it, each
-// bulk a command declares is reserved from the budget before its body is
-// read, and given back when the command is complete or its connection
-// closes. A client whose command finds the budget spent gets an error and
-// is disconnected; the others go on being served.
+// Budget bounds the bytes that all connections together may hold for the
+// commands they send. A command's first MiB is free; beyond it, each bulk a
+// command declares is reserved from the budget before its body is read —
+// twice its size, since the RESP reader grows its buffer by doubling — and
+// the connection keeps its largest reservation until it closes, since the
+// reader never shrinks that buffer either. A client whose command finds
+// the budget spent gets an error and is disconnected; the others go on
+// being served.
 type Budget struct {
 	left atomic.Int64
 }
@@ -37,7 +39,7 @@ func (b *Budget) give(n int64) { b.left.Add(n) }
 
 // reserve makes the frame's reservation cover a command of size bytes.
 func (f *guardFrame) reserve(size int64) bool {
-	need := size - budgetFree - f.reserved
+	need := 2*(size-budgetFree) - f.reserved
 	if f.lim.Budget == nil || need <= 0 {
 		return true
 	}
@@ -48,7 +50,7 @@ func (f *guardFrame) reserve(size int64) bool {
 	return true
 }
 
-// release gives the frame's reservation back.
+// release gives the frame's reservation back: its connection closed.
 func (f *guardFrame) release() {
 	if f.reserved > 0 {
 		f.lim.Budget.give(f.reserved)

@@ -46,7 +46,7 @@ type guardFrame struct {
 	state    guardState
 	pos      int64 // stream offset of the next byte
 	cmdStart int64 // stream offset where the current command began
-	reserved int64 // bytes of the current command taken from lim.Budget
+	reserved int64 // bytes taken from lim.Budget for the largest command so far
 	bad      string
 
 	num    int64 // number being parsed
@@ -172,7 +172,6 @@ func (f *guardFrame) step(c byte) bool {
 		f.state = guardDollar
 		if f.args == 0 {
 			f.state, f.cmdStart = guardCmdStart, f.pos+1
-			f.release()
 		}
 	}
 	return true
