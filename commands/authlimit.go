@@ -17,7 +17,9 @@ import (
 const (
 	authFailRate    = 10
 	authFailBurst   = 10
-	authFailMaxWait = 5 * time.Second
+	// Under go-redis's default 3 s read timeout: a client with a wrong key
+	// sees WRONGPASS, not a timeout.
+	authFailMaxWait = 2 * time.Second
 	// authFailLogEvery is how often an address's failures are logged, as
 	// one summary line.
 	authFailLogEvery = 10 * time.Second
