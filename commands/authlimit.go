@@ -15,8 +15,8 @@ import (
 // would wait longer than authFailMaxWait closes its connection at once.
 // Successful authentications are never delayed.
 const (
-	authFailRate    = 10
-	authFailBurst   = 10
+	authFailRate  = 10
+	authFailBurst = 10
 	// Under go-redis's default 3 s read timeout: a client with a wrong key
 	// sees WRONGPASS, not a timeout.
 	authFailMaxWait = 2 * time.Second
