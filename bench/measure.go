@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,4 +67,27 @@ func topWaits(counts map[string]int, k int) string {
 		parts = append(parts, e.k+" "+percent(e.n, total))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// spread runs n calls of each over producers goroutines, each with its own
+// state from newProducer, and returns the first error.
+func spread[P any](n, producers int, newProducer func() P, each func(P) error, done func(P)) error {
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range producers {
+		p := newProducer()
+		wg.Go(func() {
+			defer done(p)
+			for next.Add(1) <= int64(n) {
+				if err := each(p); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }

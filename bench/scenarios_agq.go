@@ -98,24 +98,13 @@ func agqSubmit(ctx context.Context, s *agqServer, n, producers, batch int) (floa
 		}
 		return float64(n) / time.Since(start).Seconds(), nil
 	}
-	var next atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range producers {
-		c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.adminKey, PoolSize: 1})
-		wg.Go(func() {
-			defer c.Close()
-			for next.Add(1) <= int64(n) {
-				if err := c.Do(ctx, "JOB.SUBMIT", jobDoc(queue, 0)).Err(); err != nil {
-					once.Do(func() { first = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return float64(n) / time.Since(start).Seconds(), first
+	err := spread(n, producers,
+		func() *redis.Client {
+			return redis.NewClient(&redis.Options{Addr: s.addr, Password: s.adminKey, PoolSize: 1})
+		},
+		func(c *redis.Client) error { return c.Do(ctx, "JOB.SUBMIT", jobDoc(queue, 0)).Err() },
+		func(c *redis.Client) { c.Close() })
+	return float64(n) / time.Since(start).Seconds(), err
 }
 
 // agqPickup submits one job at a time to a queue an idle worker is blocked

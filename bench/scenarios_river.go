@@ -174,22 +174,10 @@ func riverSubmit(ctx context.Context, r *riverSide, n, producers, batch int) (fl
 		}
 		return float64(n) / time.Since(start).Seconds(), nil
 	}
-	var next atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range producers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				if _, err := r.client.Insert(ctx, noopArgs{}, nil); err != nil {
-					once.Do(func() { first = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return float64(n) / time.Since(start).Seconds(), first
+	err := spread(n, producers, func() struct{} { return struct{}{} },
+		func(struct{}) error { _, err := r.client.Insert(ctx, noopArgs{}, nil); return err },
+		func(struct{}) {})
+	return float64(n) / time.Since(start).Seconds(), err
 }
 
 // riverPickup inserts one job at a time into an idle client.

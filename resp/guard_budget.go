@@ -24,9 +24,6 @@ func NewBudget(n int64) *Budget {
 	return b
 }
 
-// Left is what remains to reserve.
-func (b *Budget) Left() int64 { return b.left.Load() }
-
 func (b *Budget) take(n int64) bool {
 	if b.left.Add(-n) < 0 {
 		b.left.Add(n)

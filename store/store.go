@@ -106,10 +106,7 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	return &Store{Pool: pool, Async: pool}, nil
 }
 
-// CloseBackground closes a store made by Background.
-func (s *Store) CloseBackground() { s.Pool.Close() }
-
-// Close closes the pools.
+// Close closes the pools (a pool shared by both is closed once).
 func (s *Store) Close() {
 	s.Pool.Close()
 	s.Async.Close()

@@ -313,7 +313,7 @@ func (n *Node) Close() error {
 		}
 		n.wg.Wait()
 		if n.sweeps != nil {
-			n.sweeps.CloseBackground()
+			n.sweeps.Close()
 		}
 		if n.store != nil {
 			n.store.Close()
