@@ -97,6 +97,7 @@ func (s *Server) authenticate(ctx context.Context, sess *Session, user, key stri
 	p, err := offStack(func() (auth.Principal, error) { return s.keys.Authenticate(ctx, user, key) })
 	if err == nil {
 		sess.setAuth(p, user, s.opts.Limits)
+		s.authenticated(sess)
 		s.log.Debug().Int64("conn", sess.ID).Str("principal", p.Name).Str("role", p.Role).Msg("authenticated")
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 type metrics struct {
 	connections      prometheus.Gauge
 	connectionsTotal prometheus.Counter
-	rejectedConns    prometheus.Counter
+	rejectedConns    *prometheus.CounterVec
 	commands         *prometheus.CounterVec
 	latency          *prometheus.HistogramVec
 	authFailures     prometheus.Counter
@@ -24,9 +24,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_connections_total", Help: "Client connections accepted.",
 		}),
-		rejectedConns: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "agq_connections_rejected_total", Help: "Connections refused because max-clients was reached.",
-		}),
+		rejectedConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agq_connections_rejected_total",
+			Help: "Connections refused (max_clients) or closed before they authenticated (auth_timeout, unauthenticated_limit, address_limit).",
+		}, []string{"reason"}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agq_commands_total", Help: "Commands run, by command and result (ok or error).",
 		}, []string{"command", "result"}),
@@ -49,6 +50,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
 		}),
+	}
+	for _, reason := range []string{"max_clients", "auth_timeout", "unauthenticated_limit", "address_limit"} {
+		m.rejectedConns.WithLabelValues(reason)
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize)

@@ -33,7 +33,11 @@ type Options struct {
 	MaxPayload        int64
 	MaxAttempts       int
 	MaxClients        int
-	AuthTimeout       time.Duration
+	// MaxUnauthenticated and MaxUnauthenticatedPerAddress cap the
+	// connections that have not authenticated yet (0: the defaults).
+	MaxUnauthenticated           int
+	MaxUnauthenticatedPerAddress int
+	AuthTimeout                  time.Duration
 	// CommandTimeout bounds a non-blocking command's database work.
 	CommandTimeout time.Duration
 	Limits         resp.Limits
@@ -54,6 +58,7 @@ type Server struct {
 	groups  groups
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
+	admission admission // under mu
 
 	nextID   atomic.Int64
 	mu       sync.Mutex
@@ -86,6 +91,7 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 	s.table = s.buildTable()
 	s.groups = s.newGroups()
 	s.authLimit = newAuthLimiter(log)
+	s.admission = newAdmission(opts.MaxClients, opts.MaxUnauthenticated, opts.MaxUnauthenticatedPerAddress, opts.AuthTimeout)
 	return s
 }
 
@@ -130,16 +136,14 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	}
 	if len(s.sessions) >= s.opts.MaxClients {
 		conn.NetConn().Write([]byte("-ERR max number of clients reached\r\n"))
-		s.metrics.rejectedConns.Inc()
+		s.metrics.rejectedConns.WithLabelValues("max_clients").Inc()
 		return false
 	}
 	sess := newSession(s.nextID.Add(1), conn)
 	if sess.guard != nil {
 		sess.guard.SetLimits(resp.PreAuthLimits)
-		if s.opts.AuthTimeout > 0 {
-			sess.guard.SetIdleTimeout(s.opts.AuthTimeout)
-		}
 	}
+	s.admitUnauthenticated(sess)
 	conn.SetContext(sess)
 	s.sessions[sess.ID] = sess
 	s.metrics.connections.Inc()
@@ -154,6 +158,7 @@ func (s *Server) connClosed(conn redcon.Conn, err error) {
 	}
 	sess.cancel()
 	s.mu.Lock()
+	s.forgetUnauthLocked(sess)
 	delete(s.sessions, sess.ID)
 	s.mu.Unlock()
 	s.metrics.connections.Dec()

@@ -45,6 +45,8 @@ type Session struct {
 	worker *store.Worker
 	// unblock ends the blocking command running now, if any.
 	unblock context.CancelFunc
+
+	unauth unauthState // under Server.mu
 }
 
 func newSession(id int64, conn redcon.Conn) *Session {
@@ -70,7 +72,7 @@ func (s *Session) isAuthed() bool {
 }
 
 // setAuth records the principal; the connection gets the full input
-// limits and no idle deadline.
+// limits.
 func (s *Session) setAuth(p auth.Principal, user string, limits resp.Limits) {
 	s.mu.Lock()
 	s.authed, s.who, s.authUser = true, p, user
@@ -78,7 +80,6 @@ func (s *Session) setAuth(p auth.Principal, user string, limits resp.Limits) {
 	s.revoked.Store(false)
 	s.authFailures = 0
 	if s.guard != nil {
-		s.guard.SetIdleTimeout(0)
 		s.guard.SetLimits(limits)
 	}
 }

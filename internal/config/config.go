@@ -32,6 +32,8 @@ type Config struct {
 	MaxInputBuffer    int64
 	MaxAttempts       int
 	MaxClients        int
+	MaxUnauth         int
+	MaxUnauthPerAddr  int
 	AuthTimeout       time.Duration
 	RetainCompleted   time.Duration
 	RetainFailed      time.Duration
@@ -89,7 +91,9 @@ var settings = []setting{
 	}},
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
 	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
-	{"auth-timeout", "10s", "idle unauthenticated connections are closed after this", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
+	{"auth-timeout", "10s", "a connection that has not authenticated this long after connecting is closed", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
+	{"max-unauthenticated", "0", "most connections not yet authenticated; past it a newcomer closes the oldest (0: half of max-clients, at least the per-address cap)", countSetter(func(c *Config) *int { return &c.MaxUnauth })},
+	{"max-unauthenticated-per-address", "256", "most connections not yet authenticated from one source address; past it a newcomer closes that address's oldest", intSetter(func(c *Config) *int { return &c.MaxUnauthPerAddr })},
 	{"retain-completed", "168h", "completed jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainCompleted })},
 	{"retain-failed", "720h", "failed and cancelled jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainFailed })},
 	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
@@ -126,6 +130,18 @@ func intSetter(field func(*Config) *int) func(*Config, string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("must be a positive integer")
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// countSetter is intSetter that also takes 0, for "the default".
+func countSetter(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("must be a non-negative integer")
 		}
 		*field(c) = n
 		return nil

@@ -182,16 +182,18 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		},
 	})
 	n.server = commands.New(commands.Options{
-		NodeID:            n.ID,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		JobTimeout:        cfg.JobTimeout,
-		AckTimeout:        cfg.AckTimeout,
-		MaxPayload:        cfg.MaxPayload,
-		Limits:            inputLimits(cfg),
-		MaxAttempts:       cfg.MaxAttempts,
-		MaxClients:        cfg.MaxClients,
-		AuthTimeout:       cfg.AuthTimeout,
-		IsLeader:          n.IsLeader,
+		NodeID:                       n.ID,
+		HeartbeatInterval:            cfg.HeartbeatInterval,
+		JobTimeout:                   cfg.JobTimeout,
+		AckTimeout:                   cfg.AckTimeout,
+		MaxPayload:                   cfg.MaxPayload,
+		Limits:                       inputLimits(cfg),
+		MaxAttempts:                  cfg.MaxAttempts,
+		MaxClients:                   cfg.MaxClients,
+		MaxUnauthenticated:           cfg.MaxUnauth,
+		MaxUnauthenticatedPerAddress: cfg.MaxUnauthPerAddr,
+		AuthTimeout:                  cfg.AuthTimeout,
+		IsLeader:                     n.IsLeader,
 	}, n.store, keys, n.hub, n.log, n.registry)
 	n.hub.Start(bg)
 	if err := n.startElector(bg); err != nil {
