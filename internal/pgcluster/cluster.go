@@ -44,6 +44,10 @@ type Config struct {
 	// Logger receives progress messages and warnings. The zero value
 	// discards them.
 	Logger zerolog.Logger
+	// StandbyOf, if set, makes a new cluster a streaming standby of that
+	// running cluster (a copy taken with pg_basebackup) instead of running
+	// initdb; see standby.go.
+	StandbyOf *Cluster
 }
 
 // Cluster is a PostgreSQL cluster owned by one agq process. Its methods are
@@ -54,6 +58,7 @@ type Cluster struct {
 	settings map[string]string
 	log      zerolog.Logger
 	runAs    *runAs
+	primary  *Cluster // the cluster a new one copies, or nil
 	layout
 	lock *dirLock
 
@@ -113,6 +118,7 @@ func Open(cfg Config) (*Cluster, error) {
 		settings: maps.Clone(cfg.Settings),
 		log:      cfg.Logger,
 		runAs:    runAs,
+		primary:  cfg.StandbyOf,
 		layout:   l,
 		lock:     lock,
 	}, nil

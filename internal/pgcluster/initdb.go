@@ -36,6 +36,12 @@ func (c *Cluster) initCluster(ctx context.Context) error {
 		return err
 	}
 
+	if c.primary != nil {
+		if err := c.baseBackup(ctx, scratch); err != nil {
+			return err
+		}
+		return os.Rename(scratch, c.clusterDir)
+	}
 	c.log.Info().Str("cluster_dir", c.clusterDir).Msg("creating PostgreSQL cluster")
 	args := []string{
 		"-D", scratch,
