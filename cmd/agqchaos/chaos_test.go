@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/internal/chaos"
+)
+
+// A short chaos run, as CI runs it: every kind of fault once (agq nodes and
+// workers killed, a worker stopped past its heartbeats, PostgreSQL
+// restarted fast and immediate, the primary killed and its synchronous
+// standby promoted), then the same without a standby for the restarts of a
+// single PostgreSQL. Nothing acknowledged may be lost or left unfinished,
+// no completion answered OK may be missing, no late report accepted, and
+// every fault must be recovered from: a worker on every node completing
+// jobs again without a restart, and a node leading.
+func TestShortChaosRunLosesNothing(t *testing.T) {
+	bin := t.TempDir()
+	build := func(name, pkg string) string {
+		out := filepath.Join(bin, name)
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+		return out
+	}
+	agq, self := build("agq", "github.com/agq/agq/cmd/agq"), build("agqchaos", ".")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"PrimaryAndStandby", []string{"-faults", "agq-kill,worker-kill,worker-stop,pg-restart-fast,pg-restart-immediate,failover"}},
+		{"SinglePostgres", []string{"-no-standby", "-faults", "pg-restart-fast,pg-restart-immediate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "agqchaos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if !t.Failed() {
+					os.RemoveAll(dir)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			args := append([]string{"-agq", agq, "-dir", dir, "-json", "-fsync=false", "-duration", "5s",
+				"-drain", "60s", "-nodes", "2", "-workers", "4", "-rate", "100"}, tc.args...)
+			cmd := exec.CommandContext(ctx, self, args...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			runErr := cmd.Run()
+			t.Logf("progress:\n%s", stderr.String())
+			var rep chaos.Report
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+				t.Fatalf("agqchaos: %v; report %q: %v (logs in %s)", runErr, stdout.String(), err, dir)
+			}
+			var printed bytes.Buffer
+			rep.Print(&printed)
+			t.Logf("report:\n%s", printed.String())
+			if runErr != nil || !rep.OK() {
+				t.Fatalf("the chaos run failed: %v (logs in %s)", runErr, dir)
+			}
+			if rep.Acknowledged == 0 || rep.Completed != rep.Acknowledged {
+				t.Fatalf("%d acknowledged, %d completed", rep.Acknowledged, rep.Completed)
+			}
+			ran := map[string]bool{}
+			for _, f := range rep.Faults {
+				ran[f.Kind] = true
+			}
+			for _, kind := range strings.Split(tc.args[len(tc.args)-1], ",") {
+				if !ran[kind] {
+					t.Errorf("fault %s was not run: %+v", kind, rep.Faults)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,372 @@
+// Package chaos runs agq nodes, worker processes and producers on a
+// PostgreSQL primary with a synchronous standby, injects faults — agq nodes
+// and workers killed, workers stopped past their heartbeats, PostgreSQL
+// restarted, the primary killed and the standby promoted — and then
+// compares what the clients were told with what the database holds.
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// The faults a run can inject.
+const (
+	AgqKill            = "agq-kill"
+	WorkerKill         = "worker-kill"
+	WorkerStop         = "worker-stop"
+	PostgresFast       = "pg-restart-fast"
+	PostgresImmediate  = "pg-restart-immediate"
+	PrimaryFailover    = "failover"
+	heartbeatInterval  = time.Second
+	ackTimeout         = 2 * time.Second
+	recoveryLimit      = 60 * time.Second
+	queue              = "chaos"
+	workerStopDuration = 3*heartbeatInterval + 2*time.Second
+	// workTime is how long a worker holds each job: long enough that a
+	// stopped or killed worker is often caught holding one.
+	workTime = 20 * time.Millisecond
+)
+
+// AllFaults is every kind of fault, in the order a run cycles through them.
+var AllFaults = []string{AgqKill, WorkerKill, WorkerStop, PostgresFast, PostgresImmediate, PrimaryFailover}
+
+// Config configures a run.
+type Config struct {
+	AgqBin string
+	// WorkerCommand runs one worker; -addr, -id, -key, -queue,
+	// -heartbeat and -work flags are added.
+	WorkerCommand []string
+	// Dir holds the clusters and the logs.
+	Dir                       string
+	Nodes, Workers, Producers int
+	// Rate is submissions per second, in all.
+	Rate int
+	// Duration is how long faults are injected (each kind at least once).
+	Duration time.Duration
+	Faults   []string
+	// Drain is how long the jobs acknowledged may take to finish after.
+	Drain time.Duration
+	// Fsync keeps PostgreSQL's fsync on (off makes short runs faster;
+	// process kills do not lose what the operating system holds).
+	Fsync bool
+	// NoStandby runs a single PostgreSQL, without fail-over.
+	NoStandby bool
+	Progress  io.Writer
+}
+
+type run struct {
+	cfg      Config
+	db       *database
+	nodes    []*process
+	addrs    []string
+	workers  []*process
+	adminKey string
+	ledger   *ledger
+	started  time.Time
+	say      func(format string, args ...any)
+}
+
+// Run runs the chaos and returns what it found.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r := &run{cfg: cfg, ledger: newLedger(cfg.Nodes), started: time.Now()}
+	r.say = func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "chaos %5.1fs: %s\n", time.Since(r.started).Seconds(), fmt.Sprintf(format, args...))
+	}
+	settings := map[string]string{
+		"synchronous_commit":          "on",
+		"wal_retrieve_retry_interval": "200ms",
+		"max_connections":             "300",
+	}
+	if !cfg.Fsync {
+		settings["fsync"], settings["full_page_writes"] = "off", "off"
+	}
+	pgLog, err := os.Create(logPath(cfg.Dir, "pgcluster"))
+	if err != nil {
+		return nil, err
+	}
+	defer pgLog.Close()
+	db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
+	if db != nil {
+		defer db.close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
+	}
+	r.db = db
+	r.say("PostgreSQL ready (%s)", db.url)
+	defer r.stopAll()
+	if err := r.startNodes(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.startWorkers(ctx); err != nil {
+		return nil, err
+	}
+	prodCtx, stopProducers := context.WithCancel(ctx)
+	producers := r.startProducers(prodCtx)
+
+	rep := &Report{}
+	faults := cfg.Faults
+	if len(faults) == 0 {
+		faults = AllFaults
+	}
+	time.Sleep(2 * time.Second) // steady flow before the first fault
+	for i := 0; ctx.Err() == nil && (i < len(faults) || time.Since(r.started) < cfg.Duration); i++ {
+		rep.Faults = append(rep.Faults, r.inject(ctx, faults[i%len(faults)], i))
+		time.Sleep(time.Second)
+	}
+	stopProducers()
+	producers.Wait()
+	r.say("producers stopped; %d submissions acknowledged; waiting for them to finish", len(r.ledger.ackedIDs()))
+
+	conn, err := r.connectPrimary(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close(context.Background())
+	ids := r.ledger.ackedIDs()
+	for deadline := time.Now().Add(cfg.Drain); ; time.Sleep(500 * time.Millisecond) {
+		n, err := unfinished(ctx, conn, ids)
+		if err == nil && n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	r.stopWorkers()
+	err = r.ledger.account(ctx, conn, rep)
+	rep.Elapsed = time.Since(r.started)
+	return rep, err
+}
+
+func (r *run) connectPrimary(ctx context.Context) (*pgx.Conn, error) {
+	var err error
+	for start := time.Now(); time.Since(start) < recoveryLimit; time.Sleep(200 * time.Millisecond) {
+		var conn *pgx.Conn
+		if conn, err = pgx.Connect(ctx, r.db.url); err == nil {
+			return conn, nil
+		}
+	}
+	return nil, fmt.Errorf("reaching the primary: %w", err)
+}
+
+func (r *run) startNodes(ctx context.Context) error {
+	key := make([]byte, 32)
+	rand.Read(key)
+	r.adminKey = hex.EncodeToString(key)
+	for i := range r.cfg.Nodes {
+		addr, httpAddr := freeAddr(), freeAddr()
+		dir := fmt.Sprintf("%s/agq%d", r.cfg.Dir, i)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		p := &process{name: fmt.Sprintf("agq%d", i), log: logPath(r.cfg.Dir, fmt.Sprintf("agq%d", i)), args: []string{
+			r.cfg.AgqBin, "--listen", addr, "--http-listen", httpAddr, "--database-url", r.db.url,
+			"--data-dir", dir, "--admin-key", r.adminKey, "--log-level", "warn", "--log-format", "json",
+			"--heartbeat-interval", strconv.Itoa(int(heartbeatInterval.Seconds())) + "s", "--ack-timeout", ackTimeout.String(),
+		}}
+		if err := p.start(); err != nil {
+			return err
+		}
+		r.nodes, r.addrs = append(r.nodes, p), append(r.addrs, addr)
+	}
+	for i, addr := range r.addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr, Password: r.adminKey, MaxRetries: -1})
+		err := waitFor(ctx, 30*time.Second, func() error { return c.Ping(ctx).Err() })
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("agq node %d did not answer (log %s): %w", i, r.nodes[i].log, err)
+		}
+	}
+	r.say("%d agq nodes up", len(r.nodes))
+	return nil
+}
+
+func (r *run) admin(node int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: r.addrs[node], Password: r.adminKey, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+}
+
+func (r *run) startWorkers(ctx context.Context) error {
+	admin := r.admin(0)
+	defer admin.Close()
+	for i := range r.cfg.Workers {
+		id, node := fmt.Sprintf("cw-%d", i), i%r.cfg.Nodes
+		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
+		if err != nil {
+			return fmt.Errorf("KEY.CREATE: %w", err)
+		}
+		args := append(append([]string{}, r.cfg.WorkerCommand...), "-addr", r.addrs[node], "-id", id, "-key", key,
+			"-queue", queue, "-heartbeat", heartbeatInterval.String(), "-work", workTime.String())
+		p := &process{name: id, log: logPath(r.cfg.Dir, id), args: args,
+			lines: func(line string) { r.ledger.workerLine(node, line) }}
+		if err := p.start(); err != nil {
+			return err
+		}
+		r.workers = append(r.workers, p)
+	}
+	r.say("%d workers up", len(r.workers))
+	return nil
+}
+
+// startProducers submits jobs at the configured rate, each to the next
+// node, re-sending a submission by its id until it is acknowledged.
+func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
+	tokens := make(chan struct{}, r.cfg.Producers)
+	go func() {
+		t := time.NewTicker(time.Second / time.Duration(max(1, r.cfg.Rate)))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				select {
+				case tokens <- struct{}{}:
+				default: // the producers are behind: that is an error to see, not to queue
+				}
+			}
+		}
+	}()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for p := range r.cfg.Producers {
+		wg.Go(func() {
+			clients := make([]*redis.Client, len(r.addrs))
+			for i := range clients {
+				clients[i] = r.admin(i)
+				defer clients[i].Close()
+			}
+			for n := p; ; n++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tokens:
+				}
+				id := fmt.Sprintf("chaos-%07d", next.Add(1))
+				doc := fmt.Sprintf(`{"job_id":%q,"queue":%q,"type":"chaos","max_attempts":100}`, id, queue)
+				// After an error the next node is tried.
+				for try, wait := n, time.Duration(0); sleep(ctx, wait); try, wait = try+1, backoff(wait) {
+					err := clients[try%len(clients)].Do(ctx, "JOB.SUBMIT", doc).Err()
+					if err == nil {
+						r.ledger.ack(id)
+						break
+					}
+					if ctx.Err() == nil {
+						r.ledger.clientErr("submit", err.Error())
+					}
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// inject runs one fault and waits until it is recovered from: a worker of
+// every node had a completion accepted again, and a node leads (runs the
+// watchdog and the scheduler).
+func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
+	res := FaultResult{Kind: kind, At: time.Since(r.started)}
+	start := time.Now()
+	r.say("fault: %s", kind)
+	var err error
+	after := func() {}
+	switch kind {
+	case AgqKill:
+		n := r.nodes[round%len(r.nodes)]
+		n.kill()
+		err = n.start()
+	case WorkerKill:
+		w := r.workers[round%len(r.workers)]
+		w.kill()
+		err = w.start()
+	case WorkerStop:
+		// The others carry on meanwhile; this one resumes after its
+		// heartbeats ran out, and whatever it then reports is stale.
+		w := r.workers[round%len(r.workers)]
+		w.signal(syscall.SIGSTOP)
+		after = func() {
+			time.Sleep(time.Until(start.Add(workerStopDuration)))
+			w.signal(syscall.SIGCONT)
+		}
+	case PostgresFast, PostgresImmediate:
+		err = r.db.restart(ctx, kind == PostgresImmediate)
+	case PrimaryFailover:
+		err = r.db.failover(ctx, func() { r.say("standby promoted %.2fs after the kill", time.Since(start).Seconds()) })
+	default:
+		err = fmt.Errorf("unknown fault %q", kind)
+	}
+	if err != nil {
+		res.Error = err.Error()
+		r.say("fault %s: %v", kind, err)
+	}
+	for time.Since(start) < recoveryLimit && ctx.Err() == nil {
+		if r.ledger.allNodesDoneSince(start) && r.someNodeLeads(ctx) {
+			res.Recovered, res.Recovery = true, time.Since(start)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.say("%s: recovered=%v in %.2fs", kind, res.Recovered, res.Recovery.Seconds())
+	after()
+	return res
+}
+
+// someNodeLeads reports whether a node says it is the leader.
+func (r *run) someNodeLeads(ctx context.Context) bool {
+	for i := range r.addrs {
+		c := r.admin(i)
+		info, err := c.Info(ctx, "leader").Result()
+		c.Close()
+		if err == nil && strings.Contains(info, "is_leader:1") {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *run) stopWorkers() {
+	for _, w := range r.workers {
+		w.stop(5 * time.Second)
+	}
+}
+
+func (r *run) stopAll() {
+	r.stopWorkers()
+	for _, n := range r.nodes {
+		n.stop(15 * time.Second)
+	}
+}
+
+func waitFor(ctx context.Context, limit time.Duration, cond func() error) error {
+	err := errors.New("not tried")
+	for start := time.Now(); time.Since(start) < limit && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		if err = cond(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

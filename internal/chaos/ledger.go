@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ledger is what the clients saw: submissions acknowledged, executions,
+// final reports accepted and refused, errors.
+type ledger struct {
+	mu       sync.Mutex
+	acked    map[string]bool
+	execs    map[string]int
+	accepted map[string][]string // job → deliveries whose completion was answered OK
+	refused  int
+	errs     map[string]int
+	doneAt   []time.Time // per node: the last accepted completion by one of its workers
+}
+
+func newLedger(nodes int) *ledger {
+	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
+		errs: map[string]int{}, doneAt: make([]time.Time, nodes)}
+}
+
+func (l *ledger) ack(id string) {
+	l.mu.Lock()
+	l.acked[id] = true
+	l.mu.Unlock()
+}
+
+// clientErr counts an error a client saw, by what it did and the error's
+// first words.
+func (l *ledger) clientErr(what, msg string) {
+	words := strings.Fields(msg)
+	key := what + ": " + strings.Join(words[:min(len(words), 4)], " ")
+	l.mu.Lock()
+	l.errs[key]++
+	l.mu.Unlock()
+}
+
+// workerLine records a line a worker attached to node printed.
+func (l *ledger) workerLine(node int, line string) {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case f[0] == "exec" && len(f) == 4:
+		l.execs[f[1]]++
+	case f[0] == "done" && len(f) >= 4 && f[3] == "ok":
+		l.accepted[f[1]] = append(l.accepted[f[1]], f[2])
+		l.doneAt[node] = time.Now()
+	case f[0] == "done":
+		l.refused++
+	case f[0] == "err" && len(f) >= 3:
+		words := f[2:]
+		l.errs["worker "+f[1]+": "+strings.Join(words[:min(len(words), 4)], " ")]++
+	}
+}
+
+// allNodesDoneSince reports whether a worker of every node had a
+// completion accepted after t.
+func (l *ledger) allNodesDoneSince(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, at := range l.doneAt {
+		if !at.After(t) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *ledger) ackedIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.acked))
+}
+
+// unfinished counts the acknowledged jobs the database does not hold as
+// finished.
+func unfinished(ctx context.Context, conn *pgx.Conn, ids []string) (int, error) {
+	var n int
+	err := conn.QueryRow(ctx, `
+		SELECT count(*) FROM unnest($1::text[]) AS a(id)
+		LEFT JOIN jobs j ON j.id = a.id
+		WHERE j.status IS NULL OR j.status NOT IN ('completed', 'failed', 'cancelled')`, ids).Scan(&n)
+	return n, err
+}
+
+// account compares the ledger with the database.
+func (l *ledger) account(ctx context.Context, conn *pgx.Conn, r *Report) error {
+	ids := l.ackedIDs()
+	rows, err := conn.Query(ctx, `
+		SELECT a.id, j.status, j.delivery::text FROM unnest($1::text[]) AS a(id)
+		LEFT JOIN jobs j ON j.id = a.id`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.Acknowledged = len(ids)
+	for rows.Next() {
+		var id string
+		var status, delivery *string
+		if err := rows.Scan(&id, &status, &delivery); err != nil {
+			return err
+		}
+		switch {
+		case status == nil:
+			r.Lost++
+			r.LostIDs = appendSome(r.LostIDs, id)
+		case *status == "completed":
+			r.Completed++
+		case *status == "failed" || *status == "cancelled":
+			r.Failed++
+		default:
+			r.Stuck++
+			r.StuckIDs = appendSome(r.StuckIDs, id+" ("+*status+")")
+		}
+		if l.execs[id] > 1 {
+			r.RunMoreThanOnce++
+		}
+		// A completion accepted for any delivery but the job's last came
+		// from a worker that had already lost the job.
+		for _, d := range l.accepted[id] {
+			if delivery == nil || d != *delivery {
+				r.LateReportsAccepted++
+				r.LateIDs = appendSome(r.LateIDs, id)
+			}
+		}
+		if len(l.accepted[id]) > 0 && (status == nil || *status != "completed") {
+			r.CompletionsLost++
+			r.LostIDs = appendSome(r.LostIDs, id+" (completion)")
+		}
+	}
+	r.ReportsRefused = l.refused
+	r.ClientErrors = maps.Clone(l.errs)
+	return rows.Err()
+}
+
+func appendSome(s []string, v string) []string {
+	if len(s) < 10 {
+		return append(s, v)
+	}
+	return s
+}
+
+// Report is what a chaos run found.
+type Report struct {
+	Acknowledged        int            `json:"acknowledged"`
+	Completed           int            `json:"completed"`
+	Failed              int            `json:"failed_or_cancelled"`
+	Lost                int            `json:"lost"`
+	Stuck               int            `json:"stuck"`
+	CompletionsLost     int            `json:"completions_lost"`
+	RunMoreThanOnce     int            `json:"run_more_than_once"`
+	LateReportsAccepted int            `json:"late_reports_accepted"`
+	ReportsRefused      int            `json:"reports_refused"`
+	Faults              []FaultResult  `json:"faults"`
+	ClientErrors        map[string]int `json:"client_errors"`
+	LostIDs             []string       `json:"lost_ids,omitempty"`
+	StuckIDs            []string       `json:"stuck_ids,omitempty"`
+	LateIDs             []string       `json:"late_ids,omitempty"`
+	Elapsed             time.Duration  `json:"elapsed_ns"`
+}
+
+// FaultResult is one fault and how long the system took to recover.
+type FaultResult struct {
+	Kind string `json:"kind"`
+	// At is when the fault began, from the start of the run.
+	At time.Duration `json:"at_ns"`
+	// Recovery is from the fault's start until a worker of every node had
+	// a completion accepted again; Recovered is false if that never came.
+	Recovery  time.Duration `json:"recovery_ns"`
+	Recovered bool          `json:"recovered"`
+	Error     string        `json:"error,omitempty"`
+}
+
+// OK reports whether nothing acknowledged was lost or left unfinished (no
+// submission, no completion answered OK), no late report was accepted, and
+// every fault was recovered from.
+func (r *Report) OK() bool {
+	ok := r.Lost == 0 && r.Stuck == 0 && r.LateReportsAccepted == 0 && r.CompletionsLost == 0
+	for _, f := range r.Faults {
+		ok = ok && f.Recovered && f.Error == ""
+	}
+	return ok
+}
+
+// Print writes the report for people.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "jobs acknowledged:                  %d\n", r.Acknowledged)
+	fmt.Fprintf(w, "  completed:                        %d\n", r.Completed)
+	fmt.Fprintf(w, "  failed or cancelled:              %d\n", r.Failed)
+	fmt.Fprintf(w, "  lost (acknowledged, not in the database): %d %v\n", r.Lost, r.LostIDs)
+	fmt.Fprintf(w, "  stuck (not finished at the end):  %d %v\n", r.Stuck, r.StuckIDs)
+	fmt.Fprintf(w, "  completion answered OK, job not completed: %d\n", r.CompletionsLost)
+	fmt.Fprintf(w, "  executed more than once:          %d\n", r.RunMoreThanOnce)
+	fmt.Fprintf(w, "final reports accepted from a worker that had lost the job: %d %v\n", r.LateReportsAccepted, r.LateIDs)
+	fmt.Fprintf(w, "final reports refused (stale):      %d\n", r.ReportsRefused)
+	fmt.Fprintf(w, "faults:\n")
+	for _, f := range r.Faults {
+		state := fmt.Sprintf("recovered in %.2fs", f.Recovery.Seconds())
+		if !f.Recovered {
+			state = "NOT RECOVERED"
+		}
+		if f.Error != "" {
+			state += " (" + f.Error + ")"
+		}
+		fmt.Fprintf(w, "  %6.1fs  %-22s %s\n", f.At.Seconds(), f.Kind, state)
+	}
+	fmt.Fprintf(w, "errors seen by clients:\n")
+	for _, k := range slices.Sorted(maps.Keys(r.ClientErrors)) {
+		fmt.Fprintf(w, "  %6d  %s\n", r.ClientErrors[k], k)
+	}
+	verdict := "OK"
+	if !r.OK() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "verdict: %s (%.0fs)\n", verdict, r.Elapsed.Seconds())
+}
