@@ -71,6 +71,9 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			if rep.Acknowledged == 0 || rep.Completed != rep.Acknowledged {
 				t.Fatalf("%d acknowledged, %d completed", rep.Acknowledged, rep.Completed)
 			}
+			if strings.Contains(tc.args[len(tc.args)-1], "worker-stop") && rep.ReportsRefused == 0 {
+				t.Errorf("the worker stopped while it held a job had no report refused")
+			}
 			ran := map[string]bool{}
 			for _, f := range rep.Faults {
 				ran[f.Kind] = true

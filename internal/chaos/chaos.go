@@ -206,6 +206,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 	defer admin.Close()
 	for i := range r.cfg.Workers {
 		id, node := fmt.Sprintf("cw-%d", i), i%r.cfg.Nodes
+		worker := i
 		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
 		if err != nil {
 			return fmt.Errorf("KEY.CREATE: %w", err)
@@ -213,7 +214,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 		args := append(append([]string{}, r.cfg.WorkerCommand...), "-addr", r.addrs[node], "-id", id, "-key", key,
 			"-queue", queue, "-heartbeat", heartbeatInterval.String(), "-work", workTime.String())
 		p := &process{name: id, log: logPath(r.cfg.Dir, id), args: args,
-			lines: func(line string) { r.ledger.workerLine(node, line) }}
+			lines: func(line string) { r.ledger.workerLine(worker, node, line) }}
 		if err := p.start(); err != nil {
 			return err
 		}
@@ -295,10 +296,16 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 		w.kill()
 		err = w.start()
 	case WorkerStop:
-		// The others carry on meanwhile; this one resumes after its
-		// heartbeats ran out, and whatever it then reports is stale.
-		w := r.workers[round%len(r.workers)]
+		// Stopped while it runs a job, it resumes after its heartbeats
+		// ran out and the job went to another: its report is then stale.
+		// The others carry on meanwhile.
+		i := round % len(r.workers)
+		for wait := time.Now(); !r.ledger.isHolding(i) && time.Since(wait) < 5*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		w := r.workers[i]
 		w.signal(syscall.SIGSTOP)
+		start = time.Now()
 		after = func() {
 			time.Sleep(time.Until(start.Add(workerStopDuration)))
 			w.signal(syscall.SIGCONT)
@@ -306,7 +313,14 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 	case PostgresFast, PostgresImmediate:
 		err = r.db.restart(ctx, kind == PostgresImmediate)
 	case PrimaryFailover:
-		err = r.db.failover(ctx, func() { r.say("standby promoted %.2fs after the kill", time.Since(start).Seconds()) })
+		if err = r.db.failover(ctx); err == nil {
+			r.say("standby promoted %.2fs after the kill", time.Since(start).Seconds())
+		}
+		after = func() {
+			if err := r.db.rebuildStandby(ctx); err != nil {
+				r.say("rebuilding the standby: %v", err)
+			}
+		}
 	default:
 		err = fmt.Errorf("unknown fault %q", kind)
 	}

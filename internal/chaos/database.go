@@ -111,10 +111,8 @@ func (d *database) restart(ctx context.Context, immediate bool) error {
 	return p.Start(ctx)
 }
 
-// failover kills the primary with SIGKILL, promotes the standby, and
-// rebuilds the lost slot as the new primary's standby. promoted is called
-// once the new primary takes writes (the rebuild comes after).
-func (d *database) failover(ctx context.Context, promoted func()) error {
+// failover kills the primary with SIGKILL and promotes the standby.
+func (d *database) failover(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.primary
@@ -128,12 +126,20 @@ func (d *database) failover(ctx context.Context, promoted func()) error {
 		return err
 	}
 	d.primary = 1 - old
-	promoted()
-	d.slots[old].Close()
-	if err := os.RemoveAll(d.slotDir(old)); err != nil {
+	return nil
+}
+
+// rebuildStandby makes the slot lost in a fail-over a new standby of the
+// primary.
+func (d *database) rebuildStandby(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	lost := 1 - d.primary
+	d.slots[lost].Close()
+	if err := os.RemoveAll(d.slotDir(lost)); err != nil {
 		return err
 	}
-	return d.newStandby(ctx, old)
+	return d.newStandby(ctx, lost)
 }
 
 func (d *database) close() {

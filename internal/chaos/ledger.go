@@ -22,12 +22,13 @@ type ledger struct {
 	accepted map[string][]string // job → deliveries whose completion was answered OK
 	refused  int
 	errs     map[string]int
-	doneAt   []time.Time // per node: the last accepted completion by one of its workers
+	doneAt   []time.Time  // per node: the last accepted completion by one of its workers
+	holding  map[int]bool // per worker: between its exec line and its done line
 }
 
 func newLedger(nodes int) *ledger {
 	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
-		errs: map[string]int{}, doneAt: make([]time.Time, nodes)}
+		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]bool{}}
 }
 
 func (l *ledger) ack(id string) {
@@ -46,8 +47,8 @@ func (l *ledger) clientErr(what, msg string) {
 	l.mu.Unlock()
 }
 
-// workerLine records a line a worker attached to node printed.
-func (l *ledger) workerLine(node int, line string) {
+// workerLine records a line that worker, attached to node, printed.
+func (l *ledger) workerLine(worker, node int, line string) {
 	f := strings.Fields(line)
 	if len(f) < 2 {
 		return
@@ -57,11 +58,14 @@ func (l *ledger) workerLine(node int, line string) {
 	switch {
 	case f[0] == "exec" && len(f) == 4:
 		l.execs[f[1]]++
+		l.holding[worker] = true
 	case f[0] == "done" && len(f) >= 4 && f[3] == "ok":
 		l.accepted[f[1]] = append(l.accepted[f[1]], f[2])
 		l.doneAt[node] = time.Now()
+		l.holding[worker] = false
 	case f[0] == "done":
 		l.refused++
+		l.holding[worker] = false
 	case f[0] == "err" && len(f) >= 3:
 		words := f[2:]
 		l.errs["worker "+f[1]+": "+strings.Join(words[:min(len(words), 4)], " ")]++
@@ -79,6 +83,13 @@ func (l *ledger) allNodesDoneSince(t time.Time) bool {
 		}
 	}
 	return true
+}
+
+// isHolding reports whether worker is running a job now.
+func (l *ledger) isHolding(worker int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holding[worker]
 }
 
 func (l *ledger) ackedIDs() []string {
