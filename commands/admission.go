@@ -10,9 +10,14 @@ import (
 // clients that hold keys. An unauthenticated connection is closed
 // AuthTimeout after it connected, whatever it sends meanwhile; at most
 // maxUnauth of them (and perAddr from one source address) are kept, and a
-// newcomer past either cap closes the oldest one instead of being refused,
-// so a client with a key always gets the round trip its AUTH needs. The
-// fields belong to Server.mu.
+// newcomer past either cap closes the oldest one instead of being refused
+// (unless that one is still within its grace), so a client with a key
+// always gets the round trip its AUTH needs. The fields belong to
+// Server.mu.
+// authGrace is how long a connection may wait to authenticate before a
+// newcomer can displace it.
+const authGrace = time.Second
+
 type admission struct {
 	maxUnauth, perAddr int
 	timeout            time.Duration
@@ -29,31 +34,51 @@ type unauthState struct {
 
 func newAdmission(maxClients, maxUnauth, perAddr int, timeout time.Duration) admission {
 	if perAddr <= 0 {
-		perAddr = 256
+		perAddr = 1024
 	}
 	if maxUnauth <= 0 {
-		// Half the slots, and at least what one address may hold.
-		maxUnauth = max(maxClients/2, min(perAddr, maxClients))
+		maxUnauth = max(1, maxClients/2)
 	}
 	return admission{maxUnauth: maxUnauth, perAddr: perAddr, timeout: timeout, byAddr: map[string]int{}}
 }
 
-// admitUnauthenticated makes room for sess among the unauthenticated
-// connections and starts its authentication deadline; s.mu is held.
-func (s *Server) admitUnauthenticated(sess *Session) {
+// makeRoomLocked makes room for a newcomer from host among the
+// unauthenticated connections, closing the oldest past a cap. It reports
+// false, and closes nothing, when that oldest is still within its grace
+// (authGrace): every connection gets a fair chance to authenticate, and a
+// flood of fresh connections is turned away instead. s.mu is held.
+func (s *Server) makeRoomLocked(host string) bool {
 	a := &s.admission
-	host := hostOf(sess.addr)
+	var oldest *Session
+	reason := ""
 	switch {
 	case a.byAddr[host] >= a.perAddr:
 		for e := a.order.Front(); e != nil; e = e.Next() {
-			if old := e.Value.(*Session); old.unauth.host == host {
-				s.evictLocked(old, "address_limit")
+			if sess := e.Value.(*Session); sess.unauth.host == host {
+				oldest, reason = sess, "address_limit"
 				break
 			}
 		}
 	case a.order.Len() >= a.maxUnauth:
-		s.evictLocked(a.order.Front().Value.(*Session), "unauthenticated_limit")
+		oldest, reason = a.order.Front().Value.(*Session), "unauthenticated_limit"
 	}
+	if oldest == nil {
+		return true
+	}
+	if time.Since(oldest.created) < min(authGrace, a.timeout) {
+		s.metrics.rejectedConns.WithLabelValues(reason).Inc()
+		s.log.Debug().Str("addr", host).Str("reason", reason).Msg("turning away a connection")
+		return false
+	}
+	s.evictLocked(oldest, reason)
+	return true
+}
+
+// admitUnauthenticated counts sess among the unauthenticated connections
+// and starts its authentication deadline; s.mu is held.
+func (s *Server) admitUnauthenticated(sess *Session) {
+	a := &s.admission
+	host := hostOf(sess.addr)
 	sess.unauth = unauthState{elem: a.order.PushBack(sess), host: host}
 	a.byAddr[host]++
 	if a.timeout > 0 {

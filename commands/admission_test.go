@@ -3,6 +3,7 @@ package commands_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -16,25 +17,30 @@ import (
 	"github.com/agq/agq/internal/config"
 )
 
-// rejectedConns reads agq_connections_rejected_total{reason} from /metrics.
-func rejectedConns(t *testing.T, a *agqtest.Agq, reason string) float64 {
+// metric reads one sample (name with its labels) from /metrics.
+func metric(t *testing.T, a *agqtest.Agq, sample string) float64 {
 	t.Helper()
 	res, err := http.Get("http://" + a.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	prefix := `agq_connections_rejected_total{reason="` + reason + `"} `
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return f
 		}
 	}
-	t.Fatalf("/metrics has no %s", prefix)
+	t.Fatalf("/metrics has no %s", sample)
 	return 0
+}
+
+// rejectedConns reads agq_connections_rejected_total{reason}.
+func rejectedConns(t *testing.T, a *agqtest.Agq, reason string) float64 {
+	t.Helper()
+	return metric(t, a, `agq_connections_rejected_total{reason="`+reason+`"}`)
 }
 
 // A thousand connections that trickle a byte a second and never
@@ -92,13 +98,17 @@ func TestTricklingUnauthenticatedConnectionsLockNobodyOut(t *testing.T) {
 			}
 		})
 	}
-	// While they trickle, keyholders connect and work.
+	// Once the server has seen them all (a flood of fresh ones past the
+	// cap is turned away) and they are past their grace, keyholders connect
+	// and work while the rest still trickle.
 	agqtest.Eventually(t, 20*time.Second, func() error {
-		if dialled.Load()+dialFails.Load() < n {
-			return context.DeadlineExceeded // not all dialled yet
+		seen := metric(t, a, "agq_connections_total") + rejectedConns(t, a, "unauthenticated_limit") + rejectedConns(t, a, "address_limit")
+		if seen < n {
+			return fmt.Errorf("the server has seen %v of %d connections", seen, n)
 		}
 		return nil
 	})
+	time.Sleep(1100 * time.Millisecond)
 	admin := a.Admin(t)
 	w := registerWorker(t, a, "keyholder", "t")
 	id := submit(t, admin, map[string]any{"type": "t", "queue": "trickle"})
@@ -121,9 +131,10 @@ func TestTricklingUnauthenticatedConnectionsLockNobodyOut(t *testing.T) {
 			n, dialFails.Load(), late.Load(), timeout)
 	}
 	t.Logf("%d of the %d trickling connections were still open while the keyholders worked", still, n)
-	// One address past its cap closed its own oldest; the rest timed out.
-	if r := rejectedConns(t, a, "address_limit"); r < n-256 {
-		t.Errorf("address_limit closures = %v, want at least %d", r, n-256)
+	// Past half of max-clients, newcomers were turned away or closed the
+	// oldest; the rest timed out.
+	if r := rejectedConns(t, a, "unauthenticated_limit"); r < n-n/2 {
+		t.Errorf("unauthenticated_limit refusals and closures = %v, want at least %d", r, n-n/2)
 	}
 	if r := rejectedConns(t, a, "auth_timeout"); r < 1 {
 		t.Errorf("auth_timeout closures = %v", r)
@@ -134,51 +145,78 @@ func TestTricklingUnauthenticatedConnectionsLockNobodyOut(t *testing.T) {
 	}
 }
 
-// Past the cap on unauthenticated connections, a newcomer closes the
-// oldest one rather than being turned away.
+// Past a cap on unauthenticated connections — in all, or from one address
+// — a newcomer closes the oldest one rather than being turned away.
 func TestNewcomersDisplaceTheOldestUnauthenticated(t *testing.T) {
 	t.Parallel()
-	a := agqtest.Start(t, func(c *config.Config) {
-		c.MaxUnauth = 3
-		c.AuthTimeout = time.Minute
-	})
-	var conns []net.Conn
-	for range 4 {
-		conn, err := net.Dial("tcp", a.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		conn.SetDeadline(time.Now().Add(20 * time.Second))
-		// A reply proves the server counted this connection.
-		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+PONG\r\n" {
-			t.Fatalf("PING = %q, %v", line, err)
-		}
-		conns = append(conns, conn)
-	}
-	if _, err := conns[0].Read(make([]byte, 1)); err == nil {
-		t.Fatal("the oldest unauthenticated connection is still open")
-	}
-	for i, conn := range conns[1:] {
-		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-			t.Fatalf("connection %d: %v", i+2, err)
-		}
-		if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+PONG\r\n" {
-			t.Fatalf("connection %d: PING = %q, %v", i+2, line, err)
-		}
-	}
-	if r := rejectedConns(t, a, "unauthenticated_limit"); r != 1 {
-		t.Fatalf("unauthenticated_limit closures = %v, want 1", r)
-	}
-	// An authenticated connection no longer counts.
-	admin := a.Admin(t)
-	if err := admin.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if r := rejectedConns(t, a, "unauthenticated_limit"); r != 2 {
-		t.Fatalf("unauthenticated_limit closures = %v, want 2 (the admin's connection displaced one while it authenticated)", r)
+	for _, tc := range []struct {
+		name, reason string
+		cap          func(*config.Config)
+	}{
+		{"InAll", "unauthenticated_limit", func(c *config.Config) { c.MaxUnauth = 3 }},
+		{"FromOneAddress", "address_limit", func(c *config.Config) { c.MaxUnauth, c.MaxUnauthPerAddr = 100, 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := agqtest.Start(t, tc.cap, func(c *config.Config) { c.AuthTimeout = time.Minute })
+			ping := func(conn net.Conn) error {
+				if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+					return err
+				}
+				if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+					return fmt.Errorf("PING = %q, %v", line, err)
+				}
+				return nil
+			}
+			dial := func() net.Conn {
+				conn, err := net.Dial("tcp", a.Addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				conn.SetDeadline(time.Now().Add(20 * time.Second))
+				return conn
+			}
+			var conns []net.Conn
+			for range 3 {
+				conn := dial()
+				// A reply proves the server counted this connection.
+				if err := ping(conn); err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, conn)
+			}
+			// The three are within their grace: a fourth is turned away.
+			line, err := bufio.NewReader(dial()).ReadString('\n')
+			if err != nil || line != "-ERR too many connections waiting to authenticate; retry later\r\n" {
+				t.Fatalf("a fourth connection at once: %q, %v", line, err)
+			}
+			// Past it, a fourth closes the oldest.
+			time.Sleep(1100 * time.Millisecond)
+			conn := dial()
+			if err := ping(conn); err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, conn)
+			if _, err := conns[0].Read(make([]byte, 1)); err == nil {
+				t.Fatal("the oldest unauthenticated connection is still open")
+			}
+			for i, conn := range conns[1:] {
+				if err := ping(conn); err != nil {
+					t.Fatalf("connection %d: %v", i+2, err)
+				}
+			}
+			if r := rejectedConns(t, a, tc.reason); r != 2 {
+				t.Fatalf("%s refusals and closures = %v, want 2", tc.reason, r)
+			}
+			// A client with a key gets in, displacing one more while it
+			// authenticates, and then no longer counts.
+			if err := a.Admin(t).Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := rejectedConns(t, a, tc.reason); r != 3 {
+				t.Fatalf("%s refusals and closures = %v, want 3", tc.reason, r)
+			}
+		})
 	}
 }

@@ -331,7 +331,8 @@ func TestConnectionCap(t *testing.T) {
 	t.Parallel()
 	a := agqtest.Start(t, func(c *config.Config) {
 		c.MaxClients = 5
-		c.AuthTimeout = 5 * time.Minute // the unauthenticated five must stay
+		c.MaxUnauth = 5                 // all five may wait to authenticate
+		c.AuthTimeout = 5 * time.Minute // and they must stay
 	})
 	dial := func() (net.Conn, *bufio.Reader) {
 		t.Helper()

@@ -8,10 +8,15 @@ import (
 	"github.com/agq/agq/resp"
 )
 
-// recheckEvery bounds how long a blocked command trusts notifications
-// alone: a safety net for a note lost while the LISTEN connection was down,
-// or a due time beyond the hub's bounded timer heap.
-const recheckEvery = 15 * time.Second
+// How long a blocked command trusts wake-ups alone before it looks at the
+// database again. A pop's queues are re-checked by the hub every 15 s for
+// notes that were lost, so its own re-check is the last resort for a job
+// beyond what the hub reads; a JOB.WAIT has only its own (one lookup by
+// id) for a completion notice lost with the node that sent it.
+const (
+	popRecheck  = 5 * time.Minute
+	waitRecheck = 15 * time.Second
+)
 
 var errClientGone = errors.New("client disconnected while blocked")
 
@@ -26,11 +31,12 @@ type blocking struct {
 	ctx      context.Context
 	guard    *resp.GuardedConn
 	deadline time.Time // zero: no timeout
+	recheck  time.Duration
 	stopCtx  func() bool
 }
 
-func newBlocking(ctx context.Context, sess *Session, timeout time.Duration) *blocking {
-	b := &blocking{ctx: ctx, guard: sess.guard}
+func newBlocking(ctx context.Context, sess *Session, timeout, recheck time.Duration) *blocking {
+	b := &blocking{ctx: ctx, guard: sess.guard, recheck: recheck}
 	if timeout > 0 {
 		b.deadline = time.Now().Add(timeout)
 	}
@@ -63,7 +69,7 @@ func (b *blocking) peerGone() bool { return b.guard != nil && b.guard.PeerGone()
 // nil). When the wait is over instead it returns the reply (onTimeout at
 // the timeout) or the error to end the command with.
 func next[T any](b *blocking, c <-chan T, onTimeout resp.Reply) (*T, resp.Reply, error) {
-	recheck := time.Now().Add(recheckEvery)
+	recheck := time.Now().Add(b.recheck)
 	for {
 		select {
 		case v := <-c:

@@ -244,7 +244,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	b := newBlocking(ctx, sess, timeout)
+	b := newBlocking(ctx, sess, timeout, waitRecheck)
 	defer b.close()
 	jw := s.hub.NewJobWaiter(id, b.onWake())
 	defer jw.Close()

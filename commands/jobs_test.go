@@ -258,10 +258,10 @@ func TestIdleBlockedWorkersHoldNoDatabaseConnections(t *testing.T) {
 	if busy500 > busy1 || acquired > 0 {
 		t.Fatalf("500 blocked workers hold connections: %d busy (1 worker: %d), %d acquired", busy500, busy1, acquired)
 	}
-	// The pools, the sweeps' connection, the LISTEN connection and the leader's lock connection.
+	// The pool, the sweeps' connection, the LISTEN connection and the leader's lock connection.
 	st := a.Node.Store()
-	if limit := int(st.Pool.Config().MaxConns+st.Async.Config().MaxConns) + 3; total500 > limit {
-		t.Fatalf("%d connections open, more than the pools' %d plus sweeps, LISTEN and leader", total500, limit-3)
+	if limit := int(st.Pool.Config().MaxConns) + 3; total500 > limit {
+		t.Fatalf("%d connections open, more than the pool's %d plus sweeps, LISTEN and leader", total500, limit-3)
 	}
 	// And the pool is free: a job pushed now is delivered to one of them.
 	if err := a.Admin(t).Do(ctx, "LPUSH", "queue:idle", `{"type":"x"}`).Err(); err != nil {

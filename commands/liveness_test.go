@@ -9,6 +9,7 @@ import (
 
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/store"
 )
 
 func fastHeartbeats(c *config.Config) { c.HeartbeatInterval = time.Second }
@@ -141,4 +142,43 @@ func (w *testWorker) keepHeartbeating() (stop func()) {
 		}
 	}()
 	return func() { close(done); <-exited }
+}
+
+// A job whose wake-up was never sent (its node died between the commit and
+// the notice) still reaches a blocked pop: the node re-checks the queues
+// its clients wait on.
+func TestABlockedPopFindsAJobWhoseWakeUpWasLost(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	w := registerWorker(t, a, "w", "t")
+	got := make(chan string, 1)
+	start := time.Now()
+	go func() {
+		res, err := w.c.Do(ctx, "BRPOP", "queue:lost", "40").StringSlice()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- res[1]
+	}()
+	// Submitted straight through the store: nobody publishes its note.
+	st, err := store.Open(ctx, store.Config{URL: a.DatabaseURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	time.Sleep(200 * time.Millisecond) // the pop is blocked by now
+	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "lost-note", Queue: "lost", Type: "t", MaxAttempts: 3, TimeoutSeconds: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case job := <-got:
+		if !strings.Contains(job, `"job_id":"lost-note"`) {
+			t.Fatalf("BRPOP = %s", job)
+		}
+		t.Logf("the job reached the blocked pop %v after it blocked", time.Since(start).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocked pop never got the job whose wake-up was lost")
+	}
 }

@@ -129,7 +129,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 		return nil, err
 	}
 
-	b := newBlocking(ctx, sess, timeout)
+	b := newBlocking(ctx, sess, timeout, popRecheck)
 	defer b.close()
 	waiter := s.hub.NewWaiter(queues, w.Capabilities, b.onWake())
 	var received []store.ReadyNote // wake-ups not yet used

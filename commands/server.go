@@ -139,6 +139,10 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		s.metrics.rejectedConns.WithLabelValues("max_clients").Inc()
 		return false
 	}
+	if !s.makeRoomLocked(hostOf(conn.RemoteAddr())) {
+		conn.NetConn().Write([]byte("-ERR too many connections waiting to authenticate; retry later\r\n"))
+		return false
+	}
 	sess := newSession(s.nextID.Add(1), conn)
 	if sess.guard != nil {
 		sess.guard.SetLimits(resp.PreAuthLimits)

@@ -58,7 +58,18 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 	caps := cmpOrEmpty(p.Capabilities)
 	var claimed []Claimed
 	refused := map[string]error{}
-	rows, err := s.Async.Query(ctx, `
+	err := s.asyncQuery(ctx, func(rows pgx.Rows) error {
+		// What a delivery carries, and what orders deliveries.
+		c := Claimed{Job: Job{Status: StatusRunning}}
+		j := &c.Job
+		if err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
+			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery); err != nil {
+			return err
+		}
+		j.WorkerID = &c.Worker
+		claimed = append(claimed, c)
+		return nil
+	}, `
 		WITH w AS MATERIALIZED (
 			-- LIMIT 1 makes each check one primary-key probe, whatever
 			-- the planner guesses of the array's length.
@@ -99,22 +110,6 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 	if err != nil {
 		return nil, nil, interpretError(err)
 	}
-	for rows.Next() {
-		// What a delivery carries, and what orders deliveries.
-		c := Claimed{Job: Job{Status: StatusRunning}}
-		j := &c.Job
-		if err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
-			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery); err != nil {
-			rows.Close()
-			return nil, nil, interpretError(err)
-		}
-		j.WorkerID = &c.Worker
-		claimed = append(claimed, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, interpretError(err)
-	}
 	if len(claimed) < len(p.Workers) {
 		// Some got nothing: say which of them may not claim at all.
 		if err := s.claimRefusals(ctx, p.Workers, caps, refused); err != nil {
@@ -127,7 +122,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 
 // claimRefusals notes, for each worker that is not ACTIVE with caps, why.
 func (s *Store) claimRefusals(ctx context.Context, workers, caps []string, refused map[string]error) error {
-	rows, err := s.Async.Query(ctx, `
+	rows, err := s.Pool.Query(ctx, `
 		SELECT u.wid, coalesce(w.state, 'UNREGISTERED')
 		FROM unnest($1::text[]) AS u(wid)
 		LEFT JOIN LATERAL (SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1) w ON true

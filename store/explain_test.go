@@ -330,7 +330,7 @@ func newRecordingStore(ctx context.Context, t *testing.T) *recordingStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	r.st = &store.Store{Pool: pool, Async: pool}
+	r.st = &store.Store{Pool: pool}
 	return r
 }
 

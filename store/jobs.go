@@ -182,6 +182,5 @@ func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 // waiting for the WAL flush: PostgreSQL holds its notification-queue lock
 // until the commit returns, which must never be a job's flush.
 func (s *Store) Notify(ctx context.Context, channel string, payloads []string) error {
-	_, err := s.Async.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
-	return interpretError(err)
+	return interpretError(s.asyncQuery(ctx, nil, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads))
 }

@@ -165,6 +165,36 @@ func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, e
 	return out, interpretError(rows.Err())
 }
 
+// ClaimableNotes returns, for each of queues, a ReadyNote for each distinct
+// capability set among its first perQueue jobs claimable now (in claim
+// order, from the jobs_waiting index, so the cost is bounded however long
+// the backlog): what wakes the blocked clients that can take them, whatever
+// notifications were lost.
+func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue int) ([]ReadyNote, error) {
+	rows, err := q.Query(ctx, `
+		SELECT q.name, f.requires, count(*)
+		FROM unnest($1::text[]) AS q(name)
+		CROSS JOIN LATERAL (
+			SELECT requires FROM jobs
+			WHERE queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+			ORDER BY priority DESC, run_at, seq LIMIT $2
+		) f
+		GROUP BY q.name, f.requires`, queues, perQueue)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []ReadyNote
+	for rows.Next() {
+		var n ReadyNote
+		if err := rows.Scan(&n.Queue, &n.Requires, &n.N); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, n)
+	}
+	return out, interpretError(rows.Err())
+}
+
 // JobCounts counts jobs by status (a due scheduled or retrying job counts
 // as queued, as everywhere else).
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ReportEffects is what committed reports mean to listeners: jobs that
@@ -143,7 +145,13 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) []error 
 		}
 	}
 	applied := make([]bool, n)
-	rows, err := s.Async.Query(ctx, `
+	done := map[string]bool{}
+	err := s.asyncQuery(ctx, func(rows pgx.Rows) error {
+		var id string
+		err := rows.Scan(&id)
+		done[id] = true
+		return err
+	}, `
 		WITH r AS (
 			-- The last report of a job in the group is its progress.
 			SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[])
@@ -158,18 +166,6 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) []error 
 		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
 		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
 	if err == nil {
-		done := map[string]bool{}
-		for rows.Next() {
-			var id string
-			if err = rows.Scan(&id); err != nil {
-				break
-			}
-			done[id] = true
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
 		// Every report of an applied job matched it: the statement's
 		// conditions are the same for all reports of one delivery.
 		for i, p := range reports {

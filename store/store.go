@@ -33,14 +33,9 @@ var (
 	ErrInvalidInput = errors.New("invalid input")
 )
 
-// Store wraps the connection pools.
+// Store wraps the connection pool.
 type Store struct {
 	Pool *pgxpool.Pool
-	// Async is a small pool whose sessions commit without waiting for the
-	// WAL flush (synchronous_commit off): for single statements whose loss
-	// in an operating-system crash only repeats work — claims,
-	// acknowledgements, progress, lease extensions, wake-up notices.
-	Async *pgxpool.Pool
 }
 
 // Config sizes the pool.
@@ -71,7 +66,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// blocked holds no more than its LISTEN and leader connections and the
 	// one its sweeps use.
 	pc.MaxConnIdleTime = 10 * time.Second
-	pc.HealthCheckPeriod = 5 * time.Second
+	// The check only closes what idled too long (no round trip): checked
+	// every second, nothing idles much past the ten.
+	pc.HealthCheckPeriod = time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
@@ -80,20 +77,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	ac := pc.Copy()
-	ac.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	ac.MaxConns = max(1, pc.MaxConns/2)
-	async, err := pgxpool.NewWithConfig(ctx, ac)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("creating pool: %w", err)
-	}
-	return &Store{Pool: pool, Async: async}, nil
+	return &Store{Pool: pool}, nil
 }
 
 // Background returns a store for the leader's background services — the
 // watchdog and the scheduler sweep every second — on one connection of its
-// own, so that the client pools can close every connection while clients
+// own, so that the client pool can close every connection while clients
 // are idle. Close it apart from s.
 func (s *Store) Background(ctx context.Context) (*Store, error) {
 	pc := s.Pool.Config().Copy()
@@ -102,15 +91,11 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	// One connection serves both: a sweep runs one statement at a time.
-	return &Store{Pool: pool, Async: pool}, nil
+	return &Store{Pool: pool}, nil
 }
 
-// Close closes the pools (a pool shared by both is closed once).
-func (s *Store) Close() {
-	s.Pool.Close()
-	s.Async.Close()
-}
+// Close closes the pool.
+func (s *Store) Close() { s.Pool.Close() }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -187,12 +172,33 @@ func storable(s ...string) bool {
 	return true
 }
 
-// DropIdleConns closes the pools' idle connections, after one of them was
+// DropIdleConns closes the pool's idle connections, after one of them was
 // found broken: those idle beside it were most likely broken by the same
 // restart, and the next statement should get a fresh one.
-func (s *Store) DropIdleConns() {
-	s.Pool.Reset()
-	s.Async.Reset()
+func (s *Store) DropIdleConns() { s.Pool.Reset() }
+
+// asyncQuery runs one statement whose commit does not wait for the WAL
+// flush, calling scan (if not nil) for each row it returns. It is for
+// single statements whose loss in an operating-system crash only repeats
+// work — claims, acknowledgements, progress, wake-up notices. The
+// statement and the set_config before it go in one round trip and run in
+// one implicit transaction (one Sync), so that the setting applies to that
+// transaction alone, on the pool every other statement uses.
+func (s *Store) asyncQuery(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	q := b.Queue(sql, args...)
+	if scan != nil {
+		q.Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := scan(rows); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	}
+	return s.Pool.SendBatch(ctx, b).Close()
 }
 
 // asyncCommit runs fn in a transaction whose commit does not wait for the

@@ -92,8 +92,8 @@ var settings = []setting{
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
 	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
 	{"auth-timeout", "10s", "a connection that has not authenticated this long after connecting is closed", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
-	{"max-unauthenticated", "0", "most connections not yet authenticated; past it a newcomer closes the oldest (0: half of max-clients, at least the per-address cap)", countSetter(func(c *Config) *int { return &c.MaxUnauth })},
-	{"max-unauthenticated-per-address", "256", "most connections not yet authenticated from one source address; past it a newcomer closes that address's oldest", intSetter(func(c *Config) *int { return &c.MaxUnauthPerAddr })},
+	{"max-unauthenticated", "0", "most connections not yet authenticated; past it a newcomer closes the oldest (0: half of max-clients)", countSetter(func(c *Config) *int { return &c.MaxUnauth })},
+	{"max-unauthenticated-per-address", "1024", "most connections not yet authenticated from one source address; past it a newcomer closes that address's oldest", intSetter(func(c *Config) *int { return &c.MaxUnauthPerAddr })},
 	{"retain-completed", "168h", "completed jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainCompleted })},
 	{"retain-failed", "720h", "failed and cancelled jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainFailed })},
 	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {

@@ -14,7 +14,7 @@ import (
 // the scheduler.
 func (n *Node) startElector(ctx context.Context) error {
 	// The leader's services sweep every second on a connection of their
-	// own: the client pools can then close all theirs while clients idle.
+	// own: the client pool can then close all its connections while clients idle.
 	sweeps, err := n.store.Background(ctx)
 	if err != nil {
 		return err

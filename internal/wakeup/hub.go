@@ -21,6 +21,16 @@ import (
 
 const maxTimers = 100000
 
+// recheckEvery is how often the LISTEN connection looks for jobs claimable
+// now in the queues blocked clients wait on, and wakes those who can take
+// them: a safety net for a note lost while the connection was down, sent by
+// a node that died right after its commit, or a due time beyond maxTimers.
+// One query per node, however many clients wait.
+const recheckEvery = 15 * time.Second
+
+// recheckPerQueue bounds the jobs a re-check reads per queue.
+const recheckPerQueue = 1000
+
 // Config configures a Hub.
 type Config struct {
 	// ConnString is the database the LISTEN connection opens.
@@ -200,6 +210,30 @@ func (w *Waiter) wake() {
 	}
 }
 
+// recheck wakes the waiters that can take jobs claimable now in the queues
+// they wait on; it pings the connection when nobody waits.
+func (h *Hub) recheck(ctx context.Context, conn *pgx.Conn) error {
+	h.mu.Lock()
+	queues := make([]string, 0, len(h.byQueue))
+	for q, ws := range h.byQueue {
+		if len(ws) > 0 {
+			queues = append(queues, q)
+		}
+	}
+	h.mu.Unlock()
+	if len(queues) == 0 {
+		return conn.Ping(ctx)
+	}
+	notes, err := store.ClaimableNotes(ctx, conn, queues, recheckPerQueue)
+	if err != nil {
+		return err
+	}
+	for _, note := range notes {
+		h.deliver(note)
+	}
+	return nil
+}
+
 // wakeAll wakes every waiter: after a LISTEN reconnect notes may be lost.
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
@@ -332,19 +366,23 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 	if reconnect {
 		h.cfg.Logger.Info().Msg("LISTEN connection restored")
 	}
+	nextCheck := time.Now().Add(recheckEvery)
 	for {
-		// Waiting is bounded so that an idle connection is pinged: one
-		// that died silently is found and replaced.
-		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = conn.Ping(pingCtx)
+		// Waiting is bounded so that the waited queues are re-checked, busy
+		// or not, which also finds a connection that died silently.
+		if !time.Now().Before(nextCheck) {
+			checkCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := h.recheck(checkCtx, conn)
 			cancel()
 			if err != nil {
 				return err
 			}
+			nextCheck = time.Now().Add(recheckEvery)
+		}
+		waitCtx, cancel := context.WithDeadline(ctx, nextCheck)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
