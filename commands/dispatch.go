@@ -40,6 +40,9 @@ type Command struct {
 	// Blocking commands manage their own deadline (their timeout argument).
 	Blocking bool
 	Handler  Handler
+
+	doc  commandDoc // from commandDocs
+	args []docArg   // doc.syntax parsed
 }
 
 func roleBit(role string) roles {
@@ -187,6 +190,10 @@ func (s *Server) buildTable() map[string]*Command {
 		for _, c := range family {
 			if _, dup := t[c.Name]; dup {
 				panic("command registered twice: " + c.Name)
+			}
+			var err error
+			if c.doc, c.args, err = docFor(c.Name); err != nil {
+				panic(err)
 			}
 			t[c.Name] = c
 		}

@@ -42,9 +42,20 @@ func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.
 		}
 		return out, nil
 	case "docs":
-		// No documentation entries: an empty map is a valid answer that
-		// redis-cli accepts; docs/protocol is where commands are described.
-		return resp.Map{}, nil
+		names := s.commandNames()
+		if len(args) > 2 {
+			names = names[:0]
+			for _, a := range args[2:] {
+				if n := strings.ToLower(string(a)); s.table[n] != nil {
+					names = append(names, n)
+				}
+			}
+		}
+		out := resp.Map{}
+		for _, n := range names {
+			out = append(out, resp.KV{Key: n, Value: docsReply(s.table[n])})
+		}
+		return out, nil
 	}
 	return nil, resp.Errorf("unknown subcommand '%s'. Try COMMAND HELP.", args[1])
 }
@@ -58,9 +69,19 @@ func (s *Server) commandNames() []string {
 	return names
 }
 
-// commandInfo is Redis 7's ten-element command description.
+// commandInfo is Redis 7's ten-element command description: name, arity,
+// flags, first key, last key, key step, ACL categories, tips, key
+// specifications, subcommands.
 func commandInfo(c *Command) resp.Reply {
 	flags := resp.Array{}
+	if c.doc.write {
+		flags = append(flags, resp.SimpleString("write"))
+	} else {
+		flags = append(flags, resp.SimpleString("readonly"))
+	}
+	if c.Roles == roleAdmin {
+		flags = append(flags, resp.SimpleString("admin"))
+	}
 	if c.NoAuth {
 		flags = append(flags, resp.SimpleString("no_auth"))
 	}
@@ -71,8 +92,8 @@ func commandInfo(c *Command) resp.Reply {
 		resp.BulkString(c.Name),
 		resp.Int(c.Arity),
 		flags,
-		resp.Int(0), resp.Int(0), resp.Int(0),
-		resp.Array{}, resp.Array{}, resp.Array{}, resp.Array{},
+		resp.Int(c.doc.firstKey), resp.Int(c.doc.lastKey), resp.Int(c.doc.keyStep),
+		resp.Array{resp.SimpleString("@" + c.doc.group)}, resp.Array{}, resp.Array{}, resp.Array{},
 	}
 }
 

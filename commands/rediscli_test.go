@@ -260,6 +260,14 @@ func (s *terminalSession) typeLine(offset int, line string) int {
 	return end
 }
 
+// write types p as it is, without a return.
+func (s *terminalSession) write(p string) {
+	s.t.Helper()
+	if _, err := s.tty.Write([]byte(p)); err != nil {
+		s.t.Fatalf("typing %q: %v", p, err)
+	}
+}
+
 // quit types quit and checks that redis-cli exits cleanly, without having
 // complained about anything on the way.
 func (s *terminalSession) quit(offset int) {
@@ -309,6 +317,32 @@ func TestRedisCLIInteractive(t *testing.T) {
 		at = s.expect(at, "OK")
 		at = s.typeLine(at, "CLIENT GETNAME")
 		at = s.expect(at, `"console"`)
+		s.quit(at)
+	})
+	t.Run("HelpHintsAndCompletion", func(t *testing.T) {
+		t.Parallel()
+		s := startTerminal(t, a, "--no-auth-warning", "-a", a.AdminKey)
+		// HELP prints the syntax and the summary from COMMAND DOCS.
+		at := s.typeLine(0, "HELP JOB.SUBMIT")
+		at = s.expect(at, "JOB.SUBMIT\x1b[0m \x1b[90mjson\x1b[0m")
+		at = s.expect(at, "summary:\x1b[0m Submits a job (a JSON object) or an atomic batch")
+		at = s.expect(at, "group:\x1b[0m jobs")
+		// HELP @group lists a group's commands with their arguments.
+		at = s.typeLine(at, "HELP @workers")
+		at = s.expect(at, "WORKER.HEARTBEAT\x1b[0m \x1b[90mworker_id [stats_json]\x1b[0m")
+		at = s.typeLine(at, "HELP BRPOP")
+		at = s.expect(at, "BRPOP\x1b[0m \x1b[90mqueue:<name> [queue:<name> ...] timeout\x1b[0m")
+		// Typing a command shows what comes next.
+		s.expect(at, s.prompt)
+		at = s.out.len()
+		s.write("SCAN 0 ")
+		at = s.expect(at, "[MATCH pattern] [COUNT count] [TYPE type]")
+		s.write("\x15") // Ctrl-U: a fresh line
+		// Tab completes a command's name.
+		at = s.out.len()
+		s.write("JOB.SUB\t")
+		at = s.expect(at, "JOB.SUBMIT")
+		s.write("\x15")
 		s.quit(at)
 	})
 	t.Run("TheServerWasAskedForCommandDocs", func(t *testing.T) {

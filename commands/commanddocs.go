@@ -1,0 +1,137 @@
+package commands
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/agq/agq/resp"
+)
+
+// commandDoc is what COMMAND DOCS, COMMAND INFO and redis-cli's HELP say
+// of a command. Its syntax is the docs/protocol heading of the command,
+// after the name (a test holds the two together).
+type commandDoc struct {
+	group, syntax, summary string
+	// keys: the first and last key argument and the step, as COMMAND
+	// INFO gives them (last -1: to the end; -2: all but the last).
+	firstKey, lastKey, keyStep int
+	write                      bool
+	// refused: a Redis write agq answers with an error, documented together
+	// under "Writes are refused".
+	refused bool
+}
+
+// refusedDoc is the doc of each of refusedWrites.
+var refusedDoc = commandDoc{group: groupKeyspace, syntax: "[argument …]", write: true, refused: true,
+	summary: "Refused: agq's keys are read-only; submit and change jobs with the JOB.* commands."}
+
+// The groups are the pages of docs/protocol.
+const (
+	groupConnection = "connection"
+	groupJobs       = "jobs"
+	groupKeys       = "keys"
+	groupKeyspace   = "keyspace"
+	groupQueues     = "queues"
+	groupSchedules  = "schedules"
+	groupWorkers    = "workers"
+)
+
+var commandDocs = map[string]commandDoc{
+	"auth":    {group: groupConnection, syntax: "[principal] key", summary: "Authenticates the connection with a key, as a principal."},
+	"hello":   {group: groupConnection, syntax: "[protover [AUTH principal key] [SETNAME name]]", summary: "Chooses the protocol version (2 or 3), optionally authenticating and naming the connection."},
+	"ping":    {group: groupConnection, syntax: "[message]", summary: "Checks that the connection and the server are alive."},
+	"echo":    {group: groupConnection, syntax: "message", summary: "Answers its argument."},
+	"quit":    {group: groupConnection, syntax: "", summary: "Closes the connection."},
+	"select":  {group: groupConnection, syntax: "index", summary: "Chooses database 0, agq's only keyspace."},
+	"client":  {group: groupConnection, syntax: "subcommand [argument …]", summary: "Connection settings and introspection: SETNAME, GETNAME, ID, SETINFO, INFO, LIST."},
+	"command": {group: groupConnection, syntax: "[COUNT | LIST | INFO name … | DOCS [name …]]", summary: "Describes the commands agq knows, in Redis 7's shapes."},
+	"info":    {group: groupConnection, syntax: "[section …]", summary: "Server information: server, clients, leader, queues, workers, jobs."},
+	"time":    {group: groupConnection, syntax: "", summary: "The server's clock."},
+
+	"job.submit": {group: groupJobs, syntax: "json", summary: "Submits a job (a JSON object) or an atomic batch (a JSON array); answers the job ids.", write: true},
+	"lpush":      {group: groupJobs, syntax: "queue:<name> json [json …]", summary: "Submits jobs to the queue the key names, as JOB.SUBMIT would.", firstKey: 1, lastKey: 1, keyStep: 1, write: true},
+	"brpop":      {group: groupJobs, syntax: "queue:<name> [queue:<name> …] timeout", summary: "Takes the next job a worker can run from the queues, waiting up to timeout seconds (0: forever).", firstKey: 1, lastKey: -2, keyStep: 1, write: true},
+	"rpop":       {group: groupJobs, syntax: "queue:<name> [count]", summary: "Takes the next job (or up to count) a worker can run from the queue, without waiting.", firstKey: 1, lastKey: 1, keyStep: 1, write: true},
+	"job.update": {group: groupJobs, syntax: "job_id json", summary: "Reports on a job the worker holds: running, progress, completed, failed or cancelled.", write: true},
+	"job.get":    {group: groupJobs, syntax: "job_id", summary: "The job as JSON."},
+	"job.wait":   {group: groupJobs, syntax: "job_id timeout", summary: "Waits until the job is completed, failed or cancelled, up to timeout seconds (0: forever)."},
+	"job.list":   {group: groupJobs, syntax: "[QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]", summary: "Pages through jobs by id, like SCAN."},
+	"job.cancel": {group: groupJobs, syntax: "job_id", summary: "Cancels a job: at once if it waits, through its worker if it runs.", write: true},
+	"job.retry":  {group: groupJobs, syntax: "job_id", summary: "Queues a failed or cancelled job again with a fresh set of attempts.", write: true},
+
+	"key.create": {group: groupKeys, syntax: "role principal", summary: "Mints a key for a principal with a role (admin, worker, producer) and answers it, once.", write: true},
+	"key.revoke": {group: groupKeys, syntax: "principal", summary: "Revokes the principal's key; its connections lose their authentication.", write: true},
+	"key.list":   {group: groupKeys, syntax: "", summary: "Lists the principals that have a valid key, with their roles."},
+
+	"keys":     {group: groupKeyspace, syntax: "pattern", summary: "The keys matching a glob pattern, sorted."},
+	"scan":     {group: groupKeyspace, syntax: "cursor [MATCH pattern] [COUNT count] [TYPE type]", summary: "Walks the keyspace a page at a time."},
+	"dbsize":   {group: groupKeyspace, syntax: "", summary: "The number of keys."},
+	"get":      {group: groupKeyspace, syntax: "key", summary: "A string key's value.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"strlen":   {group: groupKeyspace, syntax: "key", summary: "The length of a string key's value.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"ttl":      {group: groupKeyspace, syntax: "key", summary: "The seconds a key has left.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"pttl":     {group: groupKeyspace, syntax: "key", summary: "The milliseconds a key has left.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"exists":   {group: groupKeyspace, syntax: "key [key …]", summary: "How many of the keys exist.", firstKey: 1, lastKey: -1, keyStep: 1},
+	"type":     {group: groupKeyspace, syntax: "key", summary: "A key's type: string, list, set or none.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"smembers": {group: groupKeyspace, syntax: "key", summary: "The members of a set key, sorted.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"scard":    {group: groupKeyspace, syntax: "key", summary: "The number of members of a set key.", firstKey: 1, lastKey: 1, keyStep: 1},
+
+	"llen":         {group: groupQueues, syntax: "queue:<name>", summary: "The number of jobs of the queue claimable now.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"lrange":       {group: groupQueues, syntax: "queue:<name> start stop", summary: "Peeks at the queue's claimable jobs, in delivery order, without taking them.", firstKey: 1, lastKey: 1, keyStep: 1},
+	"queue.list":   {group: groupQueues, syntax: "", summary: "The names of all queues."},
+	"queue.stats":  {group: groupQueues, syntax: "[name]", summary: "A queue's counts by status, or every queue's."},
+	"queue.pause":  {group: groupQueues, syntax: "name", summary: "Stops pops from the queue until it is resumed.", write: true},
+	"queue.resume": {group: groupQueues, syntax: "name", summary: "Resumes a paused queue.", write: true},
+
+	"schedule.create":  {group: groupSchedules, syntax: "json", summary: "Creates a cron schedule that submits a job at each fire.", write: true},
+	"schedule.get":     {group: groupSchedules, syntax: "name", summary: "The schedule as JSON: definition, next and last fire, counts."},
+	"schedule.list":    {group: groupSchedules, syntax: "", summary: "Every schedule, by name."},
+	"schedule.update":  {group: groupSchedules, syntax: "name json", summary: "Changes the fields given of a schedule.", write: true},
+	"schedule.pause":   {group: groupSchedules, syntax: "name", summary: "Stops a schedule's fires until it is resumed.", write: true},
+	"schedule.trigger": {group: groupSchedules, syntax: "name", summary: "Fires a schedule now, without changing its next fire.", write: true},
+	"schedule.resume":  {group: groupSchedules, syntax: "name [CATCHUP]", summary: "Resumes a paused schedule, with its missed fires if CATCHUP.", write: true},
+	"schedule.delete":  {group: groupSchedules, syntax: "name", summary: "Deletes a schedule; the jobs it submitted stay.", write: true},
+
+	"worker.register":   {group: groupWorkers, syntax: "json", summary: "Registers a worker with its capabilities, or takes its record over.", write: true},
+	"worker.heartbeat":  {group: groupWorkers, syntax: "worker_id [stats_json]", summary: "Records that the worker is alive and extends the leases of its jobs.", write: true},
+	"worker.list":       {group: groupWorkers, syntax: "[ACTIVE|DRAINING|DEAD|UNREGISTERED]", summary: "The worker ids, optionally of one state."},
+	"worker.get":        {group: groupWorkers, syntax: "worker_id", summary: "The worker as JSON: state, capabilities, heartbeat, stats, jobs."},
+	"worker.drain":      {group: groupWorkers, syntax: "worker_id", summary: "The worker gets no new jobs; its running ones finish.", write: true},
+	"worker.unregister": {group: groupWorkers, syntax: "worker_id", summary: "Ends a worker's registration; jobs it holds go back to their queues.", write: true},
+}
+
+// docFor is c's doc with its parsed arguments; every registered command
+// has one (buildTable checks).
+func docFor(name string) (commandDoc, []docArg, error) {
+	d, ok := commandDocs[name]
+	if !ok && slices.Contains(refusedWrites, name) {
+		d, ok = refusedDoc, true
+	}
+	if !ok {
+		return d, nil, fmt.Errorf("command %s has no docs", name)
+	}
+	args, err := parseSyntax(d.syntax)
+	if err != nil {
+		return d, nil, fmt.Errorf("command %s: %w", name, err)
+	}
+	return d, args, nil
+}
+
+// docsReply is c's COMMAND DOCS entry.
+func docsReply(c *Command) resp.Reply {
+	args := make(resp.Array, len(c.args))
+	for i, a := range c.args {
+		args[i] = a.reply()
+	}
+	return resp.Map{
+		{Key: "summary", Value: resp.BulkString(c.doc.summary)},
+		{Key: "since", Value: resp.BulkString("0.1.0")},
+		{Key: "group", Value: resp.BulkString(c.doc.group)},
+		{Key: "arguments", Value: args},
+	}
+}
+
+// Syntax is the command's usage line: its name in capitals and its syntax.
+func (c *Command) Syntax() string {
+	return strings.TrimSpace(strings.ToUpper(c.Name) + " " + c.doc.syntax)
+}
