@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -140,7 +141,12 @@ type updateDoc struct {
 	Retryable *bool  `json:"retryable"`
 	Attempt   int    `json:"attempt"`
 	Delivery  string `json:"delivery"`
+	// Seconds is how long a snoozed job waits.
+	Seconds *float64 `json:"seconds"`
 }
+
+// maxSnooze bounds one snooze.
+const maxSnooze = 366 * 24 * time.Hour
 
 // JOB.UPDATE job_id json
 func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
@@ -160,8 +166,12 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	}
 	switch doc.Status {
 	case "", store.StatusRunning, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+	case store.StatusSnoozed:
+		if doc.Seconds == nil || !(*doc.Seconds > 0) || time.Duration(*doc.Seconds*float64(time.Second)) > maxSnooze {
+			return nil, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
+		}
 	default:
-		return nil, resp.Errorf("invalid update: status must be running, completed, failed or cancelled")
+		return nil, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
 	}
 	if err := textError(args[2]); err != nil {
 		return nil, resp.Errorf("invalid update: %s", err)
@@ -172,7 +182,10 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 		}
 	}
 	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
-		Delivery: doc.Delivery, Raw: args[2]}
+		Delivery: doc.Delivery, Raw: args[2], MaxSnoozes: s.opts.MaxSnoozes}
+	if doc.Seconds != nil {
+		p.SnoozeFor = time.Duration(*doc.Seconds * float64(time.Second))
+	}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
@@ -187,6 +200,13 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 			return nil, err
 		}
 		p.WorkerID = w.ID
+	}
+	if doc.Status == store.StatusSnoozed {
+		// Rare: the careful path, on its own.
+		if err := s.store.JobUpdate(ctx, p); err != nil {
+			return nil, jobError(id, err)
+		}
+		return resp.OK, nil
 	}
 	// The report joins the node's next group of its kind: a final one
 	// shares that group's commit, and its reply waits for it.
@@ -207,7 +227,10 @@ func jobError(id string, err error) error {
 	var owner *store.NotOwnerError
 	var state *store.StateError
 	var stale *store.StaleDeliveryError
+	var snoozes *store.SnoozeLimitError
 	switch {
+	case errors.As(err, &snoozes):
+		return resp.Errorf("job %s was %s", id, snoozes)
 	case errors.Is(err, store.ErrNotFound):
 		return resp.Errorf("no such job %s", id)
 	case errors.Is(err, store.ErrConflict):

@@ -238,6 +238,7 @@ func jobJSON(j store.Job) []byte {
 		"started_at":            j.StartedAt,
 		"finished_at":           j.FinishedAt,
 		"updated_at":            j.UpdatedAt.UTC(),
+		"snoozes":               j.Snoozes,
 	}
 	b, _ := json.Marshal(m)
 	return b

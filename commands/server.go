@@ -32,7 +32,9 @@ type Options struct {
 	AckTimeout        time.Duration
 	MaxPayload        int64
 	MaxAttempts       int
-	MaxClients        int
+	// MaxSnoozes is how often a job may be snoozed; the next snooze fails it.
+	MaxSnoozes int
+	MaxClients int
 	// MaxUnauthenticated and MaxUnauthenticatedPerAddress cap the
 	// connections that have not authenticated yet (0: the defaults).
 	MaxUnauthenticated           int
@@ -74,6 +76,9 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 	}
 	if opts.MaxClients == 0 {
 		opts.MaxClients = 10000
+	}
+	if opts.MaxSnoozes == 0 {
+		opts.MaxSnoozes = 100
 	}
 	if opts.AuthTimeout == 0 {
 		opts.AuthTimeout = 10 * time.Second

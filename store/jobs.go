@@ -15,6 +15,9 @@ const (
 	StatusScheduled = "scheduled"
 	StatusRunning   = "running"
 	StatusRetrying  = "retrying"
+	// StatusSnoozed is a report, never a stored status: the holder puts
+	// the job back, due later, its attempt not counted.
+	StatusSnoozed   = "snoozed"
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
@@ -57,6 +60,8 @@ type Job struct {
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	UpdatedAt       time.Time
+	// Snoozes counts the times its holder put it back for later.
+	Snoozes int
 }
 
 // jobColumns is the select list scanJob reads.
@@ -70,7 +75,7 @@ func jobCols(a string) string {
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
-	@created_at, @started_at, @finished_at, @updated_at`)
+	@created_at, @started_at, @finished_at, @updated_at, @snoozes`)
 }
 
 func scanJob(row pgx.Row) (Job, error) {
@@ -78,7 +83,7 @@ func scanJob(row pgx.Row) (Job, error) {
 	err := row.Scan(&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
-		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt)
+		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes)
 	return j, err
 }
 

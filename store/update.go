@@ -41,7 +41,8 @@ type JobUpdateParams struct {
 	ID       string
 	WorkerID string // the reporting worker; ignored when Admin
 	Admin    bool
-	// Status is "", "running", "completed", "failed" or "cancelled".
+	// Status is "", "running", "completed", "failed", "cancelled" or
+	// "snoozed".
 	Status    string
 	Error     string
 	Retryable bool
@@ -53,6 +54,17 @@ type JobUpdateParams struct {
 	// Raw is the update as sent: progress for running updates, the result
 	// for completed ones.
 	Raw json.RawMessage
+	// SnoozeFor is how long a snoozed job waits; MaxSnoozes how many
+	// snoozes a job may have before the next fails it.
+	SnoozeFor  time.Duration
+	MaxSnoozes int
+}
+
+// SnoozeLimitError means a snooze past the limit: the job failed instead.
+type SnoozeLimitError struct{ Snoozes int }
+
+func (e *SnoozeLimitError) Error() string {
+	return fmt.Sprintf("snoozed %d times, the most allowed: the job failed", e.Snoozes)
 }
 
 // errorEntry is one element of a job's error history.
@@ -71,9 +83,11 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 		return ErrNotFound
 	}
 	var cancelled bool
+	var snoozeLimit *SnoozeLimitError
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
 			status          string
+			snoozes         int
 			worker          *string
 			delivery        *string
 			cancelRequested bool
@@ -84,9 +98,9 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			errors          []errorEntry
 		}
 		err := tx.QueryRow(ctx, `
-			SELECT status, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
+			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
 			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
-			Scan(&cur.status, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
+			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
 		if err != nil {
 			return err
 		}
@@ -95,6 +109,9 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			owner = *cur.worker
 		}
 		switch {
+		case p.Status == StatusSnoozed && cur.status == StatusScheduled && cur.worker == nil &&
+			(p.Delivery != "" && cur.delivery != nil && *cur.delivery == p.Delivery || p.Delivery == "" && p.Attempt == cur.attempt+1):
+			return nil // the same snooze again: the job waits, not yet delivered again
 		case p.Delivery != "" && (cur.delivery == nil || *cur.delivery != p.Delivery) && (p.Attempt == 0 || p.Attempt == cur.attempt):
 			// A report about a delivery that is not the job's latest: the
 			// job was delivered again since, or the claim that made it
@@ -148,6 +165,34 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 				UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
 				WHERE id = $1`, p.ID, progress)
 			return err
+		case StatusSnoozed:
+			if cur.snoozes >= p.MaxSnoozes {
+				limit := &SnoozeLimitError{Snoozes: cur.snoozes}
+				if _, err := tx.Exec(ctx, `
+					UPDATE jobs SET errors = errors || jsonb_build_array(jsonb_build_object(
+						'attempt', attempt, 'worker_id', worker_id, 'error', $2::text, 'at', now()))
+					WHERE id = $1`, p.ID, limit.Error()); err != nil {
+					return err
+				}
+				if err := finish(ctx, tx, p.ID, StatusFailed, nil); err != nil {
+					return err
+				}
+				snoozeLimit = limit
+				return nil
+			}
+			// Back to waiting, due later; the attempt is given back, so the
+			// next delivery has the same number. The delivery token stays
+			// until then: a re-sent snooze is recognised by it.
+			var runAt time.Time
+			if err := tx.QueryRow(ctx, `
+				UPDATE jobs SET status = 'scheduled', worker_id = NULL, attempt = greatest(attempt - 1, 0),
+					snoozes = snoozes + 1, run_at = now() + $2::interval,
+					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL, updated_at = now()
+				WHERE id = $1
+				RETURNING run_at`, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
+				return err
+			}
+			return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
 		case StatusCompleted:
 			return finish(ctx, tx, p.ID, StatusCompleted, p.Raw)
 		case StatusCancelled:
@@ -186,6 +231,9 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 	}
 	if cancelled {
 		return ErrJobCancelled
+	}
+	if snoozeLimit != nil {
+		return snoozeLimit
 	}
 	return nil
 }

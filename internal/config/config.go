@@ -32,6 +32,7 @@ type Config struct {
 	MaxInputBuffer    int64
 	MaxAttempts       int
 	MaxClients        int
+	MaxSnoozes        int
 	MaxUnauth         int
 	MaxUnauthPerAddr  int
 	AuthTimeout       time.Duration
@@ -90,6 +91,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
+	{"max-snoozes", "100", "how often a job may be snoozed by its holder; the next snooze fails it", intSetter(func(c *Config) *int { return &c.MaxSnoozes })},
 	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
 	{"auth-timeout", "10s", "a connection that has not authenticated this long after connecting is closed", durationSetter(func(c *Config) *time.Duration { return &c.AuthTimeout })},
 	{"max-unauthenticated", "0", "most connections not yet authenticated; past it a newcomer closes the oldest (0: half of max-clients)", countSetter(func(c *Config) *int { return &c.MaxUnauth })},
