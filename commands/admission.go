@@ -14,16 +14,16 @@ import (
 // (unless that one is still within its grace), so a client with a key
 // always gets the round trip its AUTH needs. The fields belong to
 // Server.mu.
-// authGrace is how long a connection may wait to authenticate before a
-// newcomer can displace it.
-const authGrace = time.Second
-
 type admission struct {
 	maxUnauth, perAddr int
 	timeout            time.Duration
 	order              list.List // *Session, unauthenticated, oldest first
 	byAddr             map[string]int
 }
+
+// authGrace is how long a connection may wait to authenticate before a
+// newcomer can displace it.
+const authGrace = time.Second
 
 // unauthState is a session's place in the admission, under Server.mu.
 type unauthState struct {

@@ -109,7 +109,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			owner = *cur.worker
 		}
 		switch {
-		case p.Status == StatusSnoozed && cur.status == StatusScheduled && cur.worker == nil &&
+		case p.Status == StatusSnoozed && cur.status == StatusScheduled && cur.worker == nil && cur.snoozes > 0 &&
 			(p.Delivery != "" && cur.delivery != nil && *cur.delivery == p.Delivery || p.Delivery == "" && p.Attempt == cur.attempt+1):
 			return nil // the same snooze again: the job waits, not yet delivered again
 		case p.Delivery != "" && (cur.delivery == nil || *cur.delivery != p.Delivery) && (p.Attempt == 0 || p.Attempt == cur.attempt):
