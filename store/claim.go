@@ -50,8 +50,8 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // row every claim of a worker shared would serialise them. A claim that
 // races with its worker's death leaves the job with a dead holder, whose
 // unacknowledged delivery or lease the watchdog takes back. A worker that
-// could not claim for its own reason gets its error in the map, checked only
-// when some worker got nothing. Claims commit without waiting for the WAL
+// may not claim (not ACTIVE, or registered again with other capabilities)
+// gets its error in the map, from the same statement. Claims commit without waiting for the WAL
 // flush: a claim lost in a crash is delivered again, and the delivery
 // token tells the two deliveries apart.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, map[string]error, error) {
@@ -59,26 +59,37 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 	var claimed []Claimed
 	refused := map[string]error{}
 	err := s.asyncQuery(ctx, func(rows pgx.Rows) error {
-		// What a delivery carries, and what orders deliveries.
+		// What a delivery carries, and what orders deliveries; or why a
+		// worker may not claim.
 		c := Claimed{Job: Job{Status: StatusRunning}}
 		j := &c.Job
+		var refusal string
 		if err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
-			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery); err != nil {
+			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &refusal); err != nil {
 			return err
 		}
-		j.WorkerID = &c.Worker
-		claimed = append(claimed, c)
+		switch refusal {
+		case "":
+			j.WorkerID = &c.Worker
+			claimed = append(claimed, c)
+		case WorkerActive:
+			refused[c.Worker] = ErrCapabilitiesChanged
+		default:
+			refused[c.Worker] = &WorkerNotActiveError{State: refusal}
+		}
 		return nil
 	}, `
-		WITH w AS MATERIALIZED (
-			-- LIMIT 1 makes each check one primary-key probe, whatever
+		WITH named AS MATERIALIZED (
+			-- LIMIT 1 makes each lookup one primary-key probe, whatever
 			-- the planner guesses of the array's length.
-			SELECT u.wid, row_number() OVER (ORDER BY u.ord) AS rn
+			SELECT u.wid, u.ord, coalesce(wk.state, 'UNREGISTERED') AS state,
+				coalesce(wk.state = 'ACTIVE' AND wk.capabilities = $3::text[], false) AS ok
 			FROM unnest($2::text[]) WITH ORDINALITY AS u(wid, ord)
-			CROSS JOIN LATERAL (
-				SELECT 1 FROM workers
-				WHERE worker_id = u.wid AND state = 'ACTIVE' AND capabilities = $3::text[] LIMIT 1
-			) active
+			LEFT JOIN LATERAL (
+				SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1
+			) wk ON true
+		), w AS (
+			SELECT wid, row_number() OVER (ORDER BY ord) AS rn FROM named WHERE ok
 		), picked AS (
 			SELECT id, row_number() OVER () AS rn FROM (
 				SELECT j.id FROM jobs j
@@ -91,58 +102,35 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 				LIMIT (SELECT count(*) FROM w)
 				FOR UPDATE OF j SKIP LOCKED
 			) p
+		), claimed AS (
+			UPDATE jobs j SET
+				status = 'running',
+				worker_id = w.wid,
+				attempt = j.attempt + 1,
+				delivery = gen_random_uuid(),
+				started_at = now(),
+				ack_deadline = now() + $4::interval,
+				lease_expires_at = now() + $5::interval,
+				deadline_at = now() + make_interval(secs => j.timeout_seconds),
+				progress = NULL,
+				updated_at = now()
+			FROM picked JOIN w USING (rn) WHERE j.id = picked.id
+			RETURNING w.wid, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
+				j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
 		)
-		UPDATE jobs j SET
-			status = 'running',
-			worker_id = w.wid,
-			attempt = j.attempt + 1,
-			delivery = gen_random_uuid(),
-			started_at = now(),
-			ack_deadline = now() + $4::interval,
-			lease_expires_at = now() + $5::interval,
-			deadline_at = now() + make_interval(secs => j.timeout_seconds),
-			progress = NULL,
-			updated_at = now()
-		FROM picked JOIN w USING (rn) WHERE j.id = picked.id
-		RETURNING w.wid, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
-			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text`,
+		SELECT *, '' FROM claimed
+		UNION ALL
+		-- A worker that may not claim says why, in the same round trip:
+		-- its state, or ACTIVE when its capabilities changed.
+		SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+			0, 0, 0, now(), '', state
+		FROM named WHERE NOT ok`,
 		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
 	if err != nil {
 		return nil, nil, interpretError(err)
 	}
-	if len(claimed) < len(p.Workers) {
-		// Some got nothing: say which of them may not claim at all.
-		if err := s.claimRefusals(ctx, p.Workers, caps, refused); err != nil {
-			return nil, nil, err
-		}
-	}
 	sort.SliceStable(claimed, func(a, b int) bool { return claimedBefore(claimed[a].Job, claimed[b].Job) })
 	return claimed, refused, nil
-}
-
-// claimRefusals notes, for each worker that is not ACTIVE with caps, why.
-func (s *Store) claimRefusals(ctx context.Context, workers, caps []string, refused map[string]error) error {
-	rows, err := s.Pool.Query(ctx, `
-		SELECT u.wid, coalesce(w.state, 'UNREGISTERED')
-		FROM unnest($1::text[]) AS u(wid)
-		LEFT JOIN LATERAL (SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1) w ON true
-		WHERE w.state IS DISTINCT FROM 'ACTIVE' OR w.capabilities <> $2::text[]`, workers, caps)
-	if err != nil {
-		return interpretError(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
-			return interpretError(err)
-		}
-		if state != WorkerActive {
-			refused[id] = &WorkerNotActiveError{State: state}
-		} else {
-			refused[id] = ErrCapabilitiesChanged
-		}
-	}
-	return interpretError(rows.Err())
 }
 
 // JobRelease gives back a just-claimed job whose delivery could not happen

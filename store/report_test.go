@@ -166,3 +166,53 @@ func TestJobsSubmitEach(t *testing.T) {
 		t.Errorf("notes %+v, want one for the one created job", notes)
 	}
 }
+
+// One claim statement serves the workers that may claim and says, for
+// each that may not, why: drained, unregistered, never registered, or
+// registered again with other capabilities.
+func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
+	ctx, st := groupBundle(t) // w-a and w-b, capabilities [t]
+	for _, id := range []string{"w-drained", "w-gone", "w-other"} {
+		caps := []string{"t"}
+		if id == "w-other" {
+			caps = []string{"t", "u"}
+		}
+		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
+			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
+		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.WorkerDrain(ctx, "w-drained"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WorkerUnregister(ctx, "w-gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "only", Queue: "q", Requires: []string{"t"}, MaxAttempts: 1, TimeoutSeconds: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, refused, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q",
+		Workers:      []string{"w-drained", "w-gone", "w-nobody", "w-other", "w-a", "w-b"},
+		Capabilities: []string{"t"}, AckTimeout: time.Minute, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 1 || claimed[0].Worker != "w-a" || claimed[0].Job.ID != "only" || claimed[0].Job.Delivery == nil {
+		t.Fatalf("claimed %+v, want the one job for w-a, the longest waiting that may claim", claimed)
+	}
+	want := map[string]string{
+		"w-drained": "worker is DRAINING",
+		"w-gone":    "worker is UNREGISTERED",
+		"w-nobody":  "worker is UNREGISTERED",
+		"w-other":   store.ErrCapabilitiesChanged.Error(),
+	}
+	if len(refused) != len(want) {
+		t.Fatalf("refused %v, want %v", refused, want)
+	}
+	for id, msg := range want {
+		if refused[id] == nil || refused[id].Error() != msg {
+			t.Errorf("%s: %v, want %s", id, refused[id], msg)
+		}
+	}
+}
