@@ -64,6 +64,7 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 				waiting = nil
 				break
 			}
+			s.publishStarted(claimed)
 			// A worker popping on several connections at once appears in
 			// several requests: its jobs go to them in arrival order.
 			byWorker := map[string][]store.Job{}
@@ -103,6 +104,7 @@ func (s *Server) releaseClaimed(r claimRequest, res claimResult) {
 			continue
 		}
 		s.hub.Publish(rel, nil)
+		s.publishAsIs(context.Background(), func(store.JobState) string { return "released" }, j.ID)
 	}
 }
 

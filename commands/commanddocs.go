@@ -35,6 +35,7 @@ const (
 	groupQueues     = "queues"
 	groupSchedules  = "schedules"
 	groupWorkers    = "workers"
+	groupPubSub     = "pubsub"
 )
 
 var commandDocs = map[string]commandDoc{
@@ -91,6 +92,11 @@ var commandDocs = map[string]commandDoc{
 	"schedule.trigger": {group: groupSchedules, syntax: "name", summary: "Fires a schedule now, without changing its next fire.", write: true},
 	"schedule.resume":  {group: groupSchedules, syntax: "name [CATCHUP]", summary: "Resumes a paused schedule, with its missed fires if CATCHUP.", write: true},
 	"schedule.delete":  {group: groupSchedules, syntax: "name", summary: "Deletes a schedule; the jobs it submitted stay.", write: true},
+
+	"subscribe":    {group: groupPubSub, syntax: "channel [channel …]", summary: "Listens for messages on channels: job.<id>.status, queue.<name>.events."},
+	"psubscribe":   {group: groupPubSub, syntax: "pattern [pattern …]", summary: "Listens for messages on the channels matching glob patterns."},
+	"unsubscribe":  {group: groupPubSub, syntax: "[channel …]", summary: "Stops listening on channels (all when none is named)."},
+	"punsubscribe": {group: groupPubSub, syntax: "[pattern …]", summary: "Stops listening on patterns (all when none is named)."},
 
 	"worker.register":   {group: groupWorkers, syntax: "json", summary: "Registers a worker with its capabilities, or takes its record over.", write: true},
 	"worker.heartbeat":  {group: groupWorkers, syntax: "worker_id [stats_json]", summary: "Records that the worker is alive and extends the leases of its jobs.", write: true},

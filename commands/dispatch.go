@@ -80,7 +80,11 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 		result = "error"
 		reply = s.errorReply(sess, name, err)
 	}
-	conn.WriteRaw(reply.AppendRESP(nil, sess.proto))
+	if _, wrote := reply.(silent); !wrote {
+		// (A command that wrote its own replies may have handed the
+		// connection to other goroutines meanwhile.)
+		conn.WriteRaw(reply.AppendRESP(nil, sess.proto))
+	}
 	s.metrics.commands.WithLabelValues(label, result).Inc()
 	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
 	if c != nil && c.Name == "quit" {
@@ -186,7 +190,7 @@ func unknownCommand(name []byte, args [][]byte) error {
 // buildTable registers every command family.
 func (s *Server) buildTable() map[string]*Command {
 	t := map[string]*Command{}
-	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.queueCommands(), s.keyspaceCommands(), s.scheduleCommands()} {
+	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.queueCommands(), s.keyspaceCommands(), s.scheduleCommands(), s.pubsubCommands()} {
 		for _, c := range family {
 			if _, dup := t[c.Name]; dup {
 				panic("command registered twice: " + c.Name)

@@ -35,6 +35,7 @@ func (s *Server) newGroups() groups {
 			Run: func(ctx context.Context, jobs []store.NewJob) []submitOutcome {
 				res, errs, notes := s.store.JobsSubmitEach(ctx, jobs)
 				s.hub.Publish(notes, nil)
+				s.publishSubmitted(jobs, res, errs)
 				out := make([]submitOutcome, len(jobs))
 				for i := range jobs {
 					out[i] = submitOutcome{res[i], errs[i]}
@@ -47,6 +48,7 @@ func (s *Server) newGroups() groups {
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, fx := s.store.JobsFinish(ctx, reports)
 				s.hub.Publish(fx.Ready, fx.Done)
+				s.publishFinished(ctx, reports, errs)
 				return errs
 			},
 		}),

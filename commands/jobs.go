@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -61,6 +62,7 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 		res, notes, err = s.store.JobsSubmit(ctx, jobs)
 		if err == nil {
 			s.hub.Publish(notes, nil)
+			s.publishSubmitted(jobs, res, nil)
 		}
 	} else {
 		// A single job joins the node's next group of submissions: it
@@ -206,6 +208,7 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 		if err := s.store.JobUpdate(ctx, p); err != nil {
 			return nil, jobError(id, err)
 		}
+		s.publishAsIs(ctx, func(store.JobState) string { return store.StatusSnoozed }, id)
 		return resp.OK, nil
 	}
 	// The report joins the node's next group of its kind: a final one
@@ -347,6 +350,14 @@ func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (r
 	if err := s.store.JobCancel(ctx, id); err != nil {
 		return nil, jobError(id, err)
 	}
+	s.publishAsIs(ctx, func(j store.JobState) string {
+		if j.Status == store.StatusRunning {
+			// Its worker is told on job.cancel too.
+			s.hub.PublishMessages([]wakeup.Message{{Channel: "job.cancel", Payload: j.ID}})
+			return "cancel_requested"
+		}
+		return j.Status
+	}, id)
 	return resp.OK, nil
 }
 
@@ -356,5 +367,6 @@ func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (re
 	if err := s.store.JobRetry(ctx, id); err != nil {
 		return nil, jobError(id, err)
 	}
+	s.publishAsIs(ctx, func(store.JobState) string { return "retried" }, id)
 	return resp.OK, nil
 }

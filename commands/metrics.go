@@ -13,6 +13,7 @@ type metrics struct {
 	authFailures     prometheus.Counter
 	panics           prometheus.Counter
 	retried          prometheus.Counter
+	slowSubscribers  prometheus.Counter
 	groupSize        *prometheus.HistogramVec
 }
 
@@ -39,6 +40,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_auth_failures_total", Help: "AUTH and HELLO AUTH attempts refused.",
 		}),
+		slowSubscribers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_slow_subscribers_total", Help: "Subscribers disconnected because they did not read their messages.",
+		}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_retries_total", Help: "Commands run again because their database connection was broken before they were sent.",
 		}),
@@ -55,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejectedConns.WithLabelValues(reason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize)
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize, m.slowSubscribers)
 	}
 	return m
 }

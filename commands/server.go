@@ -58,6 +58,7 @@ type Server struct {
 	table   map[string]*Command
 	started time.Time
 	groups  groups
+	broker  *broker
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu
@@ -95,6 +96,7 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 	}
 	s.table = s.buildTable()
 	s.groups = s.newGroups()
+	s.broker = newBroker(s)
 	s.authLimit = newAuthLimiter(log)
 	s.admission = newAdmission(opts.MaxClients, opts.MaxUnauthenticated, opts.MaxUnauthenticatedPerAddress, opts.AuthTimeout)
 	return s
@@ -165,6 +167,14 @@ func (s *Server) connClosed(conn redcon.Conn, err error) {
 	if sess == nil {
 		return
 	}
+	if err != nil && err.Error() == "detached" {
+		return // a subscriber: its own loop serves it and ends it
+	}
+	s.sessionClosed(sess, err)
+}
+
+// sessionClosed forgets a closed connection's session.
+func (s *Server) sessionClosed(sess *Session, err error) {
 	sess.cancel()
 	s.mu.Lock()
 	s.forgetUnauthLocked(sess)

@@ -47,6 +47,9 @@ type Session struct {
 	unblock context.CancelFunc
 
 	unauth unauthState // under Server.mu
+	// sub is the connection's pub/sub side once it subscribed (under mu);
+	// conn is then the detached connection.
+	sub *subscriber
 }
 
 func newSession(id int64, conn redcon.Conn) *Session {

@@ -189,3 +189,32 @@ func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 func (s *Store) Notify(ctx context.Context, channel string, payloads []string) error {
 	return interpretError(s.asyncQuery(ctx, nil, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads))
 }
+
+// JobState is where a job stands: what a status message says of it.
+type JobState struct {
+	ID, Queue, Status string
+	Attempt           int
+	WorkerID          *string
+}
+
+// JobStates reads the state of jobs, in one statement; missing ids are
+// left out. A waiting job whose time has come reads as queued.
+func (s *Store) JobStates(ctx context.Context, ids []string) ([]JobState, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id, queue, CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END,
+			attempt, worker_id
+		FROM jobs WHERE id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []JobState
+	for rows.Next() {
+		var j JobState
+		if err := rows.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, j)
+	}
+	return out, interpretError(rows.Err())
+}

@@ -180,6 +180,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 			principal, liveDigest, _ := strings.Cut(note, " ")
 			n.server.RevokeSessions(principal, liveDigest)
 		},
+		OnMessage: func(m wakeup.Message) { n.server.Deliver(m) },
 	})
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,

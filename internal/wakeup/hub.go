@@ -51,6 +51,8 @@ type Config struct {
 	// Send delivers events to the other nodes (NOTIFY channel, payloads);
 	// nil keeps Publish local.
 	Send func(ctx context.Context, channel string, payloads []string) error
+	// OnMessage delivers a pub/sub message to this node's subscribers.
+	OnMessage func(Message)
 }
 
 // Hub routes notifications to waiters.
@@ -67,7 +69,14 @@ type Hub struct {
 	outMu    sync.Mutex
 	outReady []store.ReadyNote
 	outDone  []string
-	outSig   chan struct{}
+	outMsgs  []Message
+	// outInterest asks the next notice to say this node has subscribers;
+	// interestSent are closed once it went.
+	outInterest  bool
+	interestSent []chan struct{}
+	outSig       chan struct{}
+
+	interest interest
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -90,10 +99,11 @@ func New(cfg Config) *Hub {
 // Start runs the LISTEN loop and the due-time timer until Stop.
 func (h *Hub) Start(ctx context.Context) {
 	ctx, h.cancel = context.WithCancel(ctx)
-	h.wg.Add(3)
+	h.wg.Add(4)
 	go func() { defer h.wg.Done(); h.listenLoop(ctx) }()
 	go func() { defer h.wg.Done(); h.timerLoop(ctx) }()
 	go func() { defer h.wg.Done(); h.sendLoop(ctx) }()
+	go func() { defer h.wg.Done(); h.interestLoop(ctx.Done()) }()
 }
 
 // Stop ends the loops and waits for them.

@@ -14,6 +14,9 @@ type event struct {
 	From  string            `json:"f"`
 	Ready []store.ReadyNote `json:"r,omitempty"`
 	Done  []string          `json:"d,omitempty"`
+	// Msgs are pub/sub messages; Interest says the sender has subscribers.
+	Msgs     []Message `json:"m,omitempty"`
+	Interest bool      `json:"i,omitempty"`
 }
 
 // Publish tells blocked clients what a committed transaction changed: at
@@ -56,10 +59,10 @@ func (h *Hub) sendLoop(ctx context.Context) {
 		case <-h.outSig:
 		}
 		h.outMu.Lock()
-		ready, done := h.outReady, h.outDone
-		h.outReady, h.outDone = nil, nil
+		ready, done, msgs, interested, sent := h.outReady, h.outDone, h.outMsgs, h.outInterest, h.interestSent
+		h.outReady, h.outDone, h.outMsgs, h.outInterest, h.interestSent = nil, nil, nil, false, nil
 		h.outMu.Unlock()
-		payloads := h.eventPayloads(coalesce(ready), done)
+		payloads := h.eventPayloads(coalesce(ready), done, msgs, interested)
 		for try := 0; try < 3; try++ {
 			sendCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := h.cfg.Send(sendCtx, store.ChannelEvents, payloads)
@@ -71,6 +74,9 @@ func (h *Hub) sendLoop(ctx context.Context) {
 			// end; a notice is worth a few tries, not more.
 			h.cfg.Logger.Warn().Err(err).Int("try", try+1).Msg("sending wake-up notices to other nodes")
 			time.Sleep(100 * time.Millisecond)
+		}
+		for _, c := range sent {
+			close(c)
 		}
 		select {
 		case <-ctx.Done():
@@ -103,14 +109,14 @@ func coalesce(notes []store.ReadyNote) []store.ReadyNote {
 	return out
 }
 
-// eventPayloads splits notes and ids into events that each fit in one
-// NOTIFY payload.
-func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string) []string {
+// eventPayloads splits notes, ids and messages into events that each fit
+// in one NOTIFY payload; the first says whether this node has subscribers.
+func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, msgs []Message, interested bool) []string {
 	var out []string
-	cur := event{From: h.cfg.NodeID}
+	cur := event{From: h.cfg.NodeID, Interest: interested}
 	size := 0
 	flush := func() {
-		if len(cur.Ready) > 0 || len(cur.Done) > 0 {
+		if len(cur.Ready) > 0 || len(cur.Done) > 0 || len(cur.Msgs) > 0 || cur.Interest {
 			out = append(out, string(mustJSON(cur)))
 		}
 		cur = event{From: h.cfg.NodeID}
@@ -136,6 +142,18 @@ func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string) []string {
 		}
 		cur.Done = append(cur.Done, id)
 		size += len(id) + 3
+	}
+	for _, m := range msgs {
+		n := len(mustJSON(m))
+		if n > maxEventBytes {
+			h.cfg.Logger.Warn().Str("channel", m.Channel).Int("bytes", n).Msg("message too large for other nodes")
+			continue
+		}
+		if size+n > maxEventBytes {
+			flush()
+		}
+		cur.Msgs = append(cur.Msgs, m)
+		size += n + 1
 	}
 	flush()
 	return out
@@ -166,5 +184,13 @@ func (h *Hub) receiveEvent(payload string) {
 	}
 	for _, id := range ev.Done {
 		h.jobDone(id)
+	}
+	if ev.Interest {
+		h.heardInterest()
+	}
+	if h.cfg.OnMessage != nil && h.interest.local.Load() {
+		for _, m := range ev.Msgs {
+			h.cfg.OnMessage(m)
+		}
 	}
 }

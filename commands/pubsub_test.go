@@ -1,0 +1,301 @@
+package commands_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
+)
+
+type statusMsg struct {
+	JobID    string `json:"job_id"`
+	Event    string `json:"event"`
+	Status   string `json:"status"`
+	Attempt  int    `json:"attempt"`
+	WorkerID string `json:"worker_id"`
+}
+
+// runJob submits a job with the given id and has w run it to completion.
+func runJob(t *testing.T, a *agqtest.Agq, w *testWorker, id, queue string) {
+	t.Helper()
+	ctx := context.Background()
+	submit(t, a.Admin(t), map[string]any{"job_id": id, "type": "t", "queue": queue})
+	if _, d, ok := w.pop(t, "5", queue); !ok || d.JobID != id {
+		t.Fatalf("pop: %+v %v", d, ok)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// receiveStatuses reads job status messages until the job completed.
+func receiveStatuses(t *testing.T, ch <-chan *redis.Message) []string {
+	t.Helper()
+	var seen []string
+	for {
+		select {
+		case m := <-ch:
+			var s statusMsg
+			if err := json.Unmarshal([]byte(m.Payload), &s); err != nil {
+				t.Fatalf("message %q: %v", m.Payload, err)
+			}
+			seen = append(seen, s.Event+"/"+s.Status)
+			if s.Status == "completed" {
+				return seen
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no completion among the messages: %v", seen)
+		}
+	}
+}
+
+// A subscriber sees each transition of a job, in order, ending with its
+// completion — on the node that ran it (go-redis, RESP3) and on another
+// node sharing the database; a pattern subscriber sees the queue's events.
+func TestSubscribersSeeAJobsTransitions(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	b := agqtest.Start(t, func(c *config.Config) { c.DatabaseURL = a.DatabaseURL })
+	ctx := ctxT(t)
+	w := registerWorker(t, a, "ps-worker", "t")
+
+	here := a.Admin(t).Subscribe(ctx, "job.ps-1.status")
+	defer here.Close()
+	there := b.Admin(t).Subscribe(ctx, "job.ps-1.status")
+	defer there.Close()
+	pattern := b.Admin(t).PSubscribe(ctx, "queue.ps-*.events")
+	defer pattern.Close()
+	for _, s := range []*redis.PubSub{here, there, pattern} {
+		if _, err := s.Receive(ctx); err != nil { // the confirmation
+			t.Fatal(err)
+		}
+	}
+	runJob(t, a, w, "ps-1", "ps-q")
+	want := []string{"submitted/queued", "started/running", "completed/completed"}
+	for name, s := range map[string]*redis.PubSub{"this node": here, "the other node": there} {
+		if got := receiveStatuses(t, s.Channel()); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("on %s: %v, want %v", name, got, want)
+		}
+	}
+	var events []string
+	for len(events) < 3 {
+		select {
+		case m := <-pattern.Channel():
+			if m.Channel != "queue.ps-q.events" || m.Pattern != "queue.ps-*.events" {
+				t.Fatalf("pattern message %+v", m)
+			}
+			var e struct{ Event, JobID string }
+			json.Unmarshal([]byte(m.Payload), &e)
+			events = append(events, e.Event)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("queue events: %v", events)
+		}
+	}
+	if strings.Join(events, " ") != "submitted started completed" {
+		t.Errorf("queue events %v", events)
+	}
+}
+
+// redis-cli SUBSCRIBE (RESP2) prints the transitions as they happen.
+func TestRedisCLISubscribePrintsTransitions(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	w := registerWorker(t, a, "cli-worker", "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := a.RedisCLICommand(ctx, t, "--no-auth-warning", "-a", a.AdminKey, "SUBSCRIBE", "job.cli-1.status")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); cmd.Wait() }()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("redis-cli exited")
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("redis-cli printed nothing more")
+		}
+		return ""
+	}
+	// The confirmation: subscribe, the channel, the count.
+	for _, want := range []string{"subscribe", "job.cli-1.status", "1"} {
+		for l := next(); l != want; l = next() {
+			if !strings.HasPrefix(l, "Reading messages") {
+				t.Fatalf("redis-cli printed %q before %q", l, want)
+			}
+		}
+	}
+	runJob(t, a, w, "cli-1", "cli-q")
+	var statuses []string
+	for len(statuses) == 0 || statuses[len(statuses)-1] != "completed" {
+		if l := next(); strings.HasPrefix(l, "{") {
+			var s statusMsg
+			if err := json.Unmarshal([]byte(l), &s); err != nil || s.JobID != "cli-1" {
+				t.Fatalf("message %q: %v", l, err)
+			}
+			statuses = append(statuses, s.Status)
+		} else if l != "message" && l != "job.cli-1.status" {
+			t.Fatalf("unexpected line %q", l)
+		}
+	}
+	if strings.Join(statuses, " ") != "queued running completed" {
+		t.Fatalf("statuses %v", statuses)
+	}
+	_ = exec.ErrNotFound
+}
+
+// Subscribing follows the roles; subscribed, a RESP2 client may only
+// (un)subscribe and PING, and nobody may block.
+func TestSubscribeRulesAndSubscribedMode(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	w := registerWorker(t, a, "rules-worker", "t")
+	other := submit(t, a.Admin(t), map[string]any{"type": "t", "queue": "elsewhere"})
+	for _, ch := range []string{"job." + other + ".status", "queue.elsewhere.events", "worker.someone.events"} {
+		if err := w.c.Do(ctx, "SUBSCRIBE", ch).Err(); err == nil || err.Error() != fmt.Sprintf("NOPERM this key may not subscribe to '%s'", ch) {
+			t.Errorf("a worker subscribing to %s: %v", ch, err)
+		}
+	}
+	if err := w.c.Do(ctx, "PSUBSCRIBE", "job.*").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Errorf("a worker's pattern: %v", err)
+	}
+	// Its own job's channel is fine.
+	mine := submit(t, a.Admin(t), map[string]any{"type": "t", "queue": "mine"})
+	if _, d, ok := w.pop(t, "5", "mine"); !ok || d.JobID != mine {
+		t.Fatalf("pop %+v", d)
+	}
+	ws := w.c.Subscribe(ctx, "job."+mine+".status", "job.cancel")
+	defer ws.Close()
+	if _, err := ws.Receive(ctx); err != nil {
+		t.Fatalf("a worker subscribing to its job: %v", err)
+	}
+
+	// RESP2 by hand: only subscription commands and PING.
+	conn, err := net.Dial("tcp", a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(conn)
+	send := func(cmd string, lines int) string {
+		t.Helper()
+		if _, err := conn.Write([]byte(cmd + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for range lines {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("%s: %v after %q", cmd, err, got)
+			}
+			got = append(got, strings.TrimRight(l, "\r\n"))
+		}
+		return strings.Join(got, " ")
+	}
+	send("AUTH "+a.AdminKey, 1)
+	if got := send("SUBSCRIBE a b", 12); got != "*3 $9 subscribe $1 a :1 *3 $9 subscribe $1 b :2" {
+		t.Fatalf("SUBSCRIBE a b = %q", got)
+	}
+	if got := send("PING", 5); got != "*2 $4 pong $0 " {
+		t.Fatalf("PING = %q", got)
+	}
+	if got := send("GET x", 1); got != "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context" {
+		t.Fatalf("GET while subscribed = %q", got)
+	}
+	if got := send("UNSUBSCRIBE a", 6); got != "*3 $11 unsubscribe $1 a :1" {
+		t.Fatalf("UNSUBSCRIBE a = %q", got)
+	}
+	if got := send("UNSUBSCRIBE", 6); got != "*3 $11 unsubscribe $1 b :0" {
+		t.Fatalf("UNSUBSCRIBE = %q", got)
+	}
+	// With nothing left, every command works again.
+	if got := send("PING", 1); got != "+PONG" {
+		t.Fatalf("PING after unsubscribing = %q", got)
+	}
+	if got := send("ECHO hi", 2); got != "$2 hi" {
+		t.Fatalf("ECHO = %q", got)
+	}
+}
+
+// A subscriber that never reads is cut off once its messages pile up, and
+// the job flow does not wait for it.
+func TestASubscriberThatNeverReadsIsCutOff(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	conn, err := net.DialTCP("tcp", nil, resolveTCP(t, a.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetReadBuffer(4096)
+	fmt.Fprintf(conn, "AUTH %s\r\nPSUBSCRIBE *\r\n", a.AdminKey)
+	rd := bufio.NewReader(conn)
+	for range 7 { // +OK, then the confirmation
+		if _, err := rd.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := a.Admin(t)
+	start := time.Now()
+	for batch := 0; batch < 20 && metric(t, a, "agq_slow_subscribers_total") == 0; batch++ {
+		jobs := make([]string, 2000)
+		for i := range jobs {
+			jobs[i] = fmt.Sprintf(`{"type":"t","queue":"flood","payload":{"pad":%q}}`, strings.Repeat("x", 200))
+		}
+		if err := admin.Do(ctx, "JOB.SUBMIT", "["+strings.Join(jobs, ",")+"]").Err(); err != nil {
+			t.Fatalf("submitting while a subscriber does not read: %v", err)
+		}
+	}
+	if metric(t, a, "agq_slow_subscribers_total") == 0 {
+		t.Fatal("the subscriber that does not read was never cut off")
+	}
+	t.Logf("cut off after %v of submissions", time.Since(start).Round(time.Millisecond))
+	// The server closed its connection: only the admin's is left.
+	agqtest.Eventually(t, 10*time.Second, func() error {
+		list, _ := admin.ClientList(ctx).Result()
+		if n := strings.Count(list, "\n"); n > 1 {
+			return fmt.Errorf("%d connections: %s", n, list)
+		}
+		return nil
+	})
+}
+
+func resolveTCP(t *testing.T, addr string) *net.TCPAddr {
+	t.Helper()
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ta
+}
