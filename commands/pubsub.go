@@ -70,7 +70,24 @@ func (s *Server) pubsubCommands() []*Command {
 		{Name: "psubscribe", Arity: -2, Roles: anyRole, Handler: s.cmdSubscribe(true)},
 		{Name: "unsubscribe", Arity: -1, Roles: anyRole, Handler: s.cmdUnsubscribe(false)},
 		{Name: "punsubscribe", Arity: -1, Roles: anyRole, Handler: s.cmdUnsubscribe(true)},
+		{Name: "publish", Arity: 3, Roles: roleWorker, Handler: s.cmdPublish},
+		{Name: "job.logs", Arity: -2, Roles: roleAdmin | roleProducer, Handler: s.cmdJobLogs},
 	}
+}
+
+// receivers counts this node's subscribers a message on channel reaches.
+func (b *broker) receivers(channel string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.channels[channel])
+	for sub := range b.patterns {
+		for _, g := range sub.patterns {
+			if g.match(channel) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // deliver hands a message to every subscriber of its channel or of a

@@ -299,3 +299,86 @@ func resolveTCP(t *testing.T, addr string) *net.TCPAddr {
 	}
 	return ta
 }
+
+// The holder publishes its job's log lines: subscribers get them as they
+// come, JOB.LOGS keeps them per attempt, and nobody else may publish.
+func TestJobLogsArePublishedAndKept(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "log-worker", "t")
+	other := registerWorker(t, a, "log-other", "t")
+	id := submit(t, admin, map[string]any{"type": "t", "queue": "logs", "retry_backoff_seconds": 0})
+	follow := admin.Subscribe(ctx, "job."+id+".logs")
+	defer follow.Close()
+	if _, err := follow.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, ok := w.pop(t, "5", "logs"); !ok || d.JobID != id {
+		t.Fatalf("pop %+v", d)
+	}
+	channel := "job." + id + ".logs"
+	for i := range 3 {
+		n, err := w.c.Do(ctx, "PUBLISH", channel, fmt.Sprintf("line %d", i)).Int()
+		if err != nil || n != 1 {
+			t.Fatalf("PUBLISH: %d, %v", n, err)
+		}
+	}
+	for i := range 3 {
+		select {
+		case m := <-follow.Channel():
+			if m.Payload != fmt.Sprintf("line %d", i) {
+				t.Fatalf("message %d: %q", i, m.Payload)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("log line %d never came", i)
+		}
+	}
+	for _, tc := range []struct {
+		who  *testWorker
+		ch   string
+		line string
+		want string
+	}{
+		{other, channel, "not mine", "NOPERM only the worker holding job " + id + " publishes its logs"},
+		{w, "queue.logs.events", "x", "NOPERM only a job's holder publishes, and only to job.<id>.logs"},
+		{w, channel, "bad\x00line", "ERR invalid log line: must be UTF-8 text without NUL bytes"},
+	} {
+		if err := tc.who.c.Do(ctx, "PUBLISH", tc.ch, tc.line).Err(); err == nil || err.Error() != tc.want {
+			t.Errorf("PUBLISH %s %q by %s: %v, want %s", tc.ch, tc.line, tc.who.id, err, tc.want)
+		}
+	}
+	// The attempt fails and is retried: its lines stay with attempt 1.
+	if err := w.update(ctx, id, map[string]any{"status": "failed", "error": "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, ok := w.pop(t, "5", "logs"); !ok || d.Attempt != 2 {
+		t.Fatalf("second delivery %+v", d)
+	}
+	if err := w.c.Do(ctx, "PUBLISH", channel, "second attempt").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Do(ctx, "PUBLISH", channel, "too late").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("a line after completion: %v", err)
+	}
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"JOB.LOGS", id, "1"}, "line 0|line 1|line 2"},
+		{[]any{"JOB.LOGS", id}, "second attempt"},
+		{[]any{"JOB.LOGS", id, "3"}, ""},
+	} {
+		lines, err := admin.Do(ctx, tc.args...).StringSlice()
+		if err != nil || strings.Join(lines, "|") != tc.want {
+			t.Errorf("%v = %q, %v; want %q", tc.args, lines, err, tc.want)
+		}
+	}
+	if err := admin.Do(ctx, "JOB.LOGS", "nosuch").Err(); err == nil || err.Error() != "ERR no such job nosuch" {
+		t.Errorf("JOB.LOGS nosuch: %v", err)
+	}
+}

@@ -1,0 +1,77 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/resp"
+	"github.com/agq/agq/store"
+)
+
+// maxLogLine bounds one published log line.
+const maxLogLine = 64 << 10
+
+// PUBLISH job.<id>.logs line — by the worker holding the job. The line is
+// kept with the job's attempt (JOB.LOGS) and sent to the channel's
+// subscribers on every node. Answers how many subscribers of this node got
+// it, as Redis counts its own.
+func (s *Server) cmdPublish(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	channel, line := string(args[1]), args[2]
+	id, ok := strings.CutPrefix(channel, "job.")
+	if ok {
+		id, ok = strings.CutSuffix(id, ".logs")
+	}
+	if !ok || id == "" {
+		return nil, resp.CodeErrorf("NOPERM", "only a job's holder publishes, and only to job.<id>.logs")
+	}
+	if sess.principal().Role != auth.RoleWorker {
+		return nil, resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
+	}
+	if len(line) > maxLogLine {
+		return nil, resp.Errorf("log line too long: at most %d bytes", maxLogLine)
+	}
+	if !utf8.Valid(line) || bytes.IndexByte(line, 0) >= 0 {
+		return nil, resp.Errorf("invalid log line: must be UTF-8 text without NUL bytes")
+	}
+	w, err := s.hotWorker(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.store.JobLogAppend(ctx, id, w.ID, string(line)); err != nil {
+		if errors.Is(err, store.ErrNotHolder) {
+			return nil, resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
+		}
+		return nil, err
+	}
+	n := s.broker.receivers(channel)
+	s.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
+	return resp.Int(n), nil
+}
+
+// JOB.LOGS job_id [attempt] — the kept log lines of an attempt (the
+// current or last one by default), oldest first.
+func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	id := string(args[1])
+	attempt := 0
+	if len(args) == 3 {
+		n, err := strconv.Atoi(string(args[2]))
+		if err != nil || n < 1 {
+			return nil, resp.Errorf("attempt must be a positive integer")
+		}
+		attempt = n
+	}
+	lines, _, err := s.store.JobLogs(ctx, id, attempt)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, resp.Errorf("no such job %s", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.StringArray(lines), nil
+}

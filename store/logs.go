@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxLogLines is how many lines of an attempt a job keeps.
+const MaxLogLines = 1000
+
+// ErrNotHolder means a log line came from a worker that does not hold the
+// job (running, at this worker) now.
+var ErrNotHolder = errors.New("the job is not running at this worker")
+
+// JobLogAppend keeps a line the job's holder published, as the line of its
+// current attempt, and returns that attempt and the job's queue. Older
+// lines past MaxLogLines go, now and then. The commit does not wait for the WAL flush: a
+// log line lost in a crash is only a line.
+func (s *Store) JobLogAppend(ctx context.Context, id, workerID, line string) (attempt int, queue string, err error) {
+	if !storable(id, workerID) {
+		return 0, "", ErrNotHolder
+	}
+	err = s.asyncQuery(ctx, func(rows pgx.Rows) error {
+		return rows.Scan(&attempt, &queue)
+	}, `
+		WITH j AS (
+			SELECT id, attempt, queue FROM jobs WHERE id = $1 AND status = 'running' AND worker_id = $2
+		), added AS (
+			INSERT INTO job_logs (job_id, attempt, line) SELECT id, attempt, $3 FROM j RETURNING seq
+		), trimmed AS (
+			-- Now and then (a trim reads up to MaxLogLines entries), the
+			-- lines older than the newest MaxLogLines go.
+			DELETE FROM job_logs l USING j, added
+			WHERE random() < 0.02 AND l.job_id = j.id AND l.attempt = j.attempt AND l.seq < (
+				SELECT seq FROM job_logs WHERE job_id = j.id AND attempt = j.attempt
+				ORDER BY seq DESC OFFSET $4::int - 2 LIMIT 1)
+		)
+		SELECT attempt, queue FROM j`, id, workerID, line, MaxLogLines)
+	if err != nil {
+		return 0, "", interpretError(err)
+	}
+	if queue == "" {
+		return 0, "", ErrNotHolder
+	}
+	return attempt, queue, nil
+}
+
+// JobLogs returns the kept lines of one attempt of a job (0: its current
+// or last attempt), oldest first, and that attempt; ErrNotFound for no
+// such job.
+func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error) {
+	if !storable(id) {
+		return nil, 0, ErrNotFound
+	}
+	var lines []string
+	var current *int
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT attempt FROM jobs WHERE id = $1`, id).Scan(&current); err != nil {
+			return err
+		}
+		if attempt == 0 {
+			attempt = *current
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT line FROM (
+				SELECT seq, line FROM job_logs WHERE job_id = $1 AND attempt = $2 ORDER BY seq DESC LIMIT $3
+			) newest ORDER BY seq`, id, attempt, MaxLogLines)
+		if err != nil {
+			return err
+		}
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, ErrNotFound
+	}
+	return lines, attempt, interpretError(err)
+}
