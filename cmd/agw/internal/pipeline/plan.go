@@ -34,6 +34,11 @@ type Spec struct {
 	Tasks   []Task
 	Stdin   string
 	Timeout time.Duration
+	// OnLine, if set, gets each line of output as it comes: the last
+	// task's stdout (task 0) and every task's stderr (its number, from 1),
+	// at most 1 KiB each. It is called from the goroutines reading the
+	// output and must not block.
+	OnLine func(task int, stderr bool, line string)
 }
 
 // The job JSON's plan and inputs. Decoding is strict: a field agw does not

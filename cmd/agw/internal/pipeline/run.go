@@ -241,7 +241,13 @@ func (r *run) start(paths []string) error {
 	r.outDone = make(chan struct{})
 	go func() {
 		defer close(r.outDone)
-		_, _ = io.Copy(&r.out, r.outR)
+		if r.spec.OnLine == nil {
+			_, _ = io.Copy(&r.out, r.outR)
+			return
+		}
+		tap := &lineTap{fn: func(line string) { r.spec.OnLine(0, false, line) }}
+		_, _ = io.Copy(io.MultiWriter(&r.out, tap), r.outR)
+		tap.flush()
 	}()
 	if r.stdinW != nil {
 		r.stdinDone = make(chan struct{})
@@ -280,7 +286,13 @@ func (r *run) startOne(p *proc, path string, stdin, stdout, errR, errW *os.File)
 	p.stderrR, p.stderrDone = errR, make(chan struct{})
 	go func() {
 		defer close(p.stderrDone)
-		_, _ = io.Copy(&p.stderr, errR)
+		if r.spec.OnLine == nil {
+			_, _ = io.Copy(&p.stderr, errR)
+			return
+		}
+		tap := &lineTap{fn: func(line string) { r.spec.OnLine(p.index, true, line) }}
+		_, _ = io.Copy(io.MultiWriter(&p.stderr, tap), errR)
+		tap.flush()
 	}()
 	if p.task.Timeout > 0 {
 		r.after(p.task.Timeout, func() {

@@ -64,8 +64,13 @@ func (w *Worker) runJob(queue, raw string) {
 	var res pipeline.Result
 	if err == nil {
 		p := w.startProgress(ctx, msg.JobID, cancel, log)
+		logs := w.newLogLines(msg.JobID)
+		spec.OnLine = logs.line
 		res, err = w.cfg.Executor.Run(ctx, spec, p.offer)
 		p.stop()
+		// The last lines go before the final report, which ends the
+		// job's logs.
+		logs.close()
 	}
 	w.finish(msg.JobID, delivery{msg.Attempt, msg.Delivery}, res, err, started, log)
 }
