@@ -382,3 +382,32 @@ func TestJobLogsArePublishedAndKept(t *testing.T) {
 		t.Errorf("JOB.LOGS nosuch: %v", err)
 	}
 }
+
+// A subscriber whose key is revoked stops receiving: its connection ends.
+func TestARevokedKeyEndsItsSubscriptions(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	key := a.CreateKey(t, "producer", "watcher")
+	c := a.Client(t, redis.Options{Username: "watcher", Password: key, MaxRetries: -1})
+	sub := c.Subscribe(ctx, "queue.revoked.events")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Admin(t).Do(ctx, "KEY.REVOKE", "watcher").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		msg, err := sub.Receive(rctx)
+		if err != nil {
+			if rctx.Err() != nil {
+				t.Fatal("the revoked subscriber's connection is still open")
+			}
+			return // the connection ended
+		}
+		t.Logf("received %v", msg)
+	}
+}

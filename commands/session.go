@@ -111,9 +111,14 @@ func (s *Session) setBlocked(cancel context.CancelFunc) {
 func (s *Session) revoke() {
 	s.revoked.Store(true)
 	s.mu.Lock()
-	unblock := s.unblock
+	unblock, sub := s.unblock, s.sub
 	s.mu.Unlock()
 	if unblock != nil {
 		unblock()
+	}
+	if sub != nil {
+		// A subscriber would go on receiving with a key that no longer
+		// holds: its connection ends.
+		s.netConn.Close()
 	}
 }
