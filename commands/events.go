@@ -130,3 +130,16 @@ func (s *Server) publishFinished(ctx context.Context, reports []store.JobUpdateP
 		return j.Status
 	}, ids...)
 }
+
+// publishWorkerEvent tells worker.<id>.events what happened to a worker.
+func (s *Server) publishWorkerEvent(id, event string) {
+	if !s.hub.Wanted() {
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Event    string    `json:"event"`
+		WorkerID string    `json:"worker_id"`
+		At       time.Time `json:"at"`
+	}{event, id, time.Now().UTC()})
+	s.hub.PublishMessages([]wakeup.Message{{Channel: "worker." + id + ".events", Payload: string(b)}})
+}

@@ -411,3 +411,43 @@ func TestARevokedKeyEndsItsSubscriptions(t *testing.T) {
 		t.Logf("received %v", msg)
 	}
 }
+
+// worker.<id>.events says when a worker registers, drains and leaves.
+func TestWorkerEventsArePublished(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	sub := admin.Subscribe(ctx, "worker.ev-worker.events")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := registerWorker(t, a, "ev-worker", "t")
+	if err := admin.Do(ctx, "WORKER.DRAIN", "ev-worker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Do(ctx, "WORKER.UNREGISTER", "ev-worker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for len(events) < 3 {
+		select {
+		case m := <-sub.Channel():
+			var e struct {
+				Event    string `json:"event"`
+				WorkerID string `json:"worker_id"`
+			}
+			json.Unmarshal([]byte(m.Payload), &e)
+			if e.WorkerID != "ev-worker" {
+				t.Fatalf("message %q", m.Payload)
+			}
+			events = append(events, e.Event)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("worker events so far: %v", events)
+		}
+	}
+	if strings.Join(events, " ") != "registered draining unregistered" {
+		t.Fatalf("worker events %v", events)
+	}
+}

@@ -66,6 +66,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	sess.mu.Unlock()
 	s.forgetWorkers(w.Principal, w.ID)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
+	s.publishWorkerEvent(w.ID, "registered")
 	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.opts.HeartbeatInterval.Seconds()))), nil
 }
 
@@ -135,6 +136,7 @@ func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args []
 	}
 	s.forgetWorkers("", id)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", id).Msg("worker unregistered")
+	s.publishWorkerEvent(id, "unregistered")
 	return resp.OK, nil
 }
 
@@ -184,6 +186,7 @@ func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) 
 		}
 		return nil, err
 	}
+	s.publishWorkerEvent(id, "draining")
 	return resp.OK, nil
 }
 
