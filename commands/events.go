@@ -143,3 +143,18 @@ func (s *Server) publishWorkerEvent(id, event string) {
 	}{event, id, time.Now().UTC()})
 	s.hub.PublishMessages([]wakeup.Message{{Channel: "worker." + id + ".events", Payload: string(b)}})
 }
+
+// DeliverMoved tells this node's subscribers of a job moved out of running
+// by the leader's watchdog or a worker's (re-)registration, on any node:
+// each node hears the move itself, so it is delivered here only.
+func (s *Server) DeliverMoved(m store.Moved) {
+	event := m.Status
+	if m.Status == store.StatusQueued {
+		event = "requeued"
+	}
+	now := time.Now().UTC()
+	st, _ := json.Marshal(statusEvent{JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt, At: now})
+	qe, _ := json.Marshal(queueEvent{Event: event, JobID: m.ID, Attempt: m.Attempt, At: now})
+	s.broker.deliver(wakeup.Message{Channel: "job." + m.ID + ".status", Payload: string(st)})
+	s.broker.deliver(wakeup.Message{Channel: "queue." + m.Queue + ".events", Payload: string(qe)})
+}

@@ -451,3 +451,37 @@ func TestWorkerEventsArePublished(t *testing.T) {
 		t.Fatalf("worker events %v", events)
 	}
 }
+
+// A job the watchdog takes back from a silent worker is published too.
+func TestTheWatchdogsMovesArePublished(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, fastHeartbeats)
+	ctx := ctxT(t)
+	sub := a.Admin(t).Subscribe(ctx, "job.wd-1.status")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	silent := registerWorker(t, a, "wd-silent", "t")
+	submit(t, a.Admin(t), map[string]any{"job_id": "wd-1", "type": "t", "queue": "wd"})
+	if _, d, ok := silent.pop(t, "5", "wd"); !ok || d.JobID != "wd-1" {
+		t.Fatalf("pop %+v", d)
+	}
+	if err := silent.update(ctx, "wd-1", map[string]any{"status": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for len(seen) == 0 || seen[len(seen)-1] != "requeued/queued" {
+		select {
+		case m := <-sub.Channel():
+			var s statusMsg
+			json.Unmarshal([]byte(m.Payload), &s)
+			seen = append(seen, s.Event+"/"+s.Status)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no requeue among %v", seen)
+		}
+	}
+	if strings.Join(seen, " ") != "submitted/queued started/running requeued/queued" {
+		t.Fatalf("transitions %v", seen)
+	}
+}

@@ -129,6 +129,9 @@ const (
 	ChannelDone   = "agq_done"
 	ChannelKeys   = "agq_keys"
 	ChannelEvents = "agq_events"
+	// ChannelMoved carries a Moved: a job taken out of running by the
+	// leader's watchdog or a worker's (re-)registration, for subscribers.
+	ChannelMoved = "agq_moved"
 )
 
 // ReadyNote tells listeners that N jobs needing Requires became claimable

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,7 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 				ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
 				updated_at = now()
 			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.requires`, limit, unackedLimit)
+			RETURNING j.id, j.status, j.queue, j.requires, j.attempt`, limit, unackedLimit)
 		if err != nil {
 			return err
 		}
@@ -52,9 +53,10 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 	return n, interpretError(err)
 }
 
-// notifyMoved reads rows of (id, status, queue, requires) for jobs a
-// statement just moved and tells listeners: claimable jobs wake waiters,
-// finished ones wake JOB.WAIT. It closes rows.
+// notifyMoved reads rows of (id, status, queue, requires, attempt) for jobs
+// a statement just moved and tells listeners: claimable jobs wake waiters,
+// finished ones wake JOB.WAIT, and every node learns of the move for its
+// subscribers (ChannelMoved). It closes rows.
 func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	return notifyMovedAt(ctx, tx, rows, time.Time{})
 }
@@ -64,11 +66,12 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 	type moved struct {
 		id, status, queue string
 		requires          []string
+		attempt           int
 	}
 	var all []moved
 	for rows.Next() {
 		var m moved
-		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.requires); err != nil {
+		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.requires, &m.attempt); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -92,6 +95,20 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 		if err != nil {
 			return 0, err
 		}
+		b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Attempt: m.attempt})
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
+			return 0, err
+		}
 	}
 	return len(all), nil
+}
+
+// Moved is a job the watchdog or a worker's (re-)registration moved out of
+// running, as ChannelMoved tells every node: queued again, failed or
+// cancelled.
+type Moved struct {
+	ID      string `json:"i"`
+	Status  string `json:"s"`
+	Queue   string `json:"q"`
+	Attempt int    `json:"a"`
 }

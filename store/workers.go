@@ -203,7 +203,7 @@ func requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt b
 			worker_id = CASE WHEN cancel_requested THEN worker_id END,
 			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
 		WHERE worker_id = $1 AND status = 'running'
-		RETURNING id, status, queue, requires`, workerID, countAttempt)
+		RETURNING id, status, queue, requires, attempt`, workerID, countAttempt)
 	if err != nil {
 		return err
 	}

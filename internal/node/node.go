@@ -181,6 +181,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 			n.server.RevokeSessions(principal, liveDigest)
 		},
 		OnMessage: func(m wakeup.Message) { n.server.Deliver(m) },
+		OnMoved:   func(m store.Moved) { n.server.DeliverMoved(m) },
 	})
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,

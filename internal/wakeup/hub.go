@@ -53,6 +53,9 @@ type Config struct {
 	Send func(ctx context.Context, channel string, payloads []string) error
 	// OnMessage delivers a pub/sub message to this node's subscribers.
 	OnMessage func(Message)
+	// OnMoved tells this node's subscribers of a job moved out of running
+	// by any node (every node hears it: it is delivered here only).
+	OnMoved func(store.Moved)
 }
 
 // Hub routes notifications to waiters.
@@ -354,7 +357,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys, store.ChannelEvents} {
+	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys, store.ChannelEvents, store.ChannelMoved} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return err
 		}
@@ -410,6 +413,13 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 			h.jobDone(n.Payload)
 		case store.ChannelEvents:
 			h.receiveEvent(n.Payload)
+		case store.ChannelMoved:
+			if h.cfg.OnMoved != nil && h.interest.local.Load() {
+				var m store.Moved
+				if json.Unmarshal([]byte(n.Payload), &m) == nil {
+					h.cfg.OnMoved(m)
+				}
+			}
 		case store.ChannelKeys:
 			if h.cfg.OnKeyRevoked != nil {
 				h.cfg.OnKeyRevoked(n.Payload)
