@@ -174,8 +174,7 @@ func messageRESP(m wakeup.Message, proto int) []byte {
 }
 
 // pushRESP encodes bulk strings, then count if it is not negative, as an
-// array (RESP2) or a push (RESP3). An empty-string part with null set is
-// written as a null (the channel of an UNSUBSCRIBE with none left).
+// array (RESP2) or a push (RESP3).
 func pushRESP(proto int, parts []string, count int) []byte {
 	n := len(parts)
 	if count >= 0 {
@@ -213,7 +212,8 @@ func (s *Server) subscriberOf(sess *Session) (sub *subscriber, fresh bool) {
 	return sub, true
 }
 
-// start runs a fresh subscriber's loops, once its first replies are out.
+// startSubscriber runs a fresh subscriber's loops, once its first replies
+// are out.
 func (s *Server) startSubscriber(sub *subscriber) {
 	go sub.writeLoop()
 	go s.subscribedLoop(sub)
