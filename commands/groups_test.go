@@ -1,11 +1,8 @@
 package commands_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,22 +13,7 @@ import (
 // groupSizes reads agq_group_size's sum and count for kind from /metrics.
 func groupSizes(t *testing.T, a *agqtest.Agq, kind string) (sum, count float64) {
 	t.Helper()
-	res, err := http.Get("http://" + a.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for suffix, v := range map[string]*float64{"_sum": &sum, "_count": &count} {
-			if prefix := `agq_group_size` + suffix + `{kind="` + kind + `"} `; strings.HasPrefix(line, prefix) {
-				*v, _ = strconv.ParseFloat(strings.TrimPrefix(line, prefix), 64)
-			}
-		}
-	}
-	return sum, count
+	return metric(t, a, `agq_group_size_sum{kind="`+kind+`"}`), metric(t, a, `agq_group_size_count{kind="`+kind+`"}`)
 }
 
 // Final reports sent at once by many workers share commits; one refused in
