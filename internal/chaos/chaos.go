@@ -168,8 +168,10 @@ func (r *run) startNodes(ctx context.Context) error {
 	key := make([]byte, 32)
 	rand.Read(key)
 	r.adminKey = hex.EncodeToString(key)
+	// Chosen all at once: a port closed after one pick could be picked again.
+	addrs := freeAddrs(2 * r.cfg.Nodes)
 	for i := range r.cfg.Nodes {
-		addr, httpAddr := freeAddr(), freeAddr()
+		addr, httpAddr := addrs[2*i], addrs[2*i+1]
 		dir := fmt.Sprintf("%s/agq%d", r.cfg.Dir, i)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
@@ -376,11 +378,16 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() error) error 
 	return err
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+// freeAddrs returns n distinct loopback addresses free a moment ago.
+func freeAddrs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		defer ln.Close()
+		out[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return out
 }
