@@ -49,7 +49,7 @@ func rejectedConns(t *testing.T, a *agqtest.Agq, reason string) float64 {
 // while they trickle an admin and a worker with keys connect and work.
 func TestTricklingUnauthenticatedConnectionsLockNobodyOut(t *testing.T) {
 	t.Parallel()
-	const n, timeout = 1000, 5 * time.Second
+	const n, timeout = 1000, 8 * time.Second
 	a := agqtest.Start(t, func(c *config.Config) {
 		c.MaxClients = n
 		c.AuthTimeout = timeout
