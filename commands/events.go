@@ -108,9 +108,6 @@ func (s *Server) publishAsIs(ctx context.Context, event func(store.JobState) str
 	s.publishStatus(evs)
 }
 
-// asStatus names a transition by the status it led to.
-func asStatus(j store.JobState) string { return j.Status }
-
 // publishFinished publishes the final reports a group applied: a failure
 // that left the job waiting is a retry.
 func (s *Server) publishFinished(ctx context.Context, reports []store.JobUpdateParams, errs []error) {
