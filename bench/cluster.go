@@ -24,7 +24,7 @@ type cluster struct {
 	admin *pgxpool.Pool
 }
 
-func startCluster(ctx context.Context) (*cluster, error) {
+func startCluster(ctx context.Context, statements bool) (*cluster, error) {
 	dir, err := os.MkdirTemp("", "agqb")
 	if err != nil {
 		return nil, err
@@ -33,8 +33,13 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, err
 	}
-	pg, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard),
-		Settings: map[string]string{"max_connections": "300"}})
+	settings := map[string]string{"max_connections": "300"}
+	if statements {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+		settings["pg_stat_statements.track_utility"] = "off"
+		settings["pg_stat_statements.track_planning"] = "on"
+	}
+	pg, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard), Settings: settings})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ type options struct {
 	latency, idle                        int
 	settle                               time.Duration
 	only                                 string
+	statements                           bool
 }
 
 func main() {
@@ -41,10 +42,11 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,latency,idle (default all)")
+	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements}
 	}
 	r, err := run(context.Background(), o, os.Stderr)
 	if r != nil {
@@ -62,7 +64,7 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	want := func(s string) bool { return o.only == "" || strings.Contains(","+o.only+",", ","+s+",") }
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 
-	cl, err := startCluster(ctx)
+	cl, err := startCluster(ctx, o.statements)
 	if err != nil {
 		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
 	}
@@ -101,16 +103,26 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
 	if want("burn") {
 		say("burn-down of %d jobs, %d agq worker connections", o.jobs, o.workers)
-		a, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false)
+		a, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false, o.statements)
 		if err != nil {
 			return r, fmt.Errorf("agq burn-down: %w", err)
 		}
-		b, err := riverBurnDown(ctx, cl, rv, o.jobs)
+		if o.statements {
+			if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
+				return r, err
+			}
+		}
+		b, err := riverBurnDown(ctx, cl, rv, o.jobs, o.statements)
 		if err != nil {
 			return r, fmt.Errorf("river burn-down: %w", err)
 		}
+		if o.statements {
+			if err := cl.statementsPrint(ctx, "river", o.jobs, progress); err != nil {
+				return r, err
+			}
+		}
 		say("burn-down with JOB.UPDATE running")
-		ar, err := agqBurnDown(ctx, cl, s, ws, o.jobs, true)
+		ar, err := agqBurnDown(ctx, cl, s, ws, o.jobs, true, false)
 		if err != nil {
 			return r, fmt.Errorf("agq burn-down: %w", err)
 		}

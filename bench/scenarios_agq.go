@@ -13,10 +13,16 @@ import (
 )
 
 // agqBurnDown works off n pre-submitted jobs with the workers.
-func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, running bool) (measure, error) {
+// With statements, PostgreSQL's statement counts start afresh with it.
+func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, running, statements bool) (measure, error) {
 	queue := fmt.Sprintf("burn-%v", running)
 	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
 		return measure{}, err
+	}
+	if statements {
+		if err := cl.statementsReset(ctx, "agq"); err != nil {
+			return measure{}, err
+		}
 	}
 	return cl.measure(ctx, "agq", s.pid(), n, func() error {
 		var done atomic.Int64

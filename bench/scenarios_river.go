@@ -116,12 +116,17 @@ func (r *riverSide) completedInDB(ctx context.Context, n int) error {
 }
 
 // riverBurnDown works off n inserted jobs.
-func riverBurnDown(ctx context.Context, cl *cluster, r *riverSide, n int) (measure, error) {
+func riverBurnDown(ctx context.Context, cl *cluster, r *riverSide, n int, statements bool) (measure, error) {
 	if _, err := r.pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
 		return measure{}, err
 	}
 	if err := r.insertMany(ctx, n, 5000, 0); err != nil {
 		return measure{}, err
+	}
+	if statements {
+		if err := cl.statementsReset(ctx, "river"); err != nil {
+			return measure{}, err
+		}
 	}
 	r.worked.Store(0)
 	return cl.measure(ctx, "river", 0, n, func() error {

@@ -187,26 +187,36 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 	return uniq, nil
 }
 
+// delivery is the job as BRPOP hands it to a worker. Its fields are in
+// name order, as a map of them would be encoded: a struct encodes without
+// sorting keys or boxing values, and a pop of many jobs encodes each.
+type delivery struct {
+	Attempt        int             `json:"attempt"`
+	Delivery       string          `json:"delivery,omitempty"`
+	Inputs         json.RawMessage `json:"inputs"`
+	JobID          string          `json:"job_id"`
+	MaxAttempts    int             `json:"max_attempts"`
+	Payload        json.RawMessage `json:"payload"`
+	Plan           json.RawMessage `json:"plan"`
+	Priority       int             `json:"priority"`
+	Queue          string          `json:"queue"`
+	Requires       []string        `json:"requires"`
+	TimeoutSeconds int             `json:"timeout_seconds"`
+	Type           string          `json:"type"`
+}
+
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
 // shows a waiting one. A delivery carries its token.
 func deliveryJSON(j store.Job) []byte {
-	m := map[string]any{
-		"job_id":          j.ID,
-		"queue":           j.Queue,
-		"type":            j.Type,
-		"requires":        j.Requires,
-		"plan":            rawOrNull(j.Plan),
-		"inputs":          rawOrNull(j.Inputs),
-		"payload":         rawOrNull(j.Payload),
-		"priority":        j.Priority,
-		"attempt":         j.Attempt,
-		"max_attempts":    j.MaxAttempts,
-		"timeout_seconds": j.TimeoutSeconds,
+	d := delivery{
+		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
+		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
+		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
 	}
 	if j.Status == store.StatusRunning && j.Delivery != nil {
-		m["delivery"] = *j.Delivery
+		d.Delivery = *j.Delivery
 	}
-	b, _ := json.Marshal(m)
+	b, _ := json.Marshal(d)
 	return b
 }
 

@@ -79,17 +79,21 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 		}
 		return nil
 	}, `
-		WITH named AS MATERIALIZED (
-			-- LIMIT 1 makes each lookup one primary-key probe, whatever
-			-- the planner guesses of the array's length.
-			SELECT u.wid, u.ord, coalesce(wk.state, 'UNREGISTERED') AS state,
-				coalesce(wk.state = 'ACTIVE' AND wk.capabilities = $3::text[], false) AS ok
+		WITH known AS MATERIALIZED (
+			-- One index scan for all the named workers, however often each
+			-- is named (ordered and limited so that the planner probes
+			-- the primary key rather than reading a small table whole).
+			SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[])
+			ORDER BY worker_id LIMIT cardinality($2::text[])
+		), named AS MATERIALIZED (
+			SELECT u.wid, u.ord, coalesce(k.state, 'UNREGISTERED') AS state,
+				coalesce(k.state = 'ACTIVE' AND k.capabilities = $3::text[], false) AS ok
 			FROM unnest($2::text[]) WITH ORDINALITY AS u(wid, ord)
-			LEFT JOIN LATERAL (
-				SELECT state, capabilities FROM workers WHERE worker_id = u.wid LIMIT 1
-			) wk ON true
+			LEFT JOIN known k ON k.worker_id = u.wid
 		), w AS (
-			SELECT wid, row_number() OVER (ORDER BY ord) AS rn FROM named WHERE ok
+			-- The claimers in waiting order: the n-th job picked goes to
+			-- the n-th of them.
+			SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
 		), picked AS (
 			SELECT id, row_number() OVER () AS rn FROM (
 				SELECT j.id FROM jobs j
@@ -99,13 +103,13 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 				  AND j.requires <@ $3::text[]
 				  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
 				ORDER BY j.priority DESC, j.run_at, j.seq
-				LIMIT (SELECT count(*) FROM w)
+				LIMIT (SELECT cardinality(wids) FROM w)
 				FOR UPDATE OF j SKIP LOCKED
 			) p
 		), claimed AS (
 			UPDATE jobs j SET
 				status = 'running',
-				worker_id = w.wid,
+				worker_id = (SELECT wids FROM w)[picked.rn],
 				attempt = j.attempt + 1,
 				delivery = gen_random_uuid(),
 				started_at = now(),
@@ -114,8 +118,8 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 				deadline_at = now() + make_interval(secs => j.timeout_seconds),
 				progress = NULL,
 				updated_at = now()
-			FROM picked JOIN w USING (rn) WHERE j.id = picked.id
-			RETURNING w.wid, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
+			FROM picked WHERE j.id = picked.id
+			RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 				j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
 		)
 		SELECT *, '' FROM claimed
