@@ -245,6 +245,7 @@ func staticKeys(cfg config.Config) auth.StaticKeys {
 		auth.RoleAdmin:    cfg.Admins,
 		auth.RoleWorker:   cfg.Workers,
 		auth.RoleProducer: cfg.Producers,
+		auth.RoleViewer:   cfg.Viewers,
 	}
 	if cfg.AdminKey != "" {
 		// The environment (or flag) beats the file for the principal admin.
