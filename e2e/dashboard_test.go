@@ -329,4 +329,3 @@ func TestDashboardInABrowser(t *testing.T) {
 		screenshot(t, b, "overview-phone")
 	})
 }
-
