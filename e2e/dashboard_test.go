@@ -108,7 +108,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // count reads one count cell of the overview's queue table.
 func count(t *testing.T, ctx context.Context, queue, column string) string {
 	t.Helper()
-	s := value(t, ctx, "reading "+queue+" "+column, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-queue=%q] td[data-count=%q]`, queue, column))))
+	// Read in one script: the live refresh may replace the cell between
+	// a node lookup and a read of it.
+	s := value(t, ctx, "reading "+queue+" "+column, chromedp.Evaluate[string](fmt.Sprintf(
+		`document.querySelector('tr[data-queue=%q] td[data-count=%q]').textContent`, queue, column)))
 	return strings.TrimSpace(s)
 }
 
@@ -116,7 +119,20 @@ func count(t *testing.T, ctx context.Context, queue, column string) string {
 func click(t *testing.T, ctx context.Context, action, target string) {
 	t.Helper()
 	value(t, ctx, "marking the page", chromedp.Evaluate[bool](`window.beforeAction = true`))
-	run(t, ctx, action+" "+target, chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[data-action=%q][data-target=%q]`, action, target))))
+	// The live refresh may swap the button for its copy just as it is
+	// found: then it is found again.
+	button := chromedp.CSS(fmt.Sprintf(`button[data-action=%q][data-target=%q]`, action, target))
+	for attempt := 1; ; attempt++ {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := chromedp.Do(c, chromedp.Click(button))
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("%s %s: %v", action, target, err)
+		}
+	}
 	// The form posts and the browser lands on a new page with the outcome.
 	agqtest.Eventually(t, 15*time.Second, func() error {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
