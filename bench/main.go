@@ -28,6 +28,7 @@ type options struct {
 	settle                               time.Duration
 	only                                 string
 	statements                           bool
+	dashboardJobs, dashboardSamples      int
 }
 
 func main() {
@@ -41,13 +42,15 @@ func main() {
 	flag.IntVar(&o.latency, "latency", 300, "pickup latency samples")
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,latency,idle (default all)")
+	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,latency,idle,dashboard (default all)")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000}
 	}
+	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)
 	if r != nil {
 		r.print(os.Stdout)
@@ -192,6 +195,17 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		r.add(fmt.Sprintf("%d idle blocked BRPOPs: agq RSS", res.conns), fmt.Sprintf("%.0f MB", float64(res.rss)/(1<<20)), "", "")
 		r.add(fmt.Sprintf("%d idle blocked BRPOPs: database connections", res.conns), fmt.Sprint(res.dbConns), "", "")
 		r.latencies(fmt.Sprintf("%d idle blocked BRPOPs: pickup", res.conns), res.latencies, nil)
+	}
+	if want("dashboard") && o.dashboardJobs > 0 {
+		say("dashboard pages over %d jobs", o.dashboardJobs)
+		pages, err := dashboardPages(ctx, cl, bin, o.dashboardJobs, max(o.dashboardSamples, 1), say)
+		if err != nil {
+			return r, fmt.Errorf("dashboard: %w", err)
+		}
+		for _, p := range pages {
+			r.add(fmt.Sprintf("dashboard over %d jobs: %s (first / best)", o.dashboardJobs, p.page),
+				millis(p.first)+" / "+millis(p.best), "", "")
+		}
 	}
 	return r, nil
 }

@@ -239,7 +239,7 @@ func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (res
 		return resp.BulkString(s.clientLine(sess) + "\n"), nil
 	case "list":
 		// Other principals' connections are an admin's business.
-		if sess.principal().Role != auth.RoleAdmin {
+		if r := sess.principal().Role; r != auth.RoleAdmin && r != auth.RoleViewer {
 			return resp.BulkString(s.clientLine(sess) + "\n"), nil
 		}
 		var b strings.Builder

@@ -24,8 +24,12 @@ const (
 	roleAdmin roles = 1 << iota
 	roleWorker
 	roleProducer
+	// roleViewer may run every command that only reads.
+	roleViewer
 
-	anyRole = roleAdmin | roleWorker | roleProducer
+	anyRole = roleAdmin | roleWorker | roleProducer | roleViewer
+	// readers are the roles that may read jobs, queues and schedules.
+	readers = roleAdmin | roleProducer | roleViewer
 )
 
 // Command is one entry of the registration table.
@@ -53,6 +57,8 @@ func roleBit(role string) roles {
 		return roleWorker
 	case auth.RoleProducer:
 		return roleProducer
+	case auth.RoleViewer:
+		return roleViewer
 	}
 	return 0
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -26,9 +25,9 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "brpop", Arity: -3, Roles: worker, Blocking: true, Handler: s.cmdBRPop},
 		{Name: "rpop", Arity: -2, Roles: worker, Handler: s.cmdRPop},
 		{Name: "job.update", Arity: 3, Roles: worker, Handler: s.cmdJobUpdate},
-		{Name: "job.get", Arity: 2, Roles: producer, Handler: s.cmdJobGet},
-		{Name: "job.wait", Arity: 3, Roles: producer, Blocking: true, Handler: s.cmdJobWait},
-		{Name: "job.list", Arity: -1, Roles: producer, Handler: s.cmdJobList},
+		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
+		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},
+		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
 		{Name: "job.cancel", Arity: 2, Roles: producer, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
 	}
@@ -346,27 +345,16 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 
 // JOB.CANCEL job_id
 func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	id := string(args[1])
-	if err := s.store.JobCancel(ctx, id); err != nil {
-		return nil, jobError(id, err)
+	if err := s.CancelJob(ctx, string(args[1])); err != nil {
+		return nil, err
 	}
-	s.publishAsIs(ctx, func(j store.JobState) string {
-		if j.Status == store.StatusRunning {
-			// Its worker is told on job.cancel too.
-			s.hub.PublishMessages([]wakeup.Message{{Channel: "job.cancel", Payload: j.ID}})
-			return "cancel_requested"
-		}
-		return j.Status
-	}, id)
 	return resp.OK, nil
 }
 
 // JOB.RETRY job_id
 func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	id := string(args[1])
-	if err := s.store.JobRetry(ctx, id); err != nil {
-		return nil, jobError(id, err)
+	if err := s.RetryJob(ctx, string(args[1])); err != nil {
+		return nil, err
 	}
-	s.publishAsIs(ctx, func(store.JobState) string { return "retried" }, id)
 	return resp.OK, nil
 }

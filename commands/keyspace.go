@@ -120,7 +120,6 @@ type keyspace struct {
 // (KEYS, SCAN, GET, TTL, EXISTS, TYPE, SMEMBERS…) and the refusal of writes.
 func (s *Server) keyspaceCommands() []*Command {
 	ks := &keyspace{s: s, resume: newResumeMemo(4096)}
-	readers := roleAdmin | roleProducer
 	cmds := []*Command{
 		{Name: "keys", Arity: 2, Roles: readers, Handler: ks.cmdKeys},
 		{Name: "scan", Arity: -2, Roles: readers, Handler: ks.cmdScan},

@@ -71,7 +71,7 @@ func (s *Server) pubsubCommands() []*Command {
 		{Name: "unsubscribe", Arity: -1, Roles: anyRole, Handler: s.cmdUnsubscribe(false)},
 		{Name: "punsubscribe", Arity: -1, Roles: anyRole, Handler: s.cmdUnsubscribe(true)},
 		{Name: "publish", Arity: 3, Roles: roleWorker, Handler: s.cmdPublish},
-		{Name: "job.logs", Arity: -2, Roles: roleAdmin | roleProducer, Handler: s.cmdJobLogs},
+		{Name: "job.logs", Arity: -2, Roles: readers, Handler: s.cmdJobLogs},
 	}
 }
 
@@ -450,7 +450,8 @@ func (s *Server) maySubscribe(ctx context.Context, sess *Session, name string, p
 	p := sess.principal()
 	refuse := resp.CodeErrorf("NOPERM", "this key may not subscribe to '%s'", name)
 	switch p.Role {
-	case auth.RoleAdmin:
+	case auth.RoleAdmin, auth.RoleViewer:
+		// A viewer sees everything an admin sees; subscribing changes nothing.
 		return nil
 	case auth.RoleProducer:
 		if strings.HasPrefix(name, "job.") || strings.HasPrefix(name, "queue.") {

@@ -9,12 +9,11 @@ import (
 )
 
 func (s *Server) queueCommands() []*Command {
-	producer := roleProducer | roleAdmin
 	return []*Command{
-		{Name: "llen", Arity: 2, Roles: producer, Handler: s.cmdLLen},
-		{Name: "lrange", Arity: 4, Roles: producer, Handler: s.cmdLRange},
-		{Name: "queue.list", Arity: 1, Roles: producer, Handler: s.cmdQueueList},
-		{Name: "queue.stats", Arity: -1, Roles: producer, Handler: s.cmdQueueStats},
+		{Name: "llen", Arity: 2, Roles: readers, Handler: s.cmdLLen},
+		{Name: "lrange", Arity: 4, Roles: readers, Handler: s.cmdLRange},
+		{Name: "queue.list", Arity: 1, Roles: readers, Handler: s.cmdQueueList},
+		{Name: "queue.stats", Arity: -1, Roles: readers, Handler: s.cmdQueueStats},
 		{Name: "queue.pause", Arity: 2, Roles: roleAdmin, Handler: s.cmdQueuePause},
 		{Name: "queue.resume", Arity: 2, Roles: roleAdmin, Handler: s.cmdQueueResume},
 	}
@@ -140,11 +139,7 @@ func (s *Server) cmdQueueResume(ctx context.Context, _ *Session, args [][]byte) 
 }
 
 func (s *Server) setPaused(ctx context.Context, arg []byte, paused bool) (resp.Reply, error) {
-	name := strings.TrimPrefix(string(arg), "queue:")
-	if !queuePattern.MatchString(name) {
-		return nil, resp.Errorf("queue must be 1-128 letters, digits, '_', '-' or '.'")
-	}
-	if err := s.store.QueueSetPaused(ctx, name, paused); err != nil {
+	if err := s.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil

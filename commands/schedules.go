@@ -26,11 +26,10 @@ const maxCatchupLimit = 10000
 
 // scheduleCommands are SCHEDULE.CREATE|GET|LIST|UPDATE|DELETE|PAUSE|RESUME|TRIGGER.
 func (s *Server) scheduleCommands() []*Command {
-	read := roleProducer | roleAdmin
 	return []*Command{
 		{Name: "schedule.create", Arity: 2, Roles: roleAdmin, Handler: s.cmdScheduleCreate},
-		{Name: "schedule.get", Arity: 2, Roles: read, Handler: s.cmdScheduleGet},
-		{Name: "schedule.list", Arity: 1, Roles: read, Handler: s.cmdScheduleList},
+		{Name: "schedule.get", Arity: 2, Roles: readers, Handler: s.cmdScheduleGet},
+		{Name: "schedule.list", Arity: 1, Roles: readers, Handler: s.cmdScheduleList},
 		{Name: "schedule.update", Arity: 3, Roles: roleAdmin, Handler: s.cmdScheduleUpdate},
 		{Name: "schedule.delete", Arity: 2, Roles: roleAdmin, Handler: s.cmdScheduleDelete},
 		{Name: "schedule.pause", Arity: 2, Roles: roleAdmin, Handler: s.cmdSchedulePause},
@@ -356,9 +355,8 @@ func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byt
 
 // SCHEDULE.PAUSE name
 func (s *Server) cmdSchedulePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	name := string(args[1])
-	if err := s.store.SchedulePause(ctx, name); err != nil {
-		return nil, scheduleNotFound(name, err)
+	if err := s.PauseSchedule(ctx, string(args[1])); err != nil {
+		return nil, err
 	}
 	return resp.OK, nil
 }
@@ -373,6 +371,15 @@ func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byt
 	case len(args) > 2:
 		return nil, resp.ErrSyntax
 	}
+	if err := s.ResumeSchedule(ctx, name, catchup); err != nil {
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+// ResumeSchedule is SCHEDULE.RESUME: the schedule fires again, from its next
+// fire after now, or replaying what it missed when catchup is set.
+func (s *Server) ResumeSchedule(ctx context.Context, name string, catchup bool) error {
 	now := time.Now()
 	_, err := s.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
 		if sc.Enabled {
@@ -390,19 +397,15 @@ func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byt
 		sc.NextFireAt = &next
 		return nil
 	})
-	if err != nil {
-		return nil, scheduleNotFound(name, err)
-	}
-	return resp.OK, nil
+	return scheduleNotFound(name, err)
 }
 
 // SCHEDULE.TRIGGER name — fires the schedule now, whether it is paused or
 // not; answers the job's id.
 func (s *Server) cmdScheduleTrigger(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	name := string(args[1])
-	id, err := s.store.ScheduleTrigger(ctx, name, time.Now())
+	id, err := s.TriggerSchedule(ctx, string(args[1]))
 	if err != nil {
-		return nil, scheduleNotFound(name, err)
+		return nil, err
 	}
 	return resp.BulkString(id), nil
 }

@@ -19,8 +19,8 @@ func (s *Server) workerCommands() []*Command {
 		{Name: "worker.register", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerRegister},
 		{Name: "worker.heartbeat", Arity: -2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerHeartbeat},
 		{Name: "worker.unregister", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerUnregister},
-		{Name: "worker.list", Arity: -1, Roles: roleAdmin, Handler: s.cmdWorkerList},
-		{Name: "worker.get", Arity: 2, Roles: roleAdmin, Handler: s.cmdWorkerGet},
+		{Name: "worker.list", Arity: -1, Roles: roleAdmin | roleViewer, Handler: s.cmdWorkerList},
+		{Name: "worker.get", Arity: 2, Roles: roleAdmin | roleViewer, Handler: s.cmdWorkerGet},
 		{Name: "worker.drain", Arity: 2, Roles: roleAdmin, Handler: s.cmdWorkerDrain},
 	}
 }
@@ -179,14 +179,9 @@ func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (r
 
 // WORKER.DRAIN worker_id
 func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	id := string(args[1])
-	if err := s.store.WorkerDrain(ctx, id); err != nil {
-		if errors.Is(err, store.ErrWorkerUnknown) {
-			return nil, resp.Errorf("Worker not registered: %s", id)
-		}
+	if err := s.DrainWorker(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
-	s.publishWorkerEvent(id, "draining")
 	return resp.OK, nil
 }
 

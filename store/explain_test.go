@@ -48,15 +48,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 	rec := newRecordingStore(ctx, t)
 
 	everything := []string{"sort", "grep", "echo"}
-	tests := []struct {
-		name  string
-		run   func(context.Context, *store.Store) error
-		match string // a fragment naming the statement among those run issues
-		index string // the index its plan must use
-		// maxScanned bounds the rows the plan's scans produce or filter
-		// out, over all loops: the work it should do, with some slack.
-		maxScanned float64
-	}{
+	tests := []explainCase{
 		{
 			name: "ClaimUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
@@ -186,6 +178,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
 		},
 	}
+	tests = append(tests, dashboardStatements()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stmt := rec.capture(ctx, t, tt.run, tt.match)
@@ -210,6 +203,17 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// explainCase is one statement TestHotStatementsUseTheirIndexes plans.
+type explainCase struct {
+	name  string
+	run   func(context.Context, *store.Store) error
+	match string // a fragment naming the statement among those run issues
+	index string // the index its plan must use
+	// maxScanned bounds the rows the plan's scans produce or filter
+	// out, over all loops: the work it should do, with some slack.
+	maxScanned float64
 }
 
 // fillMonthOfJobs writes a million jobs as a month of steady work leaves

@@ -23,14 +23,17 @@ const (
 	RoleAdmin    = "admin"
 	RoleWorker   = "worker"
 	RoleProducer = "producer"
+	// RoleViewer reads everything and changes nothing: the dashboard's
+	// read-only sign-in, and read-only redis-cli sessions.
+	RoleViewer = "viewer"
 )
 
 // Errors returned by the keyring.
 var (
 	// ErrBadCredentials means the key is unknown, revoked, or not the named principal's.
 	ErrBadCredentials = errors.New("invalid username-password pair or user is disabled")
-	// ErrBadRole means a role other than admin, worker or producer.
-	ErrBadRole = errors.New("role must be admin, worker or producer")
+	// ErrBadRole means a role other than admin, worker, producer or viewer.
+	ErrBadRole = errors.New("role must be admin, worker, producer or viewer")
 	// ErrBadPrincipal means a principal name that is empty, too long or has odd characters.
 	ErrBadPrincipal = errors.New("principal names are 1-64 characters of letters, digits, '_', '-', '.', '@'")
 	// ErrStaticPrincipal means the principal's key comes from the configuration file.
@@ -210,7 +213,9 @@ func (k *Keyring) isStatic(name string) bool {
 	return false
 }
 
-func validRole(r string) bool { return r == RoleAdmin || r == RoleWorker || r == RoleProducer }
+func validRole(r string) bool {
+	return r == RoleAdmin || r == RoleWorker || r == RoleProducer || r == RoleViewer
+}
 
 // GenerateKey returns 32 random bytes as 64 hex characters.
 func GenerateKey() string {

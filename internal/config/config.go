@@ -41,11 +41,17 @@ type Config struct {
 	LogLevel          string
 	LogFormat         string
 
-	// Keys from the TOML file's [admins], [workers] and [producers]
-	// tables: principal name to key or "sha256:<hex digest>".
+	// UI turns the dashboard on the HTTP side port on or off; UIPrefix is
+	// the path it is served under ("/" or "/agq/" behind a reverse proxy).
+	UI       bool
+	UIPrefix string
+
+	// Keys from the TOML file's [admins], [workers], [producers] and
+	// [viewers] tables: principal name to key or "sha256:<hex digest>".
 	Admins    map[string]string
 	Workers   map[string]string
 	Producers map[string]string
+	Viewers   map[string]string
 }
 
 // setting describes one configuration value: its flag name (the env name is
@@ -98,6 +104,27 @@ var settings = []setting{
 	{"max-unauthenticated-per-address", "1024", "most connections not yet authenticated from one source address; past it a newcomer closes that address's oldest", intSetter(func(c *Config) *int { return &c.MaxUnauthPerAddr })},
 	{"retain-completed", "168h", "completed jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainCompleted })},
 	{"retain-failed", "720h", "failed and cancelled jobs are deleted after this", durationSetter(func(c *Config) *time.Duration { return &c.RetainFailed })},
+	{"ui", "on", "the dashboard on the HTTP side port: on or off", func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "on", "true", "1":
+			c.UI = true
+		case "off", "false", "0":
+			c.UI = false
+		default:
+			return fmt.Errorf("must be on or off")
+		}
+		return nil
+	}},
+	{"ui-prefix", "/", "path prefix of the dashboard, for a reverse proxy (e.g. /agq/)", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, "?#%\\ ") || strings.Contains(v, "//") {
+			return fmt.Errorf("must be a path such as / or /agq/")
+		}
+		if !strings.HasSuffix(v, "/") {
+			v += "/"
+		}
+		c.UIPrefix = v
+		return nil
+	}},
 	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		// Checked here, with the same parser cmd/agq uses, so that a typo
 		// is reported with where it came from.
@@ -172,7 +199,7 @@ func Load(args []string, getenv func(string) string, usageOut io.Writer) (Config
 		fmt.Fprintf(usageOut, "Usage: agq [flags]        run the server\n       agq migrate [flags] apply database migrations and exit\n\n")
 		fmt.Fprintf(usageOut, "Precedence: flags, then AGQ_* environment variables, then the TOML file, then defaults.\n")
 		fmt.Fprintf(usageOut, "The TOML file takes the flag names in snake case (heartbeat_interval = \"30s\") and\n")
-		fmt.Fprintf(usageOut, "key tables [admins], [workers], [producers]: \"name\" = \"<key or sha256:<hex>>\".\n\nFlags:\n")
+		fmt.Fprintf(usageOut, "key tables [admins], [workers], [producers], [viewers]: \"name\" = \"<key or sha256:<hex>>\".\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -214,13 +241,13 @@ func Load(args []string, getenv func(string) string, usageOut io.Writer) (Config
 	if c.HTTPListen == "off" {
 		c.HTTPListen = ""
 	}
-	c.Admins, c.Workers, c.Producers = file.admins, file.workers, file.producers
+	c.Admins, c.Workers, c.Producers, c.Viewers = file.admins, file.workers, file.producers, file.viewers
 	return c, nil
 }
 
 type fileConfig struct {
-	values                     map[string]string
-	admins, workers, producers map[string]string
+	values                              map[string]string
+	admins, workers, producers, viewers map[string]string
 }
 
 func readFile(path string) (fileConfig, error) {
@@ -239,7 +266,7 @@ func readFile(path string) (fileConfig, error) {
 	fc := fileConfig{values: map[string]string{}}
 	for k, v := range doc {
 		switch k {
-		case "admins", "workers", "producers":
+		case "admins", "workers", "producers", "viewers":
 			table, err := keyTable(k, v)
 			if err != nil {
 				return fileConfig{}, fmt.Errorf("config file %s: %w", path, err)
@@ -249,6 +276,8 @@ func readFile(path string) (fileConfig, error) {
 				fc.admins = table
 			case "workers":
 				fc.workers = table
+			case "viewers":
+				fc.viewers = table
 			default:
 				fc.producers = table
 			}

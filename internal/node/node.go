@@ -23,6 +23,7 @@ import (
 	"github.com/agq/agq/commands"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/internal/dashboard"
 	"github.com/agq/agq/internal/health"
 	"github.com/agq/agq/internal/leader"
 	"github.com/agq/agq/internal/pgcluster"
@@ -218,7 +219,11 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		if n.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPListen, err)
 		}
-		n.httpSrv = &http.Server{Handler: health.Handler(n.ready, n.registry), ReadHeaderTimeout: 5 * time.Second}
+		handler, err := n.httpHandler(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -229,6 +234,30 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	}
 	n.log.Info().Str("listen", n.RESPAddr()).Str("http", n.HTTPAddr()).Msg("agq ready")
 	return n, nil
+}
+
+// httpHandler serves /healthz, /readyz and /metrics, and the dashboard
+// under its prefix unless it is turned off.
+func (n *Node) httpHandler(ctx context.Context, keys *auth.Keyring) (http.Handler, error) {
+	side := health.Handler(n.ready, n.registry)
+	if !n.cfg.UI {
+		return side, nil
+	}
+	dash, err := dashboard.New(ctx, dashboard.Config{
+		Prefix:   n.cfg.UIPrefix,
+		NodeID:   n.ID,
+		IsLeader: n.IsLeader,
+		Logger:   n.log.With().Str("component", "dashboard").Logger(),
+	}, n.store, keys, n.server)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		mux.Handle(path, side)
+	}
+	mux.Handle(n.cfg.UIPrefix, dash)
+	return mux, nil
 }
 
 // inputLimits bound one command to what the largest legal command needs —
@@ -245,6 +274,7 @@ func staticKeys(cfg config.Config) auth.StaticKeys {
 		auth.RoleAdmin:    cfg.Admins,
 		auth.RoleWorker:   cfg.Workers,
 		auth.RoleProducer: cfg.Producers,
+		auth.RoleViewer:   cfg.Viewers,
 	}
 	if cfg.AdminKey != "" {
 		// The environment (or flag) beats the file for the principal admin.

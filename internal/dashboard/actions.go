@@ -1,0 +1,135 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agq/agq/resp"
+)
+
+// maxBulk bounds the jobs one "retry all shown" may name: one page.
+const maxBulk = pageSize
+
+// action runs one operation from a form, through the same Server methods
+// the RESP commands call, and sends the browser back where it came from
+// with the outcome. Only admins may act; a viewer's session is refused.
+func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, sess session) {
+	if !sess.canAct() {
+		http.Error(w, "this key may only view: sign in with an admin key to act", http.StatusForbidden)
+		return
+	}
+	name := r.PathValue("name")
+	ctx := r.Context()
+	target := r.PostFormValue("target")
+	var err error
+	var notice string
+	switch name {
+	case "retry":
+		err = d.actions.RetryJob(ctx, target)
+		notice = "Job " + target + " is queued again."
+	case "cancel":
+		err = d.actions.CancelJob(ctx, target)
+		notice = "Job " + target + " is cancelled (a running job's worker is told to stop)."
+	case "pause-queue", "resume-queue":
+		err = d.actions.PauseQueue(ctx, target, name == "pause-queue")
+		notice = "Queue " + target + " is " + map[bool]string{true: "paused", false: "resumed"}[name == "pause-queue"] + "."
+	case "drain":
+		err = d.actions.DrainWorker(ctx, target)
+		notice = "Worker " + target + " is draining: it takes no new jobs."
+	case "pause-schedule":
+		err = d.actions.PauseSchedule(ctx, target)
+		notice = "Schedule " + target + " is paused."
+	case "resume-schedule":
+		err = d.actions.ResumeSchedule(ctx, target, false)
+		notice = "Schedule " + target + " is resumed."
+	case "trigger-schedule":
+		var id string
+		id, err = d.actions.TriggerSchedule(ctx, target)
+		notice = "Schedule " + target + " fired job " + id + "."
+	case "retry-many":
+		d.retryMany(w, r, sess)
+		return
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	d.overview.invalidate()
+	d.summaries.invalidate()
+	d.back(w, r, notice, d.actionError(name, err))
+}
+
+// retryMany retries the failed jobs a page showed: first a confirmation
+// page naming how many, then, confirmed, each one as JOB.RETRY would.
+func (d *Dashboard) retryMany(w http.ResponseWriter, r *http.Request, sess session) {
+	ids := r.PostForm["id"]
+	if len(ids) == 0 || len(ids) > maxBulk {
+		http.Error(w, fmt.Sprintf("name between 1 and %d jobs", maxBulk), http.StatusBadRequest)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		d.render(w, r, http.StatusOK, "confirm", &sess, pageData{Title: "Retry failed jobs", Nav: "failed",
+			Data: map[string]any{"IDs": ids, "Back": d.safeBack(r)}})
+		return
+	}
+	done, failed := 0, []string{}
+	for _, id := range ids {
+		if err := d.actions.RetryJob(r.Context(), id); err != nil {
+			failed = append(failed, d.actionError("retry", err))
+			continue
+		}
+		done++
+	}
+	d.overview.invalidate()
+	d.summaries.invalidate()
+	notice := fmt.Sprintf("%d of %d jobs are queued again.", done, len(ids))
+	errText := ""
+	if len(failed) > 0 {
+		errText = fmt.Sprintf("%d could not be retried: %s", len(failed), strings.Join(failed[:min(3, len(failed))], "; "))
+	}
+	d.back(w, r, notice, errText)
+}
+
+// actionError words an operation's error: a command's own error reply
+// is shown as redis-cli would show it, anything else is logged.
+func (d *Dashboard) actionError(name string, err error) string {
+	if err == nil {
+		return ""
+	}
+	if e, ok := resp.AsError(err); ok {
+		return e.Error()
+	}
+	if err == context.Canceled {
+		return "cancelled"
+	}
+	d.log.Warn().Err(err).Str("action", name).Msg("dashboard: action failed")
+	return "the database is unavailable; try again"
+}
+
+// back redirects to the page the form was on, with the outcome.
+func (d *Dashboard) back(w http.ResponseWriter, r *http.Request, notice, errText string) {
+	u, _ := url.Parse(d.safeBack(r))
+	q := u.Query()
+	q.Del("notice")
+	q.Del("error")
+	if errText != "" {
+		q.Set("error", errText)
+	} else {
+		q.Set("notice", notice)
+	}
+	u.RawQuery = q.Encode()
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+}
+
+// safeBack is the form's "back" path when it is one of the dashboard's
+// own (never another site), else the overview.
+func (d *Dashboard) safeBack(r *http.Request) string {
+	b := r.PostFormValue("back")
+	u, err := url.Parse(b)
+	if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(u.Path, d.prefix) || strings.HasPrefix(b, "//") {
+		return d.prefix
+	}
+	return u.Path + "?" + u.RawQuery
+}

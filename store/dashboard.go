@@ -1,0 +1,239 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The dashboard's reads. Each is bounded however many jobs the table
+// holds: lists page by key through an index, and counts stop at a cap (a
+// page shows "10,000+") instead of counting every finished job on each
+// refresh, as QueueStats and JobCounts do for QUEUE.STATS and INFO.
+
+// QueueSummary is one queue with capped counts of its unfinished and
+// failed jobs, by stored status.
+type QueueSummary struct {
+	Name   string
+	Paused bool
+	// Counts by status (queued, scheduled, running, retrying, failed),
+	// each at most the cap asked for.
+	Counts map[string]int64
+}
+
+// SummaryStatuses are the statuses QueueSummaries counts.
+var SummaryStatuses = []string{StatusQueued, StatusScheduled, StatusRunning, StatusRetrying, StatusFailed}
+
+// QueueSummaries returns the first maxQueues queues by name with their
+// jobs counted by status, each count stopping at countCap. Every count is
+// an index-only walk of jobs_queue_status (queue, status, id) that reads no
+// more than countCap entries, so the statement touches at most
+// maxQueues × 5 × countCap rows.
+func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]QueueSummary, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT q.name, q.paused, st.status, c.n
+		FROM (SELECT name, paused FROM queues ORDER BY name LIMIT $1) q
+		CROSS JOIN unnest($2::text[]) AS st(status)
+		CROSS JOIN LATERAL (
+			SELECT count(*) AS n FROM (
+				SELECT 1 FROM jobs WHERE queue = q.name AND status = st.status LIMIT $3
+			) capped
+		) c
+		ORDER BY q.name`, maxQueues, SummaryStatuses, countCap)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []QueueSummary
+	for rows.Next() {
+		var name, status string
+		var paused bool
+		var n int64
+		if err := rows.Scan(&name, &paused, &status, &n); err != nil {
+			return nil, interpretError(err)
+		}
+		if len(out) == 0 || out[len(out)-1].Name != name {
+			out = append(out, QueueSummary{Name: name, Paused: paused, Counts: map[string]int64{}})
+		}
+		out[len(out)-1].Counts[status] = n
+	}
+	return out, interpretError(rows.Err())
+}
+
+// MinuteCount is how many jobs finished in one minute, each count capped.
+type MinuteCount struct {
+	Minute    time.Time
+	Completed int64
+	Failed    int64
+}
+
+// FinishedPerMinute counts the jobs completed and failed in each minute
+// from the one holding since up to the current one (on the database's
+// clock), each count stopping at countCap. Each count is a range of
+// jobs_finished (status, finished_at), so the statement reads at most
+// 2 × countCap index entries per minute; the dashboard keeps the minutes
+// that are over and asks again only for the last ones.
+func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]MinuteCount, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT m,
+			(SELECT count(*) FROM (
+				SELECT 1 FROM jobs WHERE status = 'completed' AND finished_at >= m AND finished_at < m + interval '1 minute'
+				LIMIT $2) c),
+			(SELECT count(*) FROM (
+				SELECT 1 FROM jobs WHERE status = 'failed' AND finished_at >= m AND finished_at < m + interval '1 minute'
+				LIMIT $2) f)
+		FROM generate_series(date_trunc('minute', $1::timestamptz), date_trunc('minute', now()), interval '1 minute') AS m
+		ORDER BY m`, since, countCap)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []MinuteCount
+	for rows.Next() {
+		var m MinuteCount
+		if err := rows.Scan(&m.Minute, &m.Completed, &m.Failed); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, m)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// QueueJobsParams pages through one queue's jobs of one stored status.
+type QueueJobsParams struct {
+	Queue, Status string
+	// Before is the last id of the previous page ("" for the first page).
+	Before string
+	Limit  int
+}
+
+// QueueJobs returns a queue's jobs of one status by id, descending: newest
+// first for the UUIDv7 ids agq gives jobs. jobs_queue_status (queue,
+// status, id) serves it walking backwards from Before, so a page reads
+// Limit entries however deep it is.
+func (s *Store) QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error) {
+	if !storable(p.Queue, p.Status, p.Before) {
+		return nil, nil
+	}
+	// Planned for its arguments (an unnamed statement), as JobList is.
+	if p.Before == "" {
+		return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+			WHERE queue = $1 AND status = $2 ORDER BY id DESC LIMIT $3`,
+			pgx.QueryExecModeExec, p.Queue, p.Status, p.Limit))
+	}
+	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE queue = $1 AND status = $2 AND id < $3 ORDER BY id DESC LIMIT $4`,
+		pgx.QueryExecModeExec, p.Queue, p.Status, p.Before, p.Limit))
+}
+
+// FailedJobsParams pages through failed jobs of every queue, the most
+// recently failed first.
+type FailedJobsParams struct {
+	// BeforeFinished and BeforeID are the last job of the previous page
+	// (zero for the first page).
+	BeforeFinished time.Time
+	BeforeID       string
+	Limit          int
+}
+
+// FailedJobs returns failed jobs across queues, newest failure first.
+// jobs_finished (status, finished_at) serves it from the cursor's
+// finished_at downwards, so a page reads about Limit entries however deep.
+func (s *Store) FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error) {
+	if !storable(p.BeforeID) {
+		return nil, nil
+	}
+	before := any(p.BeforeFinished)
+	if p.BeforeFinished.IsZero() {
+		before = "infinity"
+	}
+	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE status = 'failed' AND finished_at <= $1::timestamptz AND (finished_at < $1::timestamptz OR id < $2)
+		ORDER BY finished_at DESC, id DESC LIMIT $3`, before, p.BeforeID, p.Limit))
+}
+
+// RunningJobs returns up to limit running jobs, the most recently started
+// first. Running jobs are few (no more than workers run at once) and
+// jobs_running holds only them.
+func (s *Store) RunningJobs(ctx context.Context, limit int) ([]Job, error) {
+	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE status = 'running' ORDER BY started_at DESC NULLS LAST, id LIMIT $1`, limit))
+}
+
+// WorkerPageParams pages through workers by id.
+type WorkerPageParams struct {
+	// Live selects ACTIVE and DRAINING workers; otherwise State, if set.
+	Live  bool
+	State string
+	After string
+	Limit int
+}
+
+// WorkerPage returns workers by id after the cursor. It walks the workers
+// primary key; the table holds one row per worker, not per job.
+func (s *Store) WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, error) {
+	if !storable(p.State, p.After) {
+		return nil, nil
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT `+workerColumns+` FROM workers
+		WHERE worker_id > $1
+		  AND (NOT $2 OR state IN ('ACTIVE', 'DRAINING'))
+		  AND ($3 = '' OR state = $3)
+		ORDER BY worker_id LIMIT $4`, p.After, p.Live, p.State, p.Limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []Worker
+	for rows.Next() {
+		w, err := scanWorker(rows)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, w)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// WorkersHeldJobs returns, for each of workers, the ids of up to perWorker
+// jobs it holds, from jobs_running.
+func (s *Store) WorkersHeldJobs(ctx context.Context, workers []string, perWorker int) (map[string][]string, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT w.id, j.id
+		FROM unnest($1::text[]) AS w(id)
+		CROSS JOIN LATERAL (
+			SELECT id FROM jobs WHERE status = 'running' AND worker_id = w.id ORDER BY id LIMIT $2
+		) j`, workers, perWorker)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var w, j string
+		if err := rows.Scan(&w, &j); err != nil {
+			return nil, interpretError(err)
+		}
+		out[w] = append(out[w], j)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// DashboardSecret returns the key the dashboard signs its cookies with,
+// storing fresh (at least 32 random bytes) when there is none yet: every
+// node reads the same one.
+func (s *Store) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
+	var secret []byte
+	err := s.Pool.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO dashboard_secret (id, secret) VALUES (1, $1)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING secret
+		)
+		SELECT secret FROM ins
+		UNION ALL
+		SELECT secret FROM dashboard_secret WHERE id = 1
+		LIMIT 1`, fresh).Scan(&secret)
+	return secret, interpretError(err)
+}

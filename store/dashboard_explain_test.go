@@ -1,0 +1,75 @@
+package store_test
+
+import (
+	"context"
+	"time"
+
+	"github.com/agq/agq/store"
+)
+
+// dashboardStatements are the dashboard's reads, planned on the same
+// million jobs as the hot path's. The caps and page sizes are the
+// dashboard's own (internal/dashboard).
+func dashboardStatements() []explainCase {
+	const countCap, page = 10000, 50
+	return []explainCase{
+		{
+			// Six queues × five statuses, each count an index-only walk
+			// stopping at the cap: about 40,000 entries here (failed jobs
+			// are the largest set), whatever the number of completed jobs.
+			name: "DashboardQueueCountsAreCappedWalksOfJobsQueueStatus",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.QueueSummaries(ctx, 500, countCap)
+				return err
+			},
+			match: "CROSS JOIN unnest($2::text[]) AS st(status)", index: "jobs_queue_status", maxScanned: 60000,
+		},
+		{
+			name: "DashboardChartCountsTheLastHourFromJobsFinished",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.FinishedPerMinute(ctx, time.Now().Add(-time.Hour), countCap)
+				return err
+			},
+			match: "generate_series(date_trunc", index: "jobs_finished", maxScanned: 2 * 61 * countCap,
+		},
+		{
+			// Six weeks deep into a queue's failed jobs, a page costs a page.
+			name: "DashboardQueuePageWalksJobsQueueStatusBackwards",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.QueueJobs(ctx, store.QueueJobsParams{Queue: "etl", Status: "failed", Before: "j00400000", Limit: page})
+				return err
+			},
+			match: "ORDER BY id DESC LIMIT", index: "jobs_queue_status", maxScanned: 2 * page,
+		},
+		{
+			name: "DashboardFailedPageUsesJobsFinished",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.FailedJobs(ctx, store.FailedJobsParams{BeforeFinished: time.Now().Add(-15 * 24 * time.Hour), BeforeID: "j00500000", Limit: page})
+				return err
+			},
+			match: "ORDER BY finished_at DESC, id DESC", index: "jobs_finished", maxScanned: 2 * page,
+		},
+		{
+			// All 10,000 running jobs are read and the newest kept: running
+			// jobs are bounded by what the workers run at once.
+			name: "DashboardRunningListUsesJobsRunning",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.RunningJobs(ctx, 20)
+				return err
+			},
+			match: "ORDER BY started_at DESC", index: "jobs_running", maxScanned: 12000,
+		},
+		{
+			name: "DashboardWorkersHeldJobsUseJobsRunning",
+			run: func(ctx context.Context, st *store.Store) error {
+				ids := make([]string, page)
+				for i := range ids {
+					ids[i] = "worker-" + string(rune('1'+i%9)) + "0"
+				}
+				_, err := st.WorkersHeldJobs(ctx, ids, 10)
+				return err
+			},
+			match: "ORDER BY id LIMIT $2", index: "jobs_running", maxScanned: page * 40,
+		},
+	}
+}
