@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/agq/agq/store"
 )
@@ -54,9 +55,19 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 					workers = append(workers, reqs[i].worker)
 				}
 			}
-			claimed, refused, err := s.store.JobsClaim(ctx, store.JobsClaimParams{
+			outcome, err := s.store.JobsClaim(ctx, store.JobsClaimParams{
 				Queue: q, Workers: workers, Capabilities: first.caps, AckTimeout: s.opts.AckTimeout, Lease: s.lease(),
 			})
+			claimed, refused := outcome.Claimed, outcome.Refused
+			if outcome.Limited {
+				s.limited.saw(q)
+			}
+			if !outcome.RateLimited.IsZero() {
+				// The queue's rate held jobs back: wake its waiters when
+				// the next start is allowed.
+				s.hub.Publish([]store.ReadyNote{{Queue: q, N: len(workers) - len(claimed),
+					At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
+			}
 			if err != nil {
 				for _, i := range waiting {
 					out[i].err = err

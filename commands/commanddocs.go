@@ -83,6 +83,8 @@ var commandDocs = map[string]commandDoc{
 	"queue.stats":  {group: groupQueues, syntax: "[name]", summary: "A queue's counts by status, or every queue's."},
 	"queue.pause":  {group: groupQueues, syntax: "name", summary: "Stops pops from the queue until it is resumed.", write: true},
 	"queue.resume": {group: groupQueues, syntax: "name", summary: "Resumes a paused queue.", write: true},
+	"queue.config": {group: groupQueues, syntax: "name [MAXRUNNING n] [RATE n PER seconds]", summary: "Reads or sets a queue's limits: running jobs at once, starts per period (NONE removes one).", write: true},
+	"queue.info":   {group: groupQueues, syntax: "name", summary: "A queue's counts by status and its limits."},
 
 	"schedule.create":  {group: groupSchedules, syntax: "json", summary: "Creates a cron schedule that submits a job at each fire.", write: true},
 	"schedule.get":     {group: groupSchedules, syntax: "name", summary: "The schedule as JSON: definition, next and last fire, counts."},

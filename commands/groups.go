@@ -47,7 +47,7 @@ func (s *Server) newGroups() groups {
 			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, fx := s.store.JobsFinish(ctx, reports)
-				s.hub.Publish(fx.Ready, fx.Done)
+				s.hub.Publish(append(fx.Ready, s.limited.roomNotes(fx.Freed)...), fx.Done)
 				s.publishFinished(ctx, reports, errs)
 				return errs
 			},

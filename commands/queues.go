@@ -16,6 +16,10 @@ func (s *Server) queueCommands() []*Command {
 		{Name: "queue.stats", Arity: -1, Roles: readers, Handler: s.cmdQueueStats},
 		{Name: "queue.pause", Arity: 2, Roles: roleAdmin, Handler: s.cmdQueuePause},
 		{Name: "queue.resume", Arity: 2, Roles: roleAdmin, Handler: s.cmdQueueResume},
+		// Anyone who reads queues may read limits; setting them is for
+		// admins (checked by the command).
+		{Name: "queue.config", Arity: -2, Roles: readers, Handler: s.cmdQueueConfig},
+		{Name: "queue.info", Arity: 2, Roles: readers, Handler: s.cmdQueueInfo},
 	}
 }
 

@@ -59,6 +59,8 @@ type Server struct {
 	started time.Time
 	groups  groups
 	broker  *broker
+	// limited remembers the queues with limits this node's claims saw.
+	limited limitedQueues
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu

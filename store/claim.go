@@ -20,6 +20,16 @@ type JobsClaimParams struct {
 	Lease        time.Duration
 }
 
+// ClaimOutcome is what one claim statement did: the jobs it handed out,
+// the workers that may not claim and why, whether the queue has limits,
+// and, when its rate held jobs back, when the next start is allowed.
+type ClaimOutcome struct {
+	Claimed     []Claimed
+	Refused     map[string]error
+	Limited     bool
+	RateLimited time.Time
+}
+
 // Claimed is one job handed to one worker: the job holds what a delivery
 // carries (not its result, errors or timestamps).
 type Claimed struct {
@@ -54,11 +64,22 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // gets its error in the map, from the same statement. Claims commit without waiting for the WAL
 // flush: a claim lost in a crash is delivered again, and the delivery
 // token tells the two deliveries apart.
-func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, map[string]error, error) {
+//
+// A queue with limits (QueueConfigure) has its row locked by a statement
+// before the claim, in the same transaction: claims of that queue on every
+// node then take turns, and each counts the running jobs and recent starts
+// the previous one committed. The claim takes no more jobs than the limits
+// leave room for, and logs its starts for the rate.
+func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
 	caps := cmpOrEmpty(p.Capabilities)
 	var claimed []Claimed
+	var rateLimited time.Time
+	limited := false
 	refused := map[string]error{}
-	err := s.asyncQuery(ctx, func(rows pgx.Rows) error {
+	lock := &pgx.QueuedQuery{SQL: `
+		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)
+		FOR NO KEY UPDATE`, Arguments: []any{p.Queue}}
+	err := s.asyncQueryAfter(ctx, lock, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
 		// worker may not claim.
 		c := Claimed{Job: Job{Status: StatusRunning}}
@@ -69,6 +90,11 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 			return err
 		}
 		switch refusal {
+		case "LIMITS":
+			limited = true
+			if j.RunAt.Unix() > 0 {
+				rateLimited = j.RunAt
+			}
 		case "":
 			j.WorkerID = &c.Worker
 			claimed = append(claimed, c)
@@ -94,6 +120,14 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 			-- The claimers in waiting order: the n-th job picked goes to
 			-- the n-th of them.
 			SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
+		), room AS (
+			-- What the queue's limits leave room for (no row: no limits).
+			SELECT CASE WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
+					SELECT count(*) FROM jobs r WHERE r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
+				CASE WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
+					SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period), 0) END AS by_rate,
+				(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period) + q.rate_period AS next_start
+			FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
 		), picked AS (
 			SELECT id, row_number() OVER () AS rn FROM (
 				SELECT j.id FROM jobs j
@@ -103,7 +137,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 				  AND j.requires <@ $3::text[]
 				  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
 				ORDER BY j.priority DESC, j.run_at, j.seq
-				LIMIT (SELECT cardinality(wids) FROM w)
+				LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
 				FOR UPDATE OF j SKIP LOCKED
 			) p
 		), claimed AS (
@@ -121,6 +155,12 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 			FROM picked WHERE j.id = picked.id
 			RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 				j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
+		), logged AS (
+			-- The rate's log: the starts still in the window, and these.
+			UPDATE queues q SET rate_starts = ARRAY(
+				SELECT t FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period
+				UNION ALL SELECT now() FROM claimed)
+			WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed)
 		)
 		SELECT *, '' FROM claimed
 		UNION ALL
@@ -128,13 +168,20 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) ([]Claimed, ma
 		-- its state, or ACTIVE when its capabilities changed.
 		SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
 			0, 0, 0, now(), '', state
-		FROM named WHERE NOT ok`,
+		FROM named WHERE NOT ok
+		UNION ALL
+		-- The queue has limits; when its rate held jobs back, the time the
+		-- next start is allowed.
+		SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+			0, 0, 0, CASE WHEN by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
+				THEN next_start ELSE 'epoch' END, '', 'LIMITS'
+		FROM room`,
 		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
 	if err != nil {
-		return nil, nil, interpretError(err)
+		return ClaimOutcome{}, interpretError(err)
 	}
 	sort.SliceStable(claimed, func(a, b int) bool { return claimedBefore(claimed[a].Job, claimed[b].Job) })
-	return claimed, refused, nil
+	return ClaimOutcome{Claimed: claimed, Refused: refused, Limited: limited, RateLimited: rateLimited}, nil
 }
 
 // JobRelease gives back a just-claimed job whose delivery could not happen

@@ -52,18 +52,20 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "ClaimUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
+				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
 					Capabilities: everything, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
 				return err
 			},
-			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 30,
+			// The queue's row is read three times (pause, limits, the rate's
+			// log): six queues, read whole while the table is that small.
+			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 45,
 		},
 		{
 			// Two jobs in three need a tool this worker lacks: the scan
 			// filters them out on its way down the index.
 			name: "ClaimByANarrowWorkerUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "email", Workers: []string{"worker-2"},
+				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "email", Workers: []string{"worker-2"},
 					Capabilities: []string{"echo"}, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
 				return err
 			},

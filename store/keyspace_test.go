@@ -36,8 +36,9 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	claimed, _, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"w-1", "w-1"},
+	out, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"w-1", "w-1"},
 		Capabilities: []string{"sort"}, AckTimeout: time.Minute, Lease: time.Minute})
+	claimed := out.Claimed
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claimed %d jobs: %v", len(claimed), err)
 	}

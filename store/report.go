@@ -14,6 +14,9 @@ import (
 type ReportEffects struct {
 	Done  []string
 	Ready []ReadyNote
+	// Freed counts, per queue, the jobs that left running: room for a
+	// queue whose running jobs are limited.
+	Freed map[string]int
 }
 
 // JobsFinish applies final reports (completed, failed, cancelled) sent by
@@ -111,6 +114,10 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 			return applied, err
 		}
 		applied[ord] = true
+		if fx.Freed == nil {
+			fx.Freed = map[string]int{}
+		}
+		fx.Freed[queue]++
 		if status == StatusRetrying {
 			fx.Ready = append(fx.Ready, ReadyNote{Queue: queue, N: 1, Requires: requires, At: dueMillis(runAt)})
 		} else {

@@ -47,8 +47,9 @@ func submitAndClaim(ctx context.Context, t *testing.T, st *store.Store, prefix s
 	for i := range workers {
 		workers[i] = worker
 	}
-	claimed, refused, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q", Workers: workers,
+	res, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q", Workers: workers,
 		Capabilities: []string{"t"}, AckTimeout: time.Minute, Lease: time.Minute})
+	claimed, refused := res.Claimed, res.Refused
 	if err != nil || len(refused) > 0 || len(claimed) != n {
 		t.Fatalf("claimed %d of %d: %v %v", len(claimed), n, refused, err)
 	}
@@ -192,9 +193,10 @@ func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
 	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "only", Queue: "q", Requires: []string{"t"}, MaxAttempts: 1, TimeoutSeconds: 60}}); err != nil {
 		t.Fatal(err)
 	}
-	claimed, refused, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q",
+	out, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q",
 		Workers:      []string{"w-drained", "w-gone", "w-nobody", "w-other", "w-a", "w-b"},
 		Capabilities: []string{"t"}, AckTimeout: time.Minute, Lease: time.Minute})
+	claimed, refused := out.Claimed, out.Refused
 	if err != nil {
 		t.Fatal(err)
 	}

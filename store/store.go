@@ -185,8 +185,17 @@ func (s *Store) DropIdleConns() { s.Pool.Reset() }
 // one implicit transaction (one Sync), so that the setting applies to that
 // transaction alone, on the pool every other statement uses.
 func (s *Store) asyncQuery(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+	return s.asyncQueryAfter(ctx, nil, scan, sql, args...)
+}
+
+// asyncQueryAfter is asyncQuery with a statement run before sql in the same
+// transaction (a lock, say); sql then sees what was committed until it got it.
+func (s *Store) asyncQueryAfter(ctx context.Context, before *pgx.QueuedQuery, scan func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	if before != nil {
+		b.Queue(before.SQL, before.Arguments...)
+	}
 	q := b.Queue(sql, args...)
 	if scan != nil {
 		q.Query(func(rows pgx.Rows) error {

@@ -1,0 +1,237 @@
+package commands_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
+)
+
+// workQueue runs workers popping from queue until n jobs completed or the
+// deadline; each holds its job for hold. It returns the ids completed.
+func workQueue(t *testing.T, workers []*testWorker, queue string, n int, hold time.Duration, deadline time.Time) []string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var done []string
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				enough := len(done) >= n
+				mu.Unlock()
+				if enough {
+					return
+				}
+				res, err := w.c.Do(ctx, "BRPOP", "queue:"+queue, "1").StringSlice()
+				if err == redis.Nil {
+					continue
+				}
+				if err != nil {
+					t.Errorf("BRPOP: %v", err)
+					return
+				}
+				var d delivered
+				json.Unmarshal([]byte(res[1]), &d)
+				time.Sleep(hold)
+				if err := w.update(ctx, d.JobID, map[string]any{"status": "completed"}); err != nil {
+					t.Errorf("completing %s: %v", d.JobID, err)
+					return
+				}
+				mu.Lock()
+				done = append(done, d.JobID)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return done
+}
+
+// MAXRUNNING 2 on a queue worked by ten free workers on two nodes: the
+// queue never has more than two running jobs (sampled from the database
+// throughout), and every job completes, each freed place going to a
+// blocked pop at once rather than at the next periodic re-check.
+func TestMaxRunningHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	cfg := agqtest.DefaultConfig(t)
+	cfg.DatabaseURL, cfg.AdminKey = a.DatabaseURL, a.AdminKey
+	b := agqtest.StartConfig(t, cfg)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	if err := admin.Do(ctx, "QUEUE.CONFIG", "capped", "MAXRUNNING", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var workers []*testWorker
+	for i := range 10 {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		workers = append(workers, registerWorker(t, node, fmt.Sprintf("capped-%d", i), "t"))
+	}
+	for range 20 {
+		submit(t, admin, map[string]any{"type": "t", "queue": "capped"})
+	}
+
+	var most, samples atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			m, err := admin.Do(ctx, "QUEUE.STATS", "capped").Result()
+			if err != nil {
+				continue
+			}
+			running := statsField(t, m, "running")
+			samples.Add(1)
+			if running > most.Load() {
+				most.Store(running)
+			}
+		}
+	}()
+	done := workQueue(t, workers, "capped", 20, 30*time.Millisecond, time.Now().Add(60*time.Second))
+	close(stop)
+	<-sampled
+	if len(done) != 20 {
+		t.Fatalf("%d of 20 jobs completed", len(done))
+	}
+	if most.Load() > 2 {
+		t.Fatalf("%d jobs ran at once, with MAXRUNNING 2", most.Load())
+	}
+	if most.Load() < 2 || samples.Load() < 10 {
+		t.Fatalf("the sampler saw at most %d running in %d samples: it did not watch the work", most.Load(), samples.Load())
+	}
+	info, err := b.Admin(t).Do(ctx, "QUEUE.INFO", "capped").Result()
+	if err != nil || statsField(t, info, "max_running") != 2 || statsField(t, info, "completed") != 20 {
+		t.Fatalf("QUEUE.INFO on the other node: %v %v", info, err)
+	}
+}
+
+// RATE 10 PER 1: fifty jobs and ten free workers; no second (by the
+// database's start times) holds more than ten starts, so the fifty take
+// more than four seconds from the first start to the last.
+func TestRateLimitSpacesStarts(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	if err := admin.Do(ctx, "QUEUE.CONFIG", "paced", "RATE", "10", "PER", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var workers []*testWorker
+	for i := range 10 {
+		workers = append(workers, registerWorker(t, a, fmt.Sprintf("paced-%d", i), "t"))
+	}
+	for range 50 {
+		submit(t, admin, map[string]any{"type": "t", "queue": "paced"})
+	}
+	done := workQueue(t, workers, "paced", 50, 0, time.Now().Add(60*time.Second))
+	if len(done) != 50 {
+		t.Fatalf("%d of 50 jobs completed", len(done))
+	}
+	var starts []time.Time
+	for _, id := range done {
+		raw, err := admin.Do(ctx, "JOB.GET", id).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			StartedAt time.Time `json:"started_at"`
+		}
+		json.Unmarshal([]byte(raw), &v)
+		starts = append(starts, v.StartedAt)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	for i := range starts {
+		in := 0
+		for j := i; j < len(starts) && starts[j].Sub(starts[i]) < time.Second; j++ {
+			in++
+		}
+		if in > 10 {
+			t.Fatalf("%d jobs started within a second from %v", in, starts[i])
+		}
+	}
+	if span := starts[len(starts)-1].Sub(starts[0]); span < 4*time.Second {
+		t.Fatalf("fifty starts took %v", span)
+	}
+	t.Logf("fifty starts over %v", starts[len(starts)-1].Sub(starts[0]))
+}
+
+// QUEUE.CONFIG's refusals, and who may set and read limits.
+func TestQueueConfigRules(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	for _, c := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"QUEUE.CONFIG", "q", "MAXRUNNING"}, "ERR syntax error"},
+		{[]any{"QUEUE.CONFIG", "q", "MAXRUNNING", "0"}, "ERR MAXRUNNING must be NONE or a whole number from 1 to 1000000"},
+		{[]any{"QUEUE.CONFIG", "q", "RATE", "x", "PER", "1"}, "ERR RATE must be a whole number from 1 to 100000"},
+		{[]any{"QUEUE.CONFIG", "q", "RATE", "5", "EVERY", "1"}, "ERR syntax error"},
+		{[]any{"QUEUE.CONFIG", "q", "RATE", "5", "PER", "0"}, "ERR RATE period must be a whole number from 1 to 86400"},
+	} {
+		if err := admin.Do(ctx, c.args...).Err(); err == nil || err.Error() != c.want {
+			t.Errorf("%v: %v, want %s", c.args, err, c.want)
+		}
+	}
+	w := registerWorker(t, a, "limits-w", "t")
+	if err := w.c.Do(ctx, "QUEUE.CONFIG", "q").Err(); err == nil {
+		t.Error("a worker key read a queue's limits")
+	}
+	producer := a.Client(t, redis.Options{Username: "p", Password: a.CreateKey(t, "producer", "p")})
+	if err := producer.Do(ctx, "QUEUE.CONFIG", "q", "MAXRUNNING", "3").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Errorf("a producer set limits: %v", err)
+	}
+	if err := admin.Do(ctx, "QUEUE.CONFIG", "q", "MAXRUNNING", "3", "RATE", "7", "PER", "60").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := producer.Do(ctx, "QUEUE.CONFIG", "q").Result()
+	if err != nil || statsField(t, m, "max_running") != 3 || statsField(t, m, "rate_limit") != 7 ||
+		statsField(t, m, "rate_period_seconds") != 60 {
+		t.Fatalf("limits read by a producer: %v %v", m, err)
+	}
+	m, err = admin.Do(ctx, "QUEUE.CONFIG", "q", "MAXRUNNING", "NONE").Result()
+	if err != nil || statsField(t, m, "max_running") != 0 || statsField(t, m, "rate_limit") != 7 {
+		t.Fatalf("after MAXRUNNING NONE: %v %v", m, err)
+	}
+}
+
+// statsField reads one integer of a map reply, RESP3 map or RESP2 pairs.
+func statsField(t *testing.T, reply any, key string) int64 {
+	t.Helper()
+	switch m := reply.(type) {
+	case map[any]any:
+		n, _ := m[key].(int64)
+		return n
+	case []any:
+		for i := 0; i+1 < len(m); i += 2 {
+			if m[i] == key {
+				n, _ := m[i+1].(int64)
+				return n
+			}
+		}
+	}
+	t.Fatalf("no %q in %v", key, reply)
+	return 0
+}
