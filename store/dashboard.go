@@ -181,19 +181,7 @@ func (s *Store) WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, e
 		  AND (NOT $2 OR state IN ('ACTIVE', 'DRAINING'))
 		  AND ($3 = '' OR state = $3)
 		ORDER BY worker_id LIMIT $4`, p.After, p.Live, p.State, p.Limit)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []Worker
-	for rows.Next() {
-		w, err := scanWorker(rows)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, w)
-	}
-	return out, interpretError(rows.Err())
+	return collectWorkers(rows, err)
 }
 
 // WorkersHeldJobs returns, for each of workers, the ids of up to perWorker

@@ -48,6 +48,15 @@ type Worker struct {
 const workerColumns = `worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
 	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at, timed_out_jobs, last_timeout_at`
 
+// collectWorkers reads every row of a query of workerColumns.
+func collectWorkers(rows pgx.Rows, err error) ([]Worker, error) {
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) { return scanWorker(r) })
+	return out, interpretError(err)
+}
+
 func scanWorker(row pgx.Row) (Worker, error) {
 	var w Worker
 	err := row.Scan(&w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
@@ -237,19 +246,7 @@ func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (Worker
 func (s *Store) WorkerList(ctx context.Context, state string) ([]Worker, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT `+workerColumns+` FROM workers WHERE $1 = '' OR state = $1 ORDER BY worker_id`, state)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []Worker
-	for rows.Next() {
-		w, err := scanWorker(rows)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, w)
-	}
-	return out, interpretError(rows.Err())
+	return collectWorkers(rows, err)
 }
 
 // WorkerDrain marks a live worker DRAINING: it gets no new work and its next
