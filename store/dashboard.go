@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -214,14 +215,14 @@ func (s *Store) WorkersHeldJobs(ctx context.Context, workers []string, perWorker
 func (s *Store) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
 	var secret []byte
 	err := s.Pool.QueryRow(ctx, `
-		WITH ins AS (
-			INSERT INTO dashboard_secret (id, secret) VALUES (1, $1)
-			ON CONFLICT (id) DO NOTHING
-			RETURNING secret
-		)
-		SELECT secret FROM ins
-		UNION ALL
-		SELECT secret FROM dashboard_secret WHERE id = 1
-		LIMIT 1`, fresh).Scan(&secret)
+		INSERT INTO dashboard_secret (id, secret) VALUES (1, $1)
+		ON CONFLICT (id) DO NOTHING
+		RETURNING secret`, fresh).Scan(&secret)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return secret, interpretError(err)
+	}
+	// Another node's insert won. A read in the insert's own statement
+	// would not see it (its snapshot predates that commit); this one does.
+	err = s.Pool.QueryRow(ctx, `SELECT secret FROM dashboard_secret WHERE id = 1`).Scan(&secret)
 	return secret, interpretError(err)
 }
