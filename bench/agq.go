@@ -170,11 +170,13 @@ type delivered struct {
 // a running report first when running is set. It returns false when the
 // pop timed out.
 func (w *worker) work(ctx context.Context, queue string, running bool) (delivered, bool, error) {
-	return w.workWaiting(ctx, queue, running, time.Second)
+	return w.workWaiting(ctx, queue, running, time.Second, nil)
 }
 
-// workWaiting is work with the pop's timeout (0: none).
-func (w *worker) workWaiting(ctx context.Context, queue string, running bool, timeout time.Duration) (delivered, bool, error) {
+// workWaiting is work with the pop's timeout (0: none). held, when set, is
+// called as soon as the worker holds the job, before it reports anything:
+// where a pickup latency ends, as River's is taken when its worker starts.
+func (w *worker) workWaiting(ctx context.Context, queue string, running bool, timeout time.Duration, held func(delivered)) (delivered, bool, error) {
 	res, err := w.c.BRPop(ctx, timeout, "queue:"+queue).Result()
 	if err == redis.Nil {
 		return delivered{}, false, nil
@@ -185,6 +187,9 @@ func (w *worker) workWaiting(ctx context.Context, queue string, running bool, ti
 	var d delivered
 	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
 		return d, false, err
+	}
+	if held != nil {
+		held(d)
 	}
 	if running {
 		doc := fmt.Sprintf(`{"status":"running","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)

@@ -121,9 +121,9 @@ func agqPickup(ctx context.Context, s *agqServer, w *worker, samples int) ([]tim
 	defer stop()
 	go func() {
 		for workCtx.Err() == nil {
-			if d, ok, err := w.work(workCtx, "pickup", false); err == nil && ok {
+			w.workWaiting(workCtx, "pickup", false, time.Second, func(d delivered) {
 				lat <- time.Since(time.Unix(0, d.Payload.SentAt))
-			}
+			})
 		}
 	}()
 	time.Sleep(200 * time.Millisecond) // blocked
@@ -176,9 +176,10 @@ func agqIdle(ctx context.Context, cl *cluster, s *agqServer, n, samples int, set
 		w := &worker{id: "idle-fleet", c: c}
 		wg.Go(func() {
 			for runCtx.Err() == nil {
-				if d, ok, err := w.workWaiting(runCtx, "idle", false, 0); err == nil && ok {
+				_, _, err := w.workWaiting(runCtx, "idle", false, 0, func(d delivered) {
 					lat <- time.Since(time.Unix(0, d.Payload.SentAt))
-				} else if err != nil && runCtx.Err() == nil {
+				})
+				if err != nil && runCtx.Err() == nil {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}

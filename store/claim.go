@@ -79,7 +79,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 	lock := &pgx.QueuedQuery{SQL: `
 		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)
 		FOR NO KEY UPDATE`, Arguments: []any{p.Queue}}
-	err := s.asyncQueryAfter(ctx, lock, func(rows pgx.Rows) error {
+	err := s.hotQuery(ctx, true, lock, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
 		// worker may not claim.
 		c := Claimed{Job: Job{Status: StatusRunning}}

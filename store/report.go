@@ -72,7 +72,22 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		}
 		attempts[i], ords[i] = int32(p.Attempt), int32(i)
 	}
-	rows, err := s.Pool.Query(ctx, `
+	// What the rows say counts only once the transaction committed.
+	type finished struct {
+		ord               int32
+		id, status, queue string
+		requires          []string
+		runAt             time.Time
+	}
+	var done []finished
+	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+		var f finished
+		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.requires, &f.runAt); err != nil {
+			return err
+		}
+		done = append(done, f)
+		return nil
+	}, `
 		WITH u AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::uuid[], $6::text[], $7::text[], $8::bool[], $9::int[])
 				AS u(id, worker, status, attempt, delivery, result, error, retryable, ord)
@@ -104,27 +119,19 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 	if err != nil {
 		return applied, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var ord int32
-		var id, status, queue string
-		var requires []string
-		var runAt time.Time
-		if err := rows.Scan(&ord, &id, &status, &queue, &requires, &runAt); err != nil {
-			return applied, err
-		}
-		applied[ord] = true
+	for _, f := range done {
+		applied[f.ord] = true
 		if fx.Freed == nil {
 			fx.Freed = map[string]int{}
 		}
-		fx.Freed[queue]++
-		if status == StatusRetrying {
-			fx.Ready = append(fx.Ready, ReadyNote{Queue: queue, N: 1, Requires: requires, At: dueMillis(runAt)})
+		fx.Freed[f.queue]++
+		if f.status == StatusRetrying {
+			fx.Ready = append(fx.Ready, ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
 		} else {
-			fx.Done = append(fx.Done, id)
+			fx.Done = append(fx.Done, f.id)
 		}
 	}
-	return applied, rows.Err()
+	return applied, nil
 }
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with

@@ -41,7 +41,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 	var res []SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		if res, err = insertJobs(ctx, tx, jobs); err != nil {
+		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
 			return err
 		}
 		for i, r := range res {
@@ -69,7 +69,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
 	results := make([]SubmitResult, len(jobs))
 	errs := make([]error, len(jobs))
-	res, err := insertJobs(ctx, s.Pool, jobs)
+	res, err := insertJobs(ctx, s.durableRunner(), jobs)
 	if err != nil {
 		if len(jobs) == 1 || errors.Is(interpretError(err), ErrUnavailable) {
 			for i := range errs {
@@ -80,7 +80,7 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResu
 		// One job the database refuses must not fail the others: each
 		// goes again on its own.
 		for i := range jobs {
-			r, err := insertJobs(ctx, s.Pool, jobs[i:i+1])
+			r, err := insertJobs(ctx, s.durableRunner(), jobs[i:i+1])
 			if err != nil {
 				errs[i] = interpretError(err)
 				continue
@@ -105,9 +105,32 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResu
 	return results, errs, submittedNotes(jobs, created)
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+// runner runs one statement, calling scan for each row it returns.
+type runner func(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error
+
+// txRunner runs statements in tx.
+func txRunner(tx pgx.Tx) runner {
+	return func(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+}
+
+// durableRunner runs each statement as a hot statement of its own
+// transaction, which commits when it returns without an error.
+func (s *Store) durableRunner() runner {
+	return func(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+		return s.hotQuery(ctx, false, nil, scan, sql, args...)
+	}
 }
 
 // insertJobs inserts jobs with one statement over arrays. Registering the
@@ -116,7 +139,7 @@ type querier interface {
 // unique_key of an earlier job of the same call are not sent: they share
 // its outcome, as a repeated submission would. A result with an empty ID
 // conflicts with a row committed after the statement began.
-func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, error) {
+func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult, error) {
 	results := make([]SubmitResult, len(jobs))
 	firstOf := make([]int, len(jobs)) // index of the job whose outcome this one shares
 	byID := make(map[string]int, len(jobs))
@@ -164,7 +187,18 @@ func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, 
 		cols.ord = append(cols.ord, int32(i))
 		n++
 	}
-	rows, err := q.Query(ctx, `
+	got := 0
+	err := run(ctx, func(rows pgx.Rows) error {
+		var ord int32
+		var r SubmitResult
+		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
+			return err
+		}
+		r.Queue = jobs[ord].Queue
+		results[ord] = r
+		got++
+		return nil
+	}, `
 		WITH input AS MATERIALIZED (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[])
@@ -206,22 +240,6 @@ func insertJobs(ctx context.Context, q querier, jobs []NewJob) ([]SubmitResult, 
 		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord)
 	if err != nil {
-		return nil, err
-	}
-	got := 0
-	for rows.Next() {
-		var ord int32
-		var r SubmitResult
-		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		r.Queue = jobs[ord].Queue
-		results[ord] = r
-		got++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	if got != n {
