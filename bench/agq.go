@@ -201,6 +201,32 @@ func (w *worker) workWaiting(ctx context.Context, queue string, running bool, ti
 	return d, true, w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err()
 }
 
+// workBatch pops up to count jobs from queue with BLMPOP, waiting up to a
+// second, and reports them all completed in one pipeline; it returns how
+// many it completed.
+func (w *worker) workBatch(ctx context.Context, queue string, count int) (int, error) {
+	res, err := w.c.Do(ctx, "BLMPOP", 1, 1, "queue:"+queue, "RIGHT", "COUNT", count).Slice()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	jobs, _ := res[1].([]any)
+	pipe := w.c.Pipeline()
+	for _, raw := range jobs {
+		var d delivered
+		if err := json.Unmarshal([]byte(raw.(string)), &d); err != nil {
+			return 0, err
+		}
+		pipe.Do(ctx, "JOB.UPDATE", d.ID, fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	return len(jobs), nil
+}
+
 // jobDoc is one benchmark job.
 func jobDoc(queue string, sentAt int64) string {
 	return fmt.Sprintf(`{"queue":%q,"type":"bench","payload":{"sent_at":%d}}`, queue, sentAt)

@@ -23,6 +23,7 @@ import (
 
 type options struct {
 	jobs, workers, submitJobs, producers int
+	batch                                int
 	continuous                           time.Duration
 	latency, idle                        int
 	settle                               time.Duration
@@ -36,6 +37,7 @@ func main() {
 	small := flag.Bool("small", false, "a run of seconds, for CI")
 	flag.IntVar(&o.jobs, "jobs", 20000, "jobs per burn-down")
 	flag.IntVar(&o.workers, "workers", 64, "agq worker connections")
+	flag.IntVar(&o.batch, "batch", 100, "jobs per BLMPOP in the batched burn-down")
 	flag.IntVar(&o.submitJobs, "submit-jobs", 20000, "jobs per submission run")
 	flag.IntVar(&o.producers, "producers", 16, "concurrent producers")
 	flag.DurationVar(&o.continuous, "continuous", 10*time.Second, "length of the continuous run")
@@ -47,7 +49,7 @@ func main() {
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.Parse()
 	if *small {
-		o = options{jobs: 2000, workers: 16, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
+		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
 			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000}
 	}
 	o.dashboardSamples = 3
@@ -129,10 +131,24 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		if err != nil {
 			return r, fmt.Errorf("agq burn-down: %w", err)
 		}
+		say("burn-down with BLMPOP COUNT %d and pipelined reports", o.batch)
+		ab, err := agqBurnDownBatched(ctx, cl, s, ws, o.jobs, o.batch, o.statements)
+		if err != nil {
+			return r, fmt.Errorf("agq batched burn-down: %w", err)
+		}
+		if o.statements {
+			if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
+				return r, err
+			}
+		}
 		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
 		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
 		r.costs("burn-down", a, b)
 		r.add("burn-down with running: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ar.cost.commits, ar.cost.walBytes), "", "")
+		r.rates(fmt.Sprintf("burn-down, BLMPOP COUNT %d + pipelined JOB.UPDATE completed", o.batch), ab.rate(), b.rate())
+		r.add("burn-down batched: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ab.cost.commits, ab.cost.walBytes), "", "")
+		r.add("burn-down batched: CPU per job, agq / PostgreSQL / clients", micros(ab.cost.agqCPU)+" / "+micros(ab.cost.pgCPU)+" / "+micros(ab.cost.self), "", "")
+		r.add("burn-down batched: PostgreSQL waits (share of samples)", ab.waits, "", "")
 	}
 	if want("continuous") {
 		say("continuous: %d producers of single jobs while working, %v", o.producers, o.continuous)

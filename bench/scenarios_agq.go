@@ -48,6 +48,42 @@ func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n
 	})
 }
 
+// agqBurnDownBatched works off n pre-submitted jobs as workers with many
+// free slots would: each connection takes up to count jobs with BLMPOP and
+// reports them completed in one pipeline. With statements, PostgreSQL's
+// statement counts start afresh with it.
+func agqBurnDownBatched(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n, count int, statements bool) (measure, error) {
+	queue := "burn-batched"
+	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
+		return measure{}, err
+	}
+	if statements {
+		if err := cl.statementsReset(ctx, "agq"); err != nil {
+			return measure{}, err
+		}
+	}
+	return cl.measure(ctx, "agq", s.pid(), n, func() error {
+		var done atomic.Int64
+		var first error
+		var once sync.Once
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() {
+				for done.Load() < int64(n) {
+					k, err := w.workBatch(ctx, queue, count)
+					if err != nil {
+						once.Do(func() { first = err })
+						return
+					}
+					done.Add(int64(k))
+				}
+			})
+		}
+		wg.Wait()
+		return first
+	})
+}
+
 // agqContinuous submits single jobs from producers while the workers work,
 // for d.
 func agqContinuous(ctx context.Context, s *agqServer, ws []*worker, producers int, d time.Duration) (continuous, error) {

@@ -54,6 +54,8 @@ var commandDocs = map[string]commandDoc{
 	"lpush":      {group: groupJobs, syntax: "queue:<name> json [json …]", summary: "Submits jobs to the queue the key names, as JOB.SUBMIT would.", firstKey: 1, lastKey: 1, keyStep: 1, write: true},
 	"brpop":      {group: groupJobs, syntax: "queue:<name> [queue:<name> …] timeout", summary: "Takes the next job a worker can run from the queues, waiting up to timeout seconds (0: forever).", firstKey: 1, lastKey: -2, keyStep: 1, write: true},
 	"rpop":       {group: groupJobs, syntax: "queue:<name> [count]", summary: "Takes the next job (or up to count) a worker can run from the queue, without waiting.", firstKey: 1, lastKey: 1, keyStep: 1, write: true},
+	"blmpop":     {group: groupJobs, syntax: "timeout numkeys queue:<name> [queue:<name> …] RIGHT [COUNT count]", summary: "Takes up to count jobs a worker can run from the first of the queues that has any, waiting up to timeout seconds (0: forever).", write: true},
+	"lmpop":      {group: groupJobs, syntax: "numkeys queue:<name> [queue:<name> …] RIGHT [COUNT count]", summary: "Takes up to count jobs a worker can run from the first of the queues that has any, without waiting.", write: true},
 	"job.update": {group: groupJobs, syntax: "job_id json", summary: "Reports on a job the worker holds: running, progress, completed, failed or cancelled.", write: true},
 	"job.get":    {group: groupJobs, syntax: "job_id", summary: "The job as JSON."},
 	"job.wait":   {group: groupJobs, syntax: "job_id timeout", summary: "Waits until the job is completed, failed or cancelled, up to timeout seconds (0: forever)."},

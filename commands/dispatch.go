@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -70,6 +71,24 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 	if sess == nil || len(cmd.Args) == 0 {
 		return
 	}
+	if isReport(cmd) && pipelinedReports(conn.PeekPipeline(), cmd) {
+		s.dispatchReports(conn, sess, append([]redcon.Command{cmd}, conn.ReadPipeline()...))
+		return
+	}
+	reply, wroteOwn, quit := s.execute(sess, cmd)
+	if !wroteOwn {
+		// (A command that wrote its own replies may have handed the
+		// connection to other goroutines meanwhile.)
+		conn.WriteRaw(reply)
+	}
+	if quit {
+		conn.Close()
+	}
+}
+
+// execute runs one command and encodes its reply; wroteOwn means the
+// command wrote its own replies.
+func (s *Server) execute(sess *Session, cmd redcon.Command) (reply []byte, wroteOwn, quit bool) {
 	start := time.Now()
 	sess.lastActive.Store(start.UnixNano())
 	name := asciiLower(cmd.Args[0])
@@ -80,21 +99,69 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 	}
 	sess.lastCommand.Store(label)
 
-	reply, err := s.run(sess, c, name, cmd.Args)
+	r, err := s.run(sess, c, name, cmd.Args)
 	result := "ok"
 	if err != nil {
 		result = "error"
-		reply = s.errorReply(sess, name, err)
+		r = s.errorReply(sess, name, err)
 	}
-	if _, wrote := reply.(silent); !wrote {
-		// (A command that wrote its own replies may have handed the
-		// connection to other goroutines meanwhile.)
-		conn.WriteRaw(reply.AppendRESP(nil, sess.proto))
+	if _, wroteOwn = r.(silent); !wroteOwn {
+		reply = r.AppendRESP(nil, sess.proto)
 	}
 	s.metrics.commands.WithLabelValues(label, result).Inc()
 	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
-	if c != nil && c.Name == "quit" {
-		conn.Close()
+	return reply, wroteOwn, c != nil && c.Name == "quit"
+}
+
+// A worker that pipelines its reports — JOB.UPDATE after JOB.UPDATE, each
+// about another job — has them served together: they join the node's
+// groups at once, so a hundred final reports share one commit instead of
+// taking a hundred in turn, and the replies go back in order. Reports
+// about different jobs do not depend on each other, so running them
+// together answers what running them one after the other would. A
+// pipeline with anything else in it, or with two reports about one job,
+// runs one command after another, as Redis runs it.
+
+// isReport reports whether cmd is a JOB.UPDATE with its two arguments.
+func isReport(cmd redcon.Command) bool {
+	return len(cmd.Args) == 3 && asciiLower(cmd.Args[0]) == "job.update"
+}
+
+// pipelinedReports reports whether first and the commands pipelined after
+// it are all reports, each about another job.
+func pipelinedReports(rest []redcon.Command, first redcon.Command) bool {
+	if len(rest) == 0 {
+		return false
+	}
+	ids := make(map[string]struct{}, len(rest)+1)
+	ids[string(first.Args[1])] = struct{}{}
+	for _, c := range rest {
+		if !isReport(c) {
+			return false
+		}
+		if _, dup := ids[string(c.Args[1])]; dup {
+			return false
+		}
+		ids[string(c.Args[1])] = struct{}{}
+	}
+	return true
+}
+
+// dispatchReports runs pipelined reports together, at most a group's worth
+// at a time, and writes their replies in order.
+func (s *Server) dispatchReports(conn redcon.Conn, sess *Session, cmds []redcon.Command) {
+	for len(cmds) > 0 {
+		n := min(len(cmds), maxGroup)
+		replies := make([][]byte, n)
+		var wg sync.WaitGroup
+		for i, cmd := range cmds[:n] {
+			wg.Go(func() { replies[i], _, _ = s.execute(sess, cmd) })
+		}
+		wg.Wait()
+		for _, r := range replies {
+			conn.WriteRaw(r)
+		}
+		cmds = cmds[n:]
 	}
 }
 

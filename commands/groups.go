@@ -21,8 +21,15 @@ type submitOutcome struct {
 	err error
 }
 
-// maxGroup bounds a group: its arrays and its reply fan-out.
+// maxGroup bounds a group: its arrays and its reply fan-out (for pops, the
+// jobs they ask for).
 const maxGroup = 500
+
+// parallelGroups bounds the groups of a kind in flight at once. The second
+// runs only while a whole group waits behind the first — workers taking
+// and reporting batches — so that a backlog keeps more than one of the
+// database's cores busy; one-at-a-time clients keep sharing one group.
+const parallelGroups = 2
 
 func (s *Server) newGroups() groups {
 	observe := func(kind string) func(int) {
@@ -31,7 +38,7 @@ func (s *Server) newGroups() groups {
 	}
 	return groups{
 		submits: group.New(group.Config[store.NewJob, submitOutcome]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("submit"),
+			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("submit"),
 			Run: func(ctx context.Context, jobs []store.NewJob) []submitOutcome {
 				res, errs, notes := s.store.JobsSubmitEach(ctx, jobs)
 				s.hub.Publish(notes, nil)
@@ -44,7 +51,7 @@ func (s *Server) newGroups() groups {
 			},
 		}),
 		finishes: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("final_report"),
+			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, fx := s.store.JobsFinish(ctx, reports)
 				s.hub.Publish(append(fx.Ready, s.limited.roomNotes(fx.Freed)...), fx.Done)
@@ -53,11 +60,14 @@ func (s *Server) newGroups() groups {
 			},
 		}),
 		acks: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("acknowledgement"),
+			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("acknowledgement"),
 			Run: s.store.JobsAck,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
+			// One claim at a time: two on one queue would each skip,
+			// row by row, what the other has locked.
 			MaxSize: maxGroup, Timeout: s.opts.CommandTimeout, Observe: observe("pop"),
+			Weight:    func(r claimRequest) int { return r.limit },
 			Run:       s.runClaims,
 			Abandoned: s.releaseClaimed,
 		}),

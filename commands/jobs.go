@@ -24,6 +24,8 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "lpush", Arity: -3, Roles: producer, Handler: s.cmdLPush},
 		{Name: "brpop", Arity: -3, Roles: worker, Blocking: true, Handler: s.cmdBRPop},
 		{Name: "rpop", Arity: -2, Roles: worker, Handler: s.cmdRPop},
+		{Name: "blmpop", Arity: -5, Roles: worker, Blocking: true, Handler: s.cmdBLMPop},
+		{Name: "lmpop", Arity: -4, Roles: worker, Handler: s.cmdLMPop},
 		{Name: "job.update", Arity: 3, Roles: worker, Handler: s.cmdJobUpdate},
 		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
 		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},

@@ -140,15 +140,15 @@ func (s *Server) keyspaceCommands() []*Command {
 }
 
 // refusedWrites are the Redis commands that would change keys. LPUSH
-// queue:<name> is the one write agq takes (jobs.go); RPOP and BRPOP are
-// workers' pops.
+// queue:<name> is the one write agq takes (jobs.go); RPOP, BRPOP, LMPOP and
+// BLMPOP are workers' pops.
 var refusedWrites = []string{
 	"set", "setex", "psetex", "setnx", "setrange", "mset", "msetnx", "getset", "getdel", "getex",
 	"append", "incr", "incrby", "incrbyfloat", "decr", "decrby",
 	"del", "unlink", "expire", "pexpire", "expireat", "pexpireat", "persist", "rename", "renamenx",
 	"copy", "restore", "migrate", "move", "swapdb", "flushdb", "flushall",
 	"rpush", "lpushx", "rpushx", "lpop", "lset", "lrem", "ltrim", "linsert",
-	"rpoplpush", "brpoplpush", "lmove", "blmove", "blpop", "lmpop", "blmpop",
+	"rpoplpush", "brpoplpush", "lmove", "blmove", "blpop",
 	"sadd", "srem", "spop", "smove",
 	"hset", "hsetnx", "hmset", "hdel", "hincrby", "hincrbyfloat",
 	"zadd", "zrem", "zincrby",

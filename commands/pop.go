@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
@@ -69,27 +70,16 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 	limit := 1
 	if len(args) == 3 {
 		n, err := resp.ParseInt(args[2])
-		if err != nil || n < 1 || n > 1000 {
+		if err != nil || n < 1 || n > maxPopCount {
 			return nil, resp.Errorf("value is out of range, must be positive")
 		}
 		limit = int(n)
 	} else if len(args) > 3 {
 		return nil, resp.ErrSyntax
 	}
-	var jobs []store.Job
-	for try := 0; ; try++ {
-		w, err := s.popWorker(ctx, sess)
-		if err != nil {
-			return nil, err
-		}
-		_, jobs, err = s.claim(ctx, sess, w, queues, limit)
-		_, retry, err := claimError(w.ID, err)
-		if err != nil {
-			return nil, err // a draining worker gets no error and no job
-		}
-		if !retry || try > 0 {
-			break
-		}
+	jobs, err := s.popNow(ctx, sess, queues, limit)
+	if err != nil {
+		return nil, err
 	}
 	if len(args) == 2 {
 		if len(jobs) == 0 {
@@ -108,13 +98,6 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 }
 
 // BRPOP queue:<a> [queue:<b> …] timeout
-//
-// The wait holds no database connection: the waiter is registered with the
-// notification hub before the first check of the database, so a job
-// committed between a check and the wait still wakes it. A wake-up the
-// waiter does not use — the job went to another, it took a job from another
-// queue, or it left — is passed on when it closes. While blocked, the
-// socket is watched: a client that leaves is never handed a job.
 func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	queues, err := queueKeys(args[1 : len(args)-1])
 	if err != nil {
@@ -124,9 +107,135 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.lookupPopWorker(sess)
+	queue, jobs, err := s.popWaiting(ctx, sess, queues, timeout, 1)
+	if err != nil || len(jobs) == 0 {
+		return resp.NilArray, err
+	}
+	return resp.Array{resp.BulkString("queue:" + queue), resp.Bulk(deliveryJSON(jobs[0]))}, nil
+}
+
+// BLMPOP timeout numkeys queue:<a> [queue:<b> …] RIGHT [COUNT n]
+//
+// Redis 7's blocking pop of several elements: up to n jobs from the first
+// queue that has any for the worker, in the order BRPOP hands them out.
+func (s *Server) cmdBLMPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	timeout, err := resp.ParseTimeout(args[1])
 	if err != nil {
 		return nil, err
+	}
+	queues, count, err := parseMPop(args[2:])
+	if err != nil {
+		return nil, err
+	}
+	queue, jobs, err := s.popWaiting(ctx, sess, queues, timeout, count)
+	if err != nil || len(jobs) == 0 {
+		return resp.NilArray, err
+	}
+	return mpopReply(queue, jobs), nil
+}
+
+// LMPOP numkeys queue:<a> [queue:<b> …] RIGHT [COUNT n]
+func (s *Server) cmdLMPop(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	queues, count, err := parseMPop(args[1:])
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
+		jobs, err := s.popNow(ctx, sess, []string{q}, count)
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) > 0 {
+			return mpopReply(q, jobs), nil
+		}
+	}
+	return resp.NilArray, nil
+}
+
+// maxPopCount bounds the jobs one pop takes.
+const maxPopCount = 1000
+
+// parseMPop reads numkeys key [key …] LEFT|RIGHT [COUNT n], as Redis's
+// LMPOP and BLMPOP take them. Jobs come oldest first (the right end of a
+// list LPUSH fills): LEFT, newest first, is not offered.
+func parseMPop(args [][]byte) (queues []string, count int, err error) {
+	n, err := resp.ParseInt(args[0])
+	if err != nil || n < 1 {
+		return nil, 0, resp.Errorf("numkeys should be greater than 0")
+	}
+	if int64(len(args)-1) < n+1 {
+		return nil, 0, resp.ErrSyntax
+	}
+	if queues, err = queueKeys(args[1 : 1+n]); err != nil {
+		return nil, 0, err
+	}
+	rest := args[1+n:]
+	switch asciiLower(rest[0]) {
+	case "right":
+	case "left":
+		return nil, 0, resp.Errorf("agq queues hand out their oldest job first: pop with RIGHT")
+	default:
+		return nil, 0, resp.ErrSyntax
+	}
+	count = 1
+	switch {
+	case len(rest) == 1:
+	case len(rest) == 3 && asciiLower(rest[1]) == "count":
+		c, err := resp.ParseInt(rest[2])
+		if err != nil || c < 1 || c > maxPopCount {
+			return nil, 0, resp.Errorf("count should be between 1 and %d", maxPopCount)
+		}
+		count = int(c)
+	default:
+		return nil, 0, resp.ErrSyntax
+	}
+	return queues, count, nil
+}
+
+// mpopReply is [queue:<name>, [job, …]], as LMPOP answers.
+func mpopReply(queue string, jobs []store.Job) resp.Reply {
+	out := make(resp.Array, len(jobs))
+	for i, j := range jobs {
+		out[i] = resp.Bulk(deliveryJSON(j))
+	}
+	return resp.Array{resp.BulkString("queue:" + queue), out}
+}
+
+// popNow takes up to limit jobs from the queues, in order, without
+// waiting. A worker that registered again with other capabilities is
+// looked up once more.
+func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, limit int) ([]store.Job, error) {
+	var jobs []store.Job
+	for try := 0; ; try++ {
+		w, err := s.popWorker(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		_, jobs, err = s.claim(ctx, sess, w, queues, limit)
+		_, retry, err := claimError(w.ID, err)
+		if err != nil {
+			return nil, err // a draining worker gets no error and no job
+		}
+		if !retry || try > 0 {
+			return jobs, nil
+		}
+	}
+}
+
+// popWaiting takes up to limit jobs from the first of the queues that has
+// any for the worker, waiting up to timeout (0: forever) for one; no jobs
+// and no error at the timeout.
+//
+// The wait holds no database connection: the waiter is registered with the
+// notification hub before the first check of the database, so a job
+// committed between a check and the wait still wakes it. A wake-up the
+// waiter does not use — the job went to another, it took a job from another
+// queue, or it left — is passed on when it closes. While blocked, the
+// socket is watched: a client that leaves is never handed a job.
+func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string, timeout time.Duration, limit int) (string, []store.Job, error) {
+	w, err := s.lookupPopWorker(sess)
+	if err != nil {
+		return "", nil, err
 	}
 
 	b := newBlocking(ctx, sess, timeout, popRecheck)
@@ -141,13 +250,13 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 
 	for {
 		claimCtx, cancel := s.ctxForCommand(sess)
-		queue, jobs, err := s.claim(claimCtx, sess, w, queues, 1)
+		queue, jobs, err := s.claim(claimCtx, sess, w, queues, limit)
 		cancel()
 		draining, retry, cerr := claimError(w.ID, err)
 		if retry {
 			// Registered again, elsewhere, with other capabilities.
 			if w, err = s.lookupPopWorker(sess); err != nil {
-				return nil, err
+				return "", nil, err
 			}
 			waiter.Close(received...)
 			received = nil
@@ -159,18 +268,21 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 			// without taking wake-ups meant for others.
 			waiter.Close(received...)
 			waiter = nil
-			return b.out(resp.NilArray)
+			_, err := b.out(resp.NilArray)
+			return "", nil, err
 		} else if cerr != nil {
-			return nil, cerr
+			return "", nil, cerr
 		}
 		if len(jobs) > 0 {
-			received = dropNoteFor(received, queue)
-			if b.peerGone() {
-				// Claimed as the client left: give it back untouched.
-				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: jobs})
-				return nil, errClientGone
+			for range jobs {
+				received = dropNoteFor(received, queue)
 			}
-			return resp.Array{resp.BulkString("queue:" + queue), resp.Bulk(deliveryJSON(jobs[0]))}, nil
+			if b.peerGone() {
+				// Claimed as the client left: give them back untouched.
+				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: jobs})
+				return "", nil, errClientGone
+			}
+			return queue, jobs, nil
 		}
 		// Nothing claimable: the jobs those notes announced went to others,
 		// except that a timed note may have come a moment early.
@@ -180,7 +292,7 @@ func (s *Server) cmdBRPop(ctx context.Context, sess *Session, args [][]byte) (re
 		received = nil
 		note, reply, err := next(b, waiter.C(), resp.NilArray)
 		if reply != nil || err != nil {
-			return reply, err
+			return "", nil, err
 		}
 		if note != nil {
 			received = append(received, *note)

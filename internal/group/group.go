@@ -4,6 +4,9 @@
 // no group in flight starts one at once, and requests arriving meanwhile
 // form the next group, which starts as soon as the previous one returned.
 // A lone request pays one round trip, a busy node shares each among many.
+// When more than a whole group waits behind the one in flight, further
+// groups run beside it, up to a bound: a backlog uses more than one of the
+// database's cores, while a steady trickle keeps sharing one group.
 package group
 
 import (
@@ -21,8 +24,15 @@ type Config[Req, Res any] struct {
 	// Its context is the runner's own, bounded by Timeout: a group serves
 	// many clients, so no single client's departure may cut it short.
 	Run func(ctx context.Context, reqs []Req) []Res
-	// MaxSize bounds a group; more requests wait for the next one.
+	// MaxSize bounds a group's total weight; more requests wait for the
+	// next one. A group always takes at least one request.
 	MaxSize int
+	// Weight, when set, is a request's share of MaxSize (default 1): a pop
+	// of 100 jobs weighs 100.
+	Weight func(Req) int
+	// Parallel bounds the groups in flight at once (default 1). A group
+	// beyond the first starts only while a whole group's weight waits.
+	Parallel int
 	// Timeout bounds one group's run.
 	Timeout time.Duration
 	// Abandoned, when set, receives the result of a request whose caller
@@ -37,13 +47,15 @@ type Runner[Req, Res any] struct {
 	cfg     Config[Req, Res]
 	mu      sync.Mutex
 	pending []call[Req, Res]
-	running bool
+	weight  int // of pending
+	running int // groups in flight
 	wg      sync.WaitGroup
 }
 
 type call[Req, Res any] struct {
-	req  Req
-	done chan outcome[Res]
+	req    Req
+	weight int
+	done   chan outcome[Res]
 }
 
 type outcome[Res any] struct {
@@ -59,17 +71,24 @@ func New[Req, Res any](cfg Config[Req, Res]) *Runner[Req, Res] {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 1
+	}
+	if cfg.Weight == nil {
+		cfg.Weight = func(Req) int { return 1 }
+	}
 	return &Runner[Req, Res]{cfg: cfg}
 }
 
 // Do adds req to the next group and waits for its result. When ctx ends
 // first it returns ctx's error; the request may still be served.
 func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
-	c := call[Req, Res]{req: req, done: make(chan outcome[Res], 1)}
+	c := call[Req, Res]{req: req, weight: max(r.cfg.Weight(req), 1), done: make(chan outcome[Res], 1)}
 	r.mu.Lock()
 	r.pending = append(r.pending, c)
-	if !r.running {
-		r.running = true
+	r.weight += c.weight
+	if r.running == 0 || (r.running < r.cfg.Parallel && r.weight >= r.cfg.MaxSize) {
+		r.running++
 		r.wg.Add(1)
 		go r.loop()
 	}
@@ -93,19 +112,25 @@ func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 // Wait blocks until no group is in flight or pending.
 func (r *Runner[Req, Res]) Wait() { r.wg.Wait() }
 
-// loop serves groups until none is pending; the next Do starts it again.
+// loop serves groups until none is pending, or until it is an extra loop
+// and less than a whole group waits; the next Do starts one again.
 func (r *Runner[Req, Res]) loop() {
 	defer r.wg.Done()
 	for {
 		r.mu.Lock()
-		if len(r.pending) == 0 {
-			r.running = false
+		if len(r.pending) == 0 || (r.running > 1 && r.weight < r.cfg.MaxSize) {
+			r.running--
 			r.mu.Unlock()
 			return
 		}
-		n := min(len(r.pending), r.cfg.MaxSize)
+		n, w := 1, r.pending[0].weight
+		for n < len(r.pending) && w+r.pending[n].weight <= r.cfg.MaxSize {
+			w += r.pending[n].weight
+			n++
+		}
 		calls := r.pending[:n:n]
 		r.pending = append([]call[Req, Res](nil), r.pending[n:]...)
+		r.weight -= w
 		r.mu.Unlock()
 
 		if r.cfg.Observe != nil {

@@ -123,3 +123,101 @@ func TestRunner(t *testing.T) {
 		}
 	})
 }
+
+// A group is bounded by the weight of its requests, not their number.
+func TestGroupsAreBoundedByWeight(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var groups [][]int
+	r := New(Config[int, int]{MaxSize: 10, Weight: func(v int) int { return v }, Run: func(_ context.Context, reqs []int) []int {
+		mu.Lock()
+		groups = append(groups, slices.Clone(reqs))
+		first := len(groups) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return reqs
+	}})
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Do(context.Background(), 1) })
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
+	// Behind the group in flight: 4+4 fit in 10, the next 4 does not; a
+	// request heavier than a whole group still goes, alone.
+	for _, v := range []int{4, 4, 4, 12} {
+		wg.Go(func() { r.Do(context.Background(), v) })
+		waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return slices.Contains(pendingReqs(r), v) })
+	}
+	close(release)
+	wg.Wait()
+	var weights []int
+	for _, g := range groups[1:] {
+		sum := 0
+		for _, v := range g {
+			sum += v
+		}
+		weights = append(weights, sum)
+	}
+	if !slices.Equal(weights, []int{8, 4, 12}) {
+		t.Fatalf("groups %v weigh %v, want 8, 4, 12 after the first", groups, weights)
+	}
+}
+
+// A second group runs beside the first only while a whole group waits,
+// and never more than Parallel at once.
+func TestGroupsRunBesideEachOtherOnlyForABacklog(t *testing.T) {
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	r := New(Config[int, int]{MaxSize: 4, Parallel: 2, Run: func(_ context.Context, reqs []int) []int {
+		n := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		<-release
+		inFlight.Add(-1)
+		return reqs
+	}})
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Do(context.Background(), 0) })
+	waitFor(t, func() bool { return inFlight.Load() == 1 })
+	// Three waiting: less than a group, no second one.
+	for i := range 3 {
+		wg.Go(func() { r.Do(context.Background(), i) })
+	}
+	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.pending) == 3 })
+	time.Sleep(20 * time.Millisecond)
+	if n := inFlight.Load(); n != 1 {
+		t.Fatalf("%d groups in flight for a backlog of 3 (a group is 4)", n)
+	}
+	// A whole group waits: a second starts; more never start a third.
+	for i := range 9 {
+		wg.Go(func() { r.Do(context.Background(), i) })
+	}
+	waitFor(t, func() bool { return inFlight.Load() == 2 })
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if m := most.Load(); m != 2 {
+		t.Fatalf("at most %d groups were in flight, want 2", m)
+	}
+}
+
+func pendingReqs[Req, Res any](r *Runner[Req, Res]) []Req {
+	out := make([]Req, len(r.pending))
+	for i, c := range r.pending {
+		out[i] = c.req
+	}
+	return out
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("condition not reached within 5s")
+		}
+	}
+}
