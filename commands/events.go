@@ -133,18 +133,28 @@ func (s *Server) publishWorkerEvent(id, event string) {
 	if !s.hub.Wanted() {
 		return
 	}
+	s.hub.PublishMessages([]wakeup.Message{workerEvent(id, event)})
+}
+
+// workerEvent is worker.<id>.events's message for event.
+func workerEvent(id, event string) wakeup.Message {
 	b, _ := json.Marshal(struct {
 		Event    string    `json:"event"`
 		WorkerID string    `json:"worker_id"`
 		At       time.Time `json:"at"`
 	}{event, id, time.Now().UTC()})
-	s.hub.PublishMessages([]wakeup.Message{{Channel: "worker." + id + ".events", Payload: string(b)}})
+	return wakeup.Message{Channel: "worker." + id + ".events", Payload: string(b)}
 }
 
 // DeliverMoved tells this node's subscribers of a job moved out of running
-// by the leader's watchdog or a worker's (re-)registration, on any node:
-// each node hears the move itself, so it is delivered here only.
+// by the leader's watchdog or a worker's (re-)registration, on any node, or
+// of a worker the watchdog declared dead: each node hears the move itself,
+// so it is delivered here only.
 func (s *Server) DeliverMoved(m store.Moved) {
+	if m.DeadWorker != "" {
+		s.broker.deliver(workerEvent(m.DeadWorker, "dead"))
+		return
+	}
 	event := m.Status
 	if m.Status == store.StatusQueued {
 		event = "requeued"

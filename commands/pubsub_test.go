@@ -452,6 +452,50 @@ func TestWorkerEventsArePublished(t *testing.T) {
 	}
 }
 
+// A worker the watchdog declares dead is published on worker.<id>.events,
+// to subscribers of every node.
+func TestAWorkersDeathIsPublished(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, fastHeartbeats)
+	cfg := agqtest.DefaultConfig(t)
+	cfg.DatabaseURL, cfg.AdminKey, cfg.HeartbeatInterval = a.DatabaseURL, a.AdminKey, time.Second
+	b := agqtest.StartConfig(t, cfg)
+	ctx := ctxT(t)
+	var subs []*redis.PubSub
+	for _, node := range []*agqtest.Agq{a, b} {
+		sub := node.Admin(t).Subscribe(ctx, "worker.doomed.events")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	time.Sleep(200 * time.Millisecond) // each node hears of the other's subscriber
+	registerWorker(t, a, "doomed", "t") // and never heartbeats
+	for i, sub := range subs {
+		var events []string
+		for len(events) == 0 || events[len(events)-1] != "dead" {
+			select {
+			case m := <-sub.Channel():
+				var e struct {
+					Event    string `json:"event"`
+					WorkerID string `json:"worker_id"`
+				}
+				json.Unmarshal([]byte(m.Payload), &e)
+				if e.WorkerID != "doomed" {
+					t.Fatalf("node %d: message %q", i, m.Payload)
+				}
+				events = append(events, e.Event)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("node %d: worker events so far: %v", i, events)
+			}
+		}
+		if strings.Join(events, " ") != "registered dead" {
+			t.Fatalf("node %d: worker events %v", i, events)
+		}
+	}
+}
+
 // A job the watchdog takes back from a silent worker is published too.
 func TestTheWatchdogsMovesArePublished(t *testing.T) {
 	t.Parallel()

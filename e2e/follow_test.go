@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agq/agq/internal/agqtest"
 )
@@ -65,5 +68,87 @@ func TestFollowingAJobRunByAgw(t *testing.T) {
 	// while it ran.
 	if got := cli(t, a, producer, "JOB.LOGS", "follow-1"); got != "3\n4\n5" {
 		t.Fatalf("JOB.LOGS printed %q", got)
+	}
+}
+
+// The lines of a pipeline that writes one every 100 ms reach a redis-cli
+// SUBSCRIBE on the worker's node, and a go-redis subscriber on another
+// node, as they are written, not when the job ends.
+func TestFollowingTheLogsOfASlowPipeline(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, heartbeatEvery(time.Second))
+	cfg := agqtest.DefaultConfig(t)
+	cfg.DatabaseURL, cfg.AdminKey, cfg.HeartbeatInterval = a.DatabaseURL, a.AdminKey, time.Second
+	b := agqtest.StartConfig(t, cfg)
+	startAgw(t, a.Addr, "agw-ticker", a.CreateKey(t, "worker", "agw-ticker"), "AGW_TOOLS=sh")
+	producer := a.CreateKey(t, "producer", "log-follower")
+	const lines = 8
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type arrival struct {
+		line string
+		at   time.Time
+	}
+	// redis-cli on the node agw works through.
+	sub := a.RedisCLICommand(ctx, t, "SUBSCRIBE", "job.tick-1.logs")
+	sub.Env = append(sub.Env, "REDISCLI_AUTH="+producer)
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); sub.Wait() }()
+	scanner := bufio.NewScanner(out)
+	for scanner.Scan() && scanner.Text() != "1" { // the confirmation ends with the count
+	}
+	fromCLI := make(chan arrival, 64)
+	go func() {
+		for scanner.Scan() {
+			if l := scanner.Text(); strings.HasPrefix(l, "tick ") {
+				fromCLI <- arrival{l, time.Now()}
+			}
+		}
+	}()
+	// go-redis on the other node.
+	other := b.Client(t, redis.Options{Password: producer})
+	ps := other.Subscribe(ctx, "job.tick-1.logs")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fromOther := ps.Channel()
+	time.Sleep(200 * time.Millisecond) // the other node hears of its subscriber
+
+	job := `{"job_id":"tick-1","plan":{"tasks":[{"tool":"sh","args":["-c","for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.1; done"]}]}}`
+	if got := cli(t, a, producer, "JOB.SUBMIT", job); got != "tick-1" {
+		t.Fatalf("JOB.SUBMIT printed %q", got)
+	}
+	var cliGot, otherGot []arrival
+	for len(cliGot) < lines || len(otherGot) < lines {
+		select {
+		case l := <-fromCLI:
+			cliGot = append(cliGot, l)
+		case m := <-fromOther:
+			otherGot = append(otherGot, arrival{m.Payload, time.Now()})
+		case <-ctx.Done():
+			t.Fatalf("after 30s: redis-cli printed %v, the other node's subscriber got %v", cliGot, otherGot)
+		}
+	}
+	for who, got := range map[string][]arrival{"redis-cli": cliGot, "go-redis on another node": otherGot} {
+		for i, l := range got {
+			if want := fmt.Sprintf("tick %d", i+1); l.line != want {
+				t.Fatalf("%s: line %d is %q, want %q", who, i, l.line, want)
+			}
+		}
+		// Written over 700 ms: they came as written, not all at the end.
+		if spread := got[lines-1].at.Sub(got[0].at); spread < 400*time.Millisecond {
+			t.Fatalf("%s: %d lines written 100 ms apart arrived within %v", who, lines, spread)
+		}
+	}
+	if j := decodeJob(t, cli(t, a, producer, "JOB.WAIT", "tick-1", "30")); j.Status != "completed" {
+		t.Fatalf("the job ended %s", j.Status)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,8 @@ import (
 // deadAfter into DEAD and gives their jobs back (attempt counted: the
 // worker was lost holding them; failed when no attempt is left). The
 // heartbeat condition is re-checked in the UPDATE, so a worker that just
-// heartbeated is left alone (workers_live_heartbeat). It returns the ids.
+// heartbeated is left alone (workers_live_heartbeat). Every node hears of
+// each death on ChannelMoved. It returns the ids.
 func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, limit int) ([]string, error) {
 	var dead []string
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
@@ -34,6 +36,12 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 			return err
 		}
 		for _, id := range dead {
+			// Subscribers on every node hear of the death, then of
+			// the jobs given back.
+			b, _ := json.Marshal(Moved{DeadWorker: id})
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
+				return err
+			}
 			if err := requeueHeld(ctx, tx, id, true); err != nil {
 				return err
 			}

@@ -105,10 +105,12 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 
 // Moved is a job the watchdog or a worker's (re-)registration moved out of
 // running, as ChannelMoved tells every node: queued again, failed or
-// cancelled.
+// cancelled; or, with DeadWorker set instead, a worker the watchdog
+// declared DEAD.
 type Moved struct {
-	ID      string `json:"i"`
-	Status  string `json:"s"`
-	Queue   string `json:"q"`
-	Attempt int    `json:"a"`
+	ID         string `json:"i,omitempty"`
+	Status     string `json:"s,omitempty"`
+	Queue      string `json:"q,omitempty"`
+	Attempt    int    `json:"a,omitempty"`
+	DeadWorker string `json:"dw,omitempty"`
 }
