@@ -16,44 +16,30 @@ import (
 // With statements, PostgreSQL's statement counts start afresh with it.
 func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, running, statements bool) (measure, error) {
 	queue := fmt.Sprintf("burn-%v", running)
-	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
-		return measure{}, err
-	}
-	if statements {
-		if err := cl.statementsReset(ctx, "agq"); err != nil {
-			return measure{}, err
+	return burnDown(ctx, cl, s, ws, queue, n, statements, func(w *worker) (int, error) {
+		_, ok, err := w.work(ctx, queue, running)
+		if ok {
+			return 1, err
 		}
-	}
-	return cl.measure(ctx, "agq", s.pid(), n, func() error {
-		var done atomic.Int64
-		var first error
-		var once sync.Once
-		var wg sync.WaitGroup
-		for _, w := range ws {
-			wg.Go(func() {
-				for done.Load() < int64(n) {
-					_, ok, err := w.work(ctx, queue, running)
-					if err != nil {
-						once.Do(func() { first = err })
-						return
-					}
-					if ok {
-						done.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return first
+		return 0, err
 	})
 }
 
 // agqBurnDownBatched works off n pre-submitted jobs as workers with many
 // free slots would: each connection takes up to count jobs with BLMPOP and
-// reports them completed in one pipeline. With statements, PostgreSQL's
-// statement counts start afresh with it.
+// reports them completed in one pipeline.
 func agqBurnDownBatched(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n, count int, statements bool) (measure, error) {
 	queue := "burn-batched"
+	return burnDown(ctx, cl, s, ws, queue, n, statements, func(w *worker) (int, error) {
+		return w.workBatch(ctx, queue, count)
+	})
+}
+
+// burnDown submits n jobs to queue, then measures the workers working them
+// off, each calling step (which answers how many jobs it completed) until
+// all are done. With statements, PostgreSQL's statement counts start
+// afresh with the work.
+func burnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, queue string, n int, statements bool, step func(*worker) (int, error)) (measure, error) {
 	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
 		return measure{}, err
 	}
@@ -70,7 +56,7 @@ func agqBurnDownBatched(ctx context.Context, cl *cluster, s *agqServer, ws []*wo
 		for _, w := range ws {
 			wg.Go(func() {
 				for done.Load() < int64(n) {
-					k, err := w.workBatch(ctx, queue, count)
+					k, err := step(w)
 					if err != nil {
 						once.Do(func() { first = err })
 						return

@@ -25,24 +25,12 @@ func TestFollowingAJobRunByAgw(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub := a.RedisCLICommand(ctx, t, "SUBSCRIBE", "job.follow-1.status")
-	sub.Env = append(sub.Env, "REDISCLI_AUTH="+producer)
-	out, err := sub.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); sub.Wait() }()
-	lines := bufio.NewScanner(out)
+	lines := subscribeCLI(ctx, t, a, producer, "job.follow-1.status")
 	next := func() string {
 		if !lines.Scan() {
 			t.Fatalf("redis-cli SUBSCRIBE ended: %v", lines.Err())
 		}
 		return lines.Text()
-	}
-	for l := next(); l != "1"; l = next() { // the confirmation ends with the count
 	}
 
 	job := `{"job_id":"follow-1","plan":{"tasks":[{"tool":"seq","args":["1","5"]},{"tool":"tail","args":["-n","3"]}]}}`
@@ -91,19 +79,7 @@ func TestFollowingTheLogsOfASlowPipeline(t *testing.T) {
 		at   time.Time
 	}
 	// redis-cli on the node agw works through.
-	sub := a.RedisCLICommand(ctx, t, "SUBSCRIBE", "job.tick-1.logs")
-	sub.Env = append(sub.Env, "REDISCLI_AUTH="+producer)
-	out, err := sub.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); sub.Wait() }()
-	scanner := bufio.NewScanner(out)
-	for scanner.Scan() && scanner.Text() != "1" { // the confirmation ends with the count
-	}
+	scanner := subscribeCLI(ctx, t, a, producer, "job.tick-1.logs")
 	fromCLI := make(chan arrival, 64)
 	go func() {
 		for scanner.Scan() {
@@ -151,4 +127,26 @@ func TestFollowingTheLogsOfASlowPipeline(t *testing.T) {
 	if j := decodeJob(t, cli(t, a, producer, "JOB.WAIT", "tick-1", "30")); j.Status != "completed" {
 		t.Fatalf("the job ended %s", j.Status)
 	}
+}
+
+// subscribeCLI starts redis-cli SUBSCRIBE channel with key, and returns
+// the lines it prints once the subscription is confirmed. redis-cli stops
+// when ctx ends, and the test waits for it.
+func subscribeCLI(ctx context.Context, t *testing.T, a *agqtest.Agq, key, channel string) *bufio.Scanner {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	sub := a.RedisCLICommand(ctx, t, "SUBSCRIBE", channel)
+	sub.Env = append(sub.Env, "REDISCLI_AUTH="+key)
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sub.Wait() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && lines.Text() != "1" { // the confirmation ends with the count
+	}
+	return lines
 }

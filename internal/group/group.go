@@ -113,7 +113,9 @@ func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 func (r *Runner[Req, Res]) Wait() { r.wg.Wait() }
 
 // loop serves groups until none is pending, or until it is an extra loop
-// and less than a whole group waits; the next Do starts one again.
+// and less than a whole group waits: what waits then goes with the next
+// group of the loop still in flight, as it would with one loop. The next
+// Do starts a loop again.
 func (r *Runner[Req, Res]) loop() {
 	defer r.wg.Done()
 	for {
