@@ -470,7 +470,7 @@ func TestAWorkersDeathIsPublished(t *testing.T) {
 		}
 		subs = append(subs, sub)
 	}
-	time.Sleep(200 * time.Millisecond) // each node hears of the other's subscriber
+	time.Sleep(200 * time.Millisecond)  // each node hears of the other's subscriber
 	registerWorker(t, a, "doomed", "t") // and never heartbeats
 	for i, sub := range subs {
 		var events []string
