@@ -115,6 +115,14 @@ func TestMultiPopTakesSeveralJobsInDeliveryOrder(t *testing.T) {
 		t.Fatalf("after the wake-up: %v, want %v", ids(woken), want)
 	}
 
+	// go-redis's own BLMPop (lower-case direction and count) reads the
+	// reply as Redis's.
+	submit(t, admin, map[string]any{"job_id": "typed", "queue": "mp", "type": "t"})
+	key, vals, err := w.c.BLMPop(ctx, time.Second, "right", 10, "queue:mp").Result()
+	if err != nil || key != "queue:mp" || len(vals) != 1 || !strings.Contains(vals[0], `"job_id":"typed"`) {
+		t.Fatalf("go-redis BLMPop = %q %v, %v", key, vals, err)
+	}
+
 	start := time.Now()
 	if key, jobs = w.mpop(t, "BLMPOP", "0.2", "1", "queue:mp", "RIGHT", "COUNT", "5"); jobs != nil {
 		t.Fatalf("BLMPOP of an empty queue = %s %v", key, ids(jobs))
