@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -130,15 +131,12 @@ func isReport(cmd redcon.Command) bool {
 // pipelinedReports reports whether first and the commands pipelined after
 // it are all reports, each about another job.
 func pipelinedReports(rest []redcon.Command, first redcon.Command) bool {
-	if len(rest) == 0 {
-		return false
+	if len(rest) == 0 || slices.ContainsFunc(rest, notReport) {
+		return false // (a report and the next pop, most often)
 	}
 	ids := make(map[string]struct{}, len(rest)+1)
 	ids[string(first.Args[1])] = struct{}{}
 	for _, c := range rest {
-		if !isReport(c) {
-			return false
-		}
 		if _, dup := ids[string(c.Args[1])]; dup {
 			return false
 		}
@@ -146,6 +144,8 @@ func pipelinedReports(rest []redcon.Command, first redcon.Command) bool {
 	}
 	return true
 }
+
+func notReport(cmd redcon.Command) bool { return !isReport(cmd) }
 
 // dispatchReports runs pipelined reports together, at most a group's worth
 // at a time, and writes their replies in order.

@@ -77,7 +77,7 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 	} else if len(args) > 3 {
 		return nil, resp.ErrSyntax
 	}
-	jobs, err := s.popNow(ctx, sess, queues, limit)
+	_, jobs, err := s.popNow(ctx, sess, queues, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +90,7 @@ func (s *Server) cmdRPop(ctx context.Context, sess *Session, args [][]byte) (res
 	if len(jobs) == 0 {
 		return resp.NilArray, nil
 	}
-	out := make(resp.Array, len(jobs))
-	for i, j := range jobs {
-		out[i] = resp.Bulk(deliveryJSON(j))
-	}
-	return out, nil
+	return deliveries(jobs), nil
 }
 
 // BRPOP queue:<a> [queue:<b> …] timeout
@@ -140,16 +136,11 @@ func (s *Server) cmdLMPop(ctx context.Context, sess *Session, args [][]byte) (re
 	if err != nil {
 		return nil, err
 	}
-	for _, q := range queues {
-		jobs, err := s.popNow(ctx, sess, []string{q}, count)
-		if err != nil {
-			return nil, err
-		}
-		if len(jobs) > 0 {
-			return mpopReply(q, jobs), nil
-		}
+	queue, jobs, err := s.popNow(ctx, sess, queues, count)
+	if err != nil || len(jobs) == 0 {
+		return resp.NilArray, err
 	}
-	return resp.NilArray, nil
+	return mpopReply(queue, jobs), nil
 }
 
 // maxPopCount bounds the jobs one pop takes.
@@ -194,30 +185,34 @@ func parseMPop(args [][]byte) (queues []string, count int, err error) {
 
 // mpopReply is [queue:<name>, [job, …]], as LMPOP answers.
 func mpopReply(queue string, jobs []store.Job) resp.Reply {
+	return resp.Array{resp.BulkString("queue:" + queue), deliveries(jobs)}
+}
+
+// deliveries is the jobs' JSON, as pops of several jobs answer them.
+func deliveries(jobs []store.Job) resp.Array {
 	out := make(resp.Array, len(jobs))
 	for i, j := range jobs {
 		out[i] = resp.Bulk(deliveryJSON(j))
 	}
-	return resp.Array{resp.BulkString("queue:" + queue), out}
+	return out
 }
 
-// popNow takes up to limit jobs from the queues, in order, without
-// waiting. A worker that registered again with other capabilities is
-// looked up once more.
-func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, limit int) ([]store.Job, error) {
-	var jobs []store.Job
+// popNow takes up to limit jobs from the first of the queues that has any
+// for the worker, in one claim, without waiting. A worker that registered
+// again with other capabilities is looked up once more.
+func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, limit int) (string, []store.Job, error) {
 	for try := 0; ; try++ {
 		w, err := s.popWorker(ctx, sess)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
-		_, jobs, err = s.claim(ctx, sess, w, queues, limit)
+		queue, jobs, err := s.claim(ctx, sess, w, queues, limit)
 		_, retry, err := claimError(w.ID, err)
 		if err != nil {
-			return nil, err // a draining worker gets no error and no job
+			return "", nil, err // a draining worker gets no error and no job
 		}
 		if !retry || try > 0 {
-			return jobs, nil
+			return queue, jobs, nil
 		}
 	}
 }

@@ -430,8 +430,17 @@ func TestWorkerEventsArePublished(t *testing.T) {
 	if err := w.c.Do(ctx, "WORKER.UNREGISTER", "ev-worker").Err(); err != nil {
 		t.Fatal(err)
 	}
+	if events := workerEventsUntil(t, sub, "ev-worker", "unregistered", 10*time.Second); strings.Join(events, " ") != "registered draining unregistered" {
+		t.Fatalf("worker events %v", events)
+	}
+}
+
+// workerEventsUntil reads sub's worker.<id>.events messages, all about
+// worker id, until one says last, and returns their events in order.
+func workerEventsUntil(t *testing.T, sub *redis.PubSub, id, last string, wait time.Duration) []string {
+	t.Helper()
 	var events []string
-	for len(events) < 3 {
+	for len(events) == 0 || events[len(events)-1] != last {
 		select {
 		case m := <-sub.Channel():
 			var e struct {
@@ -439,17 +448,15 @@ func TestWorkerEventsArePublished(t *testing.T) {
 				WorkerID string `json:"worker_id"`
 			}
 			json.Unmarshal([]byte(m.Payload), &e)
-			if e.WorkerID != "ev-worker" {
+			if e.WorkerID != id {
 				t.Fatalf("message %q", m.Payload)
 			}
 			events = append(events, e.Event)
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait):
 			t.Fatalf("worker events so far: %v", events)
 		}
 	}
-	if strings.Join(events, " ") != "registered draining unregistered" {
-		t.Fatalf("worker events %v", events)
-	}
+	return events
 }
 
 // A worker the watchdog declares dead is published on worker.<id>.events,
@@ -473,24 +480,7 @@ func TestAWorkersDeathIsPublished(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)  // each node hears of the other's subscriber
 	registerWorker(t, a, "doomed", "t") // and never heartbeats
 	for i, sub := range subs {
-		var events []string
-		for len(events) == 0 || events[len(events)-1] != "dead" {
-			select {
-			case m := <-sub.Channel():
-				var e struct {
-					Event    string `json:"event"`
-					WorkerID string `json:"worker_id"`
-				}
-				json.Unmarshal([]byte(m.Payload), &e)
-				if e.WorkerID != "doomed" {
-					t.Fatalf("node %d: message %q", i, m.Payload)
-				}
-				events = append(events, e.Event)
-			case <-time.After(15 * time.Second):
-				t.Fatalf("node %d: worker events so far: %v", i, events)
-			}
-		}
-		if strings.Join(events, " ") != "registered dead" {
+		if events := workerEventsUntil(t, sub, "doomed", "dead", 15*time.Second); strings.Join(events, " ") != "registered dead" {
 			t.Fatalf("node %d: worker events %v", i, events)
 		}
 	}
