@@ -46,62 +46,83 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 		first := reqs[idx[0]]
 		waiting := idx
 		for _, q := range first.queues {
-			if len(waiting) == 0 {
-				break
-			}
-			var workers []string
-			for _, i := range waiting {
-				for range reqs[i].limit {
-					workers = append(workers, reqs[i].worker)
+			// A claim that locked jobs a type's room could not take goes
+			// again at once: jobs behind them may be free to take.
+			for round := 0; len(waiting) > 0 && round < maxClaimRounds; round++ {
+				var trimmed bool
+				if waiting, trimmed = s.claimQueue(ctx, q, first.caps, reqs, waiting, out); !trimmed {
+					break
 				}
 			}
-			outcome, err := s.store.JobsClaim(ctx, store.JobsClaimParams{
-				Queue: q, Workers: workers, Capabilities: first.caps, AckTimeout: s.opts.AckTimeout, Lease: s.lease(),
-			})
-			claimed, refused := outcome.Claimed, outcome.Refused
-			if outcome.Limited {
-				s.limited.saw(q)
-			}
-			if !outcome.RateLimited.IsZero() {
-				// The queue's rate held jobs back: wake its waiters when
-				// the next start is allowed.
-				s.hub.Publish([]store.ReadyNote{{Queue: q, N: len(workers) - len(claimed),
-					At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
-			}
-			if err != nil {
-				for _, i := range waiting {
-					out[i].err = err
-				}
-				waiting = nil
-				break
-			}
-			s.publishStarted(claimed)
-			// A worker popping on several connections at once appears in
-			// several requests: its jobs go to them in arrival order.
-			byWorker := map[string][]store.Job{}
-			for _, c := range claimed {
-				byWorker[c.Worker] = append(byWorker[c.Worker], c.Job)
-			}
-			next := waiting[:0:0]
-			for _, i := range waiting {
-				r := reqs[i]
-				if err := refused[r.worker]; err != nil {
-					out[i].err = err
-					continue
-				}
-				jobs := byWorker[r.worker]
-				if len(jobs) == 0 {
-					next = append(next, i)
-					continue
-				}
-				n := min(r.limit, len(jobs))
-				out[i] = claimResult{queue: q, jobs: jobs[:n:n]}
-				byWorker[r.worker] = jobs[n:]
-			}
-			waiting = next
 		}
 	}
 	return out
+}
+
+// maxClaimRounds bounds the claims of one queue for one group of pops.
+const maxClaimRounds = 4
+
+// claimQueue runs one claim of queue q for the waiting pops, fills in
+// their results, and returns those still waiting, and whether a type's
+// limits trimmed the claim.
+func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
+	var workers []string
+	for _, i := range waiting {
+		for range reqs[i].limit {
+			workers = append(workers, reqs[i].worker)
+		}
+	}
+	outcome, err := s.store.JobsClaim(ctx, store.JobsClaimParams{
+		Queue: q, Workers: workers, Capabilities: caps, AckTimeout: s.opts.AckTimeout, Lease: s.lease(),
+	})
+	if err != nil {
+		for _, i := range waiting {
+			out[i].err = err
+		}
+		return nil, false
+	}
+	claimed, refused := outcome.Claimed, outcome.Refused
+	if outcome.Limited {
+		s.limited.sawQueue(q)
+	}
+	held := len(workers) - len(claimed)
+	if !outcome.RateLimited.IsZero() {
+		// The queue's rate held jobs back: wake its waiters when the
+		// next start is allowed.
+		s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
+	}
+	trimmed := false
+	for _, h := range outcome.Types {
+		s.limited.sawType(h.Type, q)
+		trimmed = trimmed || h.Trimmed
+		if !h.RateLimited.IsZero() && held > 0 {
+			s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
+		}
+	}
+	s.publishStarted(claimed)
+	// A worker popping on several connections at once appears in several
+	// requests: its jobs go to them in arrival order.
+	byWorker := map[string][]store.Job{}
+	for _, c := range claimed {
+		byWorker[c.Worker] = append(byWorker[c.Worker], c.Job)
+	}
+	next := waiting[:0:0]
+	for _, i := range waiting {
+		r := reqs[i]
+		if err := refused[r.worker]; err != nil {
+			out[i].err = err
+			continue
+		}
+		jobs := byWorker[r.worker]
+		if len(jobs) == 0 {
+			next = append(next, i)
+			continue
+		}
+		n := min(r.limit, len(jobs))
+		out[i] = claimResult{queue: q, jobs: jobs[:n:n]}
+		byWorker[r.worker] = jobs[n:]
+	}
+	return next, trimmed
 }
 
 // releaseClaimed gives back jobs claimed for a pop that stopped waiting.

@@ -87,6 +87,7 @@ var commandDocs = map[string]commandDoc{
 	"queue.resume": {group: groupQueues, syntax: "name", summary: "Resumes a paused queue.", write: true},
 	"queue.config": {group: groupQueues, syntax: "name [MAXRUNNING n] [RATE n PER seconds]", summary: "Reads or sets a queue's limits: running jobs at once, starts per period (NONE removes one).", write: true},
 	"queue.info":   {group: groupQueues, syntax: "name", summary: "A queue's counts by status and its limits."},
+	"type.config":  {group: groupQueues, syntax: "type [MAXRUNNING n] [RATE n PER seconds]", summary: "Reads or sets a job type's limits across every queue: running jobs at once, starts per period.", write: true},
 
 	"schedule.create":  {group: groupSchedules, syntax: "json", summary: "Creates a cron schedule that submits a job at each fire.", write: true},
 	"schedule.get":     {group: groupSchedules, syntax: "name", summary: "The schedule as JSON: definition, next and last fire, counts."},

@@ -54,7 +54,8 @@ func (s *Server) newGroups() groups {
 			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, fx := s.store.JobsFinish(ctx, reports)
-				s.hub.Publish(append(fx.Ready, s.limited.roomNotes(fx.Freed)...), fx.Done)
+				s.hub.Publish(fx.Ready, fx.Done)
+				s.hub.Free(fx.Freed)
 				s.publishFinished(ctx, reports, errs)
 				return errs
 			},

@@ -5,53 +5,90 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
 
-// limitedQueues remembers the queues whose claims on this node found
-// limits, so that a job leaving running there wakes a pop the running cap
-// held back, while finishing jobs of other queues costs nothing more. A
-// queue is forgotten an hour after a claim last saw its limits (waking a
-// pop for nothing is harmless; the LISTEN connection's re-check finds what
-// a missed wake-up left).
-type limitedQueues struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
+// limitedPops remembers the queues whose claims on this node found limits
+// — the queue's own, or a job type's that held its jobs back — so that a
+// job leaving running wakes a pop those limits held, while finishing other
+// jobs costs nothing more. An entry is forgotten an hour after a claim last
+// saw it (waking a pop for nothing is harmless; the LISTEN connection's
+// re-check finds what a missed wake-up left).
+type limitedPops struct {
+	mu     sync.Mutex
+	queues map[string]time.Time
+	types  map[string]map[string]time.Time // type → queue → when
 }
 
 const limitedMemory = time.Hour
 
-func (l *limitedQueues) saw(queue string) {
+// sawQueue records that the queue has limits.
+func (l *limitedPops) sawQueue(queue string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.seen == nil {
-		l.seen = map[string]time.Time{}
+	if l.queues == nil {
+		l.queues = map[string]time.Time{}
 	}
-	now := time.Now()
-	l.seen[queue] = now
-	if len(l.seen) > 1000 {
-		for q, t := range l.seen {
-			if now.Sub(t) > limitedMemory {
-				delete(l.seen, q)
+	l.queues[queue] = time.Now()
+	forgetOld(l.queues)
+}
+
+// sawType records that the type's limits held back jobs of the queue.
+func (l *limitedPops) sawType(typ, queue string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.types == nil {
+		l.types = map[string]map[string]time.Time{}
+	}
+	if l.types[typ] == nil {
+		l.types[typ] = map[string]time.Time{}
+	}
+	l.types[typ][queue] = time.Now()
+	forgetOld(l.types[typ])
+	if len(l.types) > 1000 {
+		for t, qs := range l.types {
+			if forgetOld(qs); len(qs) == 0 {
+				delete(l.types, t)
 			}
 		}
 	}
 }
 
-// roomNotes wakes, for each limited queue, as many pops as jobs left it.
-func (l *limitedQueues) roomNotes(freed map[string]int) []store.ReadyNote {
-	if len(freed) == 0 {
-		return nil
+// forgetOld drops entries older than limitedMemory once there are many.
+func forgetOld(seen map[string]time.Time) {
+	if len(seen) <= 1000 {
+		return
 	}
+	now := time.Now()
+	for k, t := range seen {
+		if now.Sub(t) > limitedMemory {
+			delete(seen, k)
+		}
+	}
+}
+
+// RoomNotes wakes, for each queue whose pops limits held back, as many
+// pops as jobs of the queue, or of the type holding it, left running.
+func (s *Server) RoomNotes(f store.Freed) []store.ReadyNote {
+	l := &s.limited
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var notes []store.ReadyNote
-	for q, n := range freed {
-		if t, ok := l.seen[q]; ok && time.Since(t) < limitedMemory {
+	for q, n := range f.Queues {
+		if t, ok := l.queues[q]; ok && time.Since(t) < limitedMemory {
 			notes = append(notes, store.ReadyNote{Queue: q, N: n})
+		}
+	}
+	for typ, n := range f.Types {
+		for q, t := range l.types[typ] {
+			if time.Since(t) < limitedMemory {
+				notes = append(notes, store.ReadyNote{Queue: q, N: n})
+			}
 		}
 	}
 	return notes
@@ -66,48 +103,12 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	if !queuePattern.MatchString(name) {
 		return nil, resp.Errorf("invalid queue name '%s'", name)
 	}
-	var change store.QueueLimitsChange
-	for i := 2; i < len(args); {
-		switch strings.ToUpper(string(args[i])) {
-		case "MAXRUNNING":
-			if i+1 >= len(args) || change.MaxRunning != nil {
-				return nil, resp.ErrSyntax
-			}
-			n, err := limitValue(args[i+1], 1_000_000, "MAXRUNNING", true)
-			if err != nil {
-				return nil, err
-			}
-			change.MaxRunning = &n
-			i += 2
-		case "RATE":
-			if i+1 >= len(args) || change.Rate != nil {
-				return nil, resp.ErrSyntax
-			}
-			if strings.EqualFold(string(args[i+1]), "NONE") {
-				change.Rate = &store.QueueRate{}
-				i += 2
-				continue
-			}
-			if i+3 >= len(args) || !strings.EqualFold(string(args[i+2]), "PER") {
-				return nil, resp.ErrSyntax
-			}
-			n, err := limitValue(args[i+1], 100_000, "RATE", false)
-			if err != nil {
-				return nil, err
-			}
-			secs, err := limitValue(args[i+3], 86_400, "RATE period", false)
-			if err != nil {
-				return nil, err
-			}
-			change.Rate = &store.QueueRate{Limit: n, Period: time.Duration(secs) * time.Second}
-			i += 4
-		default:
-			return nil, resp.ErrSyntax
-		}
+	change, err := parseLimits(args[2:])
+	if err != nil {
+		return nil, err
 	}
-	var limits store.QueueLimits
-	var err error
-	if change.MaxRunning == nil && change.Rate == nil {
+	var limits store.Limits
+	if change == (store.LimitsChange{}) {
 		limits, err = s.store.QueueLimitsGet(ctx, name)
 	} else {
 		if sess.principal().Role != auth.RoleAdmin {
@@ -118,7 +119,85 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	return queueLimitsMap(name, limits), nil
+	return limitsMap(name, limits), nil
+}
+
+// TYPE.CONFIG type [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE]
+//
+// QUEUE.CONFIG for a job type: its running jobs and starts are counted
+// across every queue.
+func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	name := string(args[1])
+	if name == "" || len(name) > 128 || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return nil, resp.Errorf("a job type is 1 to 128 bytes of text without control characters")
+	}
+	change, err := parseLimits(args[2:])
+	if err != nil {
+		return nil, err
+	}
+	if change == (store.LimitsChange{}) {
+		limits, err := s.store.TypeLimitsGet(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return limitsMap(name, limits), nil
+	}
+	if sess.principal().Role != auth.RoleAdmin {
+		return nil, resp.CodeErrorf("NOPERM", "only admins may change a job type's limits")
+	}
+	limits, err := s.store.TypeConfigure(ctx, name, change)
+	if err != nil {
+		return nil, err
+	}
+	// Loosened limits may leave room at once: wake, on every node, the
+	// pops the type held back.
+	s.hub.Free(store.Freed{Types: map[string]int{name: 1_000_000}})
+	return limitsMap(name, limits), nil
+}
+
+// parseLimits reads [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE],
+// each at most once.
+func parseLimits(args [][]byte) (store.LimitsChange, error) {
+	var change store.LimitsChange
+	for i := 0; i < len(args); {
+		switch strings.ToUpper(string(args[i])) {
+		case "MAXRUNNING":
+			if i+1 >= len(args) || change.MaxRunning != nil {
+				return change, resp.ErrSyntax
+			}
+			n, err := limitValue(args[i+1], 1_000_000, "MAXRUNNING", true)
+			if err != nil {
+				return change, err
+			}
+			change.MaxRunning = &n
+			i += 2
+		case "RATE":
+			if i+1 >= len(args) || change.Rate != nil {
+				return change, resp.ErrSyntax
+			}
+			if strings.EqualFold(string(args[i+1]), "NONE") {
+				change.Rate = &store.Rate{}
+				i += 2
+				continue
+			}
+			if i+3 >= len(args) || !strings.EqualFold(string(args[i+2]), "PER") {
+				return change, resp.ErrSyntax
+			}
+			n, err := limitValue(args[i+1], 100_000, "RATE", false)
+			if err != nil {
+				return change, err
+			}
+			secs, err := limitValue(args[i+3], 86_400, "RATE period", false)
+			if err != nil {
+				return change, err
+			}
+			change.Rate = &store.Rate{Limit: n, Period: time.Duration(secs) * time.Second}
+			i += 4
+		default:
+			return change, resp.ErrSyntax
+		}
+	}
+	return change, nil
 }
 
 // limitValue parses a whole number from 1 to most, or NONE (0) where
@@ -137,7 +216,7 @@ func limitValue(arg []byte, most int64, what string, none bool) (int, error) {
 	return int(n), nil
 }
 
-func queueLimitsMap(name string, l store.QueueLimits) resp.Map {
+func limitsMap(name string, l store.Limits) resp.Map {
 	return resp.Map{
 		{Key: "name", Value: resp.BulkString(name)},
 		{Key: "max_running", Value: resp.Int(int64(l.MaxRunning))},
@@ -160,5 +239,5 @@ func (s *Server) cmdQueueInfo(ctx context.Context, _ *Session, args [][]byte) (r
 	if err != nil {
 		return nil, err
 	}
-	return append(queueStatsMap(qs[0]), queueLimitsMap(name, limits)[1:]...), nil
+	return append(queueStatsMap(qs[0]), limitsMap(name, limits)[1:]...), nil
 }

@@ -20,6 +20,7 @@ func (s *Server) queueCommands() []*Command {
 		// admins (checked by the command).
 		{Name: "queue.config", Arity: -2, Roles: readers, Handler: s.cmdQueueConfig},
 		{Name: "queue.info", Arity: 2, Roles: readers, Handler: s.cmdQueueInfo},
+		{Name: "type.config", Arity: -2, Roles: readers, Handler: s.cmdTypeConfig},
 	}
 }
 

@@ -60,7 +60,7 @@ type Server struct {
 	groups  groups
 	broker  *broker
 	// limited remembers the queues with limits this node's claims saw.
-	limited limitedQueues
+	limited limitedPops
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu

@@ -22,11 +22,23 @@ type JobsClaimParams struct {
 
 // ClaimOutcome is what one claim statement did: the jobs it handed out,
 // the workers that may not claim and why, whether the queue has limits,
-// and, when its rate held jobs back, when the next start is allowed.
+// when its rate held jobs back, the next start it allows, and the limited
+// job types that held jobs back.
 type ClaimOutcome struct {
 	Claimed     []Claimed
 	Refused     map[string]error
 	Limited     bool
+	RateLimited time.Time
+	Types       []TypeHold
+}
+
+// TypeHold is a job type whose limits held back jobs of the claim's queue.
+// Trimmed means the claim locked jobs of the type it could not take: other
+// jobs behind them may be claimable at once. RateLimited, when set, is when
+// the type's rate allows its next start.
+type TypeHold struct {
+	Type        string
+	Trimmed     bool
 	RateLimited time.Time
 }
 
@@ -65,23 +77,40 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // flush: a claim lost in a crash is delivered again, and the delivery
 // token tells the two deliveries apart.
 //
-// A queue with limits (QueueConfigure) has its row locked by a statement
-// before the claim, in the same transaction: claims of that queue on every
-// node then take turns, and each counts the running jobs and recent starts
-// the previous one committed. The claim takes no more jobs than the limits
-// leave room for, and logs its starts for the rate.
+// Limits (QueueConfigure, TypeConfigure) are counted in the claim's own
+// transaction. A statement before the claim locks the queue's row when the
+// queue has limits, then the rows of the limited job types among the jobs
+// the claim is about to take, in name order: claims that could start jobs
+// of the same limited queue or type take turns on every node, and each
+// counts the running jobs and recent starts the previous one committed.
+// The claim takes no more than the limits leave room for, never a job of a
+// limited type whose row it did not lock, and logs its starts for the
+// rates. Without any limits, the locking statement reads two empty sets.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
 	caps := cmpOrEmpty(p.Capabilities)
-	var claimed []Claimed
-	var rateLimited time.Time
-	limited := false
-	refused := map[string]error{}
-	lock := &pgx.QueuedQuery{SQL: `
-		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)
-		FOR NO KEY UPDATE`, Arguments: []any{p.Queue}}
+	var out ClaimOutcome
+	out.Refused = map[string]error{}
+	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers)}}
+	lock.Query(func(rows pgx.Rows) error {
+		// Limited types that looked full, ahead in the queue: not locked,
+		// and their jobs not taken, but a finish of theirs wakes this
+		// queue's pops.
+		for rows.Next() {
+			var h TypeHold
+			var next time.Time
+			if err := rows.Scan(&h.Type, &next); err != nil {
+				return err
+			}
+			if next.Unix() > 0 {
+				h.RateLimited = next
+			}
+			out.Types = append(out.Types, h)
+		}
+		return rows.Err()
+	})
 	err := s.hotQuery(ctx, true, lock, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
-		// worker may not claim.
+		// worker may not claim; or a limit that held jobs back.
 		c := Claimed{Job: Job{Status: StatusRunning}}
 		j := &c.Job
 		var refusal string
@@ -91,98 +120,188 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 		}
 		switch refusal {
 		case "LIMITS":
-			limited = true
+			out.Limited = true
 			if j.RunAt.Unix() > 0 {
-				rateLimited = j.RunAt
+				out.RateLimited = j.RunAt
 			}
+		case "TYPE":
+			h := TypeHold{Type: j.Type, Trimmed: j.Attempt == 1}
+			if j.RunAt.Unix() > 0 {
+				h.RateLimited = j.RunAt
+			}
+			out.Types = append(out.Types, h)
 		case "":
 			j.WorkerID = &c.Worker
-			claimed = append(claimed, c)
+			out.Claimed = append(out.Claimed, c)
 		case WorkerActive:
-			refused[c.Worker] = ErrCapabilitiesChanged
+			out.Refused[c.Worker] = ErrCapabilitiesChanged
 		default:
-			refused[c.Worker] = &WorkerNotActiveError{State: refusal}
+			out.Refused[c.Worker] = &WorkerNotActiveError{State: refusal}
 		}
 		return nil
-	}, `
-		WITH known AS MATERIALIZED (
-			-- One index scan for all the named workers, however often each
-			-- is named (ordered and limited so that the planner probes
-			-- the primary key rather than reading a small table whole).
-			SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[])
-			ORDER BY worker_id LIMIT cardinality($2::text[])
-		), named AS MATERIALIZED (
-			SELECT u.wid, u.ord, coalesce(k.state, 'UNREGISTERED') AS state,
-				coalesce(k.state = 'ACTIVE' AND k.capabilities = $3::text[], false) AS ok
-			FROM unnest($2::text[]) WITH ORDINALITY AS u(wid, ord)
-			LEFT JOIN known k ON k.worker_id = u.wid
-		), w AS (
-			-- The claimers in waiting order: the n-th job picked goes to
-			-- the n-th of them.
-			SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
-		), room AS (
-			-- What the queue's limits leave room for (no row: no limits).
-			SELECT CASE WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
-					SELECT count(*) FROM jobs r WHERE r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
-				CASE WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
-					SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period), 0) END AS by_rate,
-				(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period) + q.rate_period AS next_start
-			FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
-		), picked AS (
-			SELECT id, row_number() OVER () AS rn FROM (
-				SELECT j.id FROM jobs j
-				WHERE j.queue = $1
-				  AND j.status IN ('queued', 'scheduled', 'retrying')
-				  AND j.run_at <= now()
-				  AND j.requires <@ $3::text[]
-				  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
-				ORDER BY j.priority DESC, j.run_at, j.seq
-				LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
-				FOR UPDATE OF j SKIP LOCKED
-			) p
-		), claimed AS (
-			UPDATE jobs j SET
-				status = 'running',
-				worker_id = (SELECT wids FROM w)[picked.rn],
-				attempt = j.attempt + 1,
-				delivery = gen_random_uuid(),
-				started_at = now(),
-				ack_deadline = now() + $4::interval,
-				lease_expires_at = now() + $5::interval,
-				deadline_at = now() + make_interval(secs => j.timeout_seconds),
-				progress = NULL,
-				updated_at = now()
-			FROM picked WHERE j.id = picked.id
-			RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
-				j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
-		), logged AS (
-			-- The rate's log: the starts still in the window, and these.
-			UPDATE queues q SET rate_starts = ARRAY(
-				SELECT t FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period
-				UNION ALL SELECT now() FROM claimed)
-			WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed)
-		)
-		SELECT *, '' FROM claimed
-		UNION ALL
-		-- A worker that may not claim says why, in the same round trip:
-		-- its state, or ACTIVE when its capabilities changed.
-		SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-			0, 0, 0, now(), '', state
-		FROM named WHERE NOT ok
-		UNION ALL
-		-- The queue has limits; when its rate held jobs back, the time the
-		-- next start is allowed.
-		SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-			0, 0, 0, CASE WHEN by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
-				THEN next_start ELSE 'epoch' END, '', 'LIMITS'
-		FROM room`,
-		p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
+	}, claimJobs, p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
 	if err != nil {
 		return ClaimOutcome{}, interpretError(err)
 	}
-	sort.SliceStable(claimed, func(a, b int) bool { return claimedBefore(claimed[a].Job, claimed[b].Job) })
-	return ClaimOutcome{Claimed: claimed, Refused: refused, Limited: limited, RateLimited: rateLimited}, nil
+	sort.SliceStable(out.Claimed, func(a, b int) bool { return claimedBefore(out.Claimed[a].Job, out.Claimed[b].Job) })
+	return out, nil
 }
+
+// claimLocks locks what the claim that follows counts on: the queue's row
+// when it has limits, then the rows of the limited types that look open
+// among the next jobs the claim would take ($3 of them, types that look
+// full skipped), recording their names for the claim. It answers the
+// limited types that look full among the queue's next jobs, and when
+// their rate allows a start. What it reads without locks only chooses
+// what to lock; the claim counts again under the locks.
+const claimLocks = `
+	WITH q AS (
+		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)
+		FOR NO KEY UPDATE
+	), lim AS MATERIALIZED (
+		SELECT name,
+			(max_running IS NULL OR max_running > (
+				SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = t.name))
+			AND (rate_limit IS NULL OR rate_limit > (
+				SELECT count(*) FROM unnest(rate_starts) s WHERE s > now() - rate_period)) AS open,
+			(SELECT min(s) FROM unnest(rate_starts) s WHERE s > now() - rate_period) + rate_period AS next_start
+		FROM job_types t
+	), head AS MATERIALIZED (
+		-- The queue's next jobs, types that look full included, then
+		-- skipped; read only when some type has limits.
+		SELECT DISTINCT h.type, h.skipping FROM (
+			(SELECT j.type, false AS skipping FROM jobs j
+			 WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+			   AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim)
+			 ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3)
+			UNION ALL
+			(SELECT j.type, true FROM jobs j
+			 WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+			   AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim WHERE NOT open)
+			   AND j.type NOT IN (SELECT name FROM lim WHERE NOT open)
+			 ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3)) h
+	), locked AS (
+		SELECT t.name FROM job_types t
+		WHERE t.name IN (SELECT type FROM head) AND t.name IN (SELECT name FROM lim WHERE open)
+		ORDER BY t.name FOR NO KEY UPDATE
+	)
+	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) FROM q) q
+	WHERE set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
+	UNION ALL
+	SELECT name, coalesce(next_start, 'epoch') FROM lim
+	WHERE NOT open AND name IN (SELECT type FROM head WHERE NOT skipping)`
+
+// claimJobs is the claim itself, under claimLocks' locks.
+const claimJobs = `
+	WITH known AS MATERIALIZED (
+		-- One index scan for all the named workers, however often each
+		-- is named (ordered and limited so that the planner probes
+		-- the primary key rather than reading a small table whole).
+		SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[])
+		ORDER BY worker_id LIMIT cardinality($2::text[])
+	), named AS MATERIALIZED (
+		SELECT u.wid, u.ord, coalesce(k.state, 'UNREGISTERED') AS state,
+			coalesce(k.state = 'ACTIVE' AND k.capabilities = $3::text[], false) AS ok
+		FROM unnest($2::text[]) WITH ORDINALITY AS u(wid, ord)
+		LEFT JOIN known k ON k.worker_id = u.wid
+	), w AS (
+		-- The claimers in waiting order: the n-th job picked goes to
+		-- the n-th of them.
+		SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
+	), room AS (
+		-- What the queue's limits leave room for (no row: no limits).
+		SELECT CASE WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
+				SELECT count(*) FROM jobs r WHERE r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
+			CASE WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
+				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period), 0) END AS by_rate,
+			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period) + q.rate_period AS next_start
+		FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
+	), typeroom AS MATERIALIZED (
+		-- What each limited type locked by claimLocks leaves room for.
+		SELECT t.name, least(
+				CASE WHEN t.max_running IS NULL THEN NULL ELSE greatest(t.max_running - (
+					SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = t.name), 0) END,
+				CASE WHEN t.rate_limit IS NULL THEN NULL ELSE greatest(t.rate_limit - (
+					SELECT count(*) FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period), 0) END) AS n,
+			CASE WHEN t.rate_limit IS NULL THEN NULL ELSE (
+				SELECT min(s) FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period) + t.rate_period END AS next_start
+		FROM job_types t
+		WHERE t.name = ANY(coalesce(nullif(current_setting('agq.claim_types', true), ''), '{}')::text[])
+	), shut AS (
+		-- Limited types this claim takes no job of: not locked, or full.
+		SELECT coalesce(array_agg(name), '{}') AS names FROM (
+			SELECT name FROM job_types WHERE name NOT IN (SELECT name FROM typeroom)
+			UNION ALL SELECT name FROM typeroom WHERE n = 0) s
+	), picked AS (
+		SELECT id, type, row_number() OVER () AS pos FROM (
+			SELECT j.id, j.type FROM jobs j
+			WHERE j.queue = $1
+			  AND j.status IN ('queued', 'scheduled', 'retrying')
+			  AND j.run_at <= now()
+			  AND j.requires <@ $3::text[]
+			  -- Written so that the planner keeps its estimate of the
+			  -- rows that pass (a plain NOT = ANY of an array it cannot
+			  -- see reads as "almost none", and the index order is lost).
+			  AND (CASE WHEN j.type = ANY((SELECT names FROM shut)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
+			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
+			ORDER BY j.priority DESC, j.run_at, j.seq
+			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
+			FOR UPDATE OF j SKIP LOCKED
+		) p
+	), fits AS (
+		-- Within each limited type's room, in delivery order.
+		SELECT f.id, row_number() OVER (ORDER BY f.pos) AS rn FROM (
+			SELECT p.id, p.pos, p.type, row_number() OVER (PARTITION BY p.type ORDER BY p.pos) AS nth FROM picked p) f
+		WHERE f.nth <= coalesce((SELECT n FROM typeroom WHERE name = f.type), f.nth)
+	), claimed AS (
+		UPDATE jobs j SET
+			status = 'running',
+			worker_id = (SELECT wids FROM w)[fits.rn],
+			attempt = j.attempt + 1,
+			delivery = gen_random_uuid(),
+			started_at = now(),
+			ack_deadline = now() + $4::interval,
+			lease_expires_at = now() + $5::interval,
+			deadline_at = now() + make_interval(secs => j.timeout_seconds),
+			progress = NULL,
+			updated_at = now()
+		FROM fits WHERE j.id = fits.id
+		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
+			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
+	), logged AS (
+		-- The rate's log: the starts still in the window, and these.
+		UPDATE queues q SET rate_starts = ARRAY(
+			SELECT t FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period
+			UNION ALL SELECT now() FROM claimed)
+		WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed)
+	), typelogged AS (
+		UPDATE job_types t SET rate_starts = ARRAY(
+			SELECT s FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period
+			UNION ALL SELECT now() FROM claimed c WHERE c.type = t.name)
+		WHERE t.name IN (SELECT type FROM claimed) AND t.rate_limit IS NOT NULL
+	)
+	SELECT *, '' FROM claimed
+	UNION ALL
+	-- A worker that may not claim says why, in the same round trip:
+	-- its state, or ACTIVE when its capabilities changed.
+	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		0, 0, 0, now(), '', state
+	FROM named WHERE NOT ok
+	UNION ALL
+	-- The queue has limits; when its rate held jobs back, the time the
+	-- next start is allowed.
+	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		0, 0, 0, CASE WHEN by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
+			THEN next_start ELSE 'epoch' END, '', 'LIMITS'
+	FROM room
+	UNION ALL
+	-- A locked type that held jobs back: full (its jobs skipped), or
+	-- trimmed (attempt 1: jobs picked past its room). Its next start
+	-- when its rate is what held them.
+	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		CASE WHEN r.n > 0 THEN 1 ELSE 0 END, 0, 0, coalesce(r.next_start, 'epoch'), '', 'TYPE'
+	FROM typeroom r
+	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 
 // JobRelease gives back a just-claimed job whose delivery could not happen
 // (the client left): queued again, the attempt not counted. The note says

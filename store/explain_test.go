@@ -179,6 +179,39 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			},
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
 		},
+		// The cases below limit type-1 (a quarter of the jobs): they come
+		// after every other claim.
+		{
+			// Under a type limit, the claim's locking statement reads the
+			// queue's next jobs for their types, and counts the type's
+			// running jobs among all running ones (10,000 here).
+			name: "ClaimLocksUnderATypeLimitUseJobsWaiting",
+			run: func(ctx context.Context, st *store.Store) error {
+				// The statement is explained on the full database.
+				if _, err := full.Exec(ctx, `INSERT INTO job_types (name, max_running) VALUES ('type-1', 5000)`); err != nil {
+					return err
+				}
+				max := 5000
+				if _, err := st.TypeConfigure(ctx, "type-1", store.LimitsChange{MaxRunning: &max}); err != nil {
+					return err
+				}
+				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
+					Capabilities: everything, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
+				return err
+			},
+			match: "WITH q AS", index: "jobs_waiting", maxScanned: 11000,
+		},
+		{
+			// Explained alone, the claim holds no type's lock: it skips
+			// type-1's jobs on its way down the index.
+			name: "ClaimUnderATypeLimitUsesJobsWaiting",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
+					Capabilities: everything, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
+				return err
+			},
+			match: "FOR UPDATE OF j SKIP LOCKED", index: "jobs_waiting", maxScanned: 100,
+		},
 	}
 	tests = append(tests, dashboardStatements()...)
 	for _, tt := range tests {

@@ -8,46 +8,86 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// QueueRate is a limit on starts: at most Limit in any Period. The zero
-// value is no limit.
-type QueueRate struct {
+// Rate is a limit on starts: at most Limit in any Period. The zero value
+// is no limit.
+type Rate struct {
 	Limit  int
 	Period time.Duration
 }
 
-// QueueLimits are a queue's flow-control limits; zero values mean none.
-type QueueLimits struct {
+// Limits are the flow-control limits of a queue or a job type; zero values
+// mean none.
+type Limits struct {
 	MaxRunning int
-	Rate       QueueRate
+	Rate       Rate
 }
 
-// QueueLimitsChange says which limits to set: a nil field stays as it is;
+// LimitsChange says which limits to set: a nil field stays as it is;
 // MaxRunning 0 or a zero Rate removes that limit.
-type QueueLimitsChange struct {
+type LimitsChange struct {
 	MaxRunning *int
-	Rate       *QueueRate
+	Rate       *Rate
 }
 
 // QueueLimitsGet returns a queue's limits (none for a queue without a row).
-func (s *Store) QueueLimitsGet(ctx context.Context, name string) (QueueLimits, error) {
-	var l QueueLimits
+func (s *Store) QueueLimitsGet(ctx context.Context, name string) (Limits, error) {
+	return s.limitsGet(ctx, `FROM queues WHERE name = $1`, name)
+}
+
+// TypeLimitsGet returns a job type's limits (none for a type without a row).
+func (s *Store) TypeLimitsGet(ctx context.Context, name string) (Limits, error) {
+	return s.limitsGet(ctx, `FROM job_types WHERE name = $1`, name)
+}
+
+func (s *Store) limitsGet(ctx context.Context, from, name string) (Limits, error) {
+	var l Limits
 	if !storable(name) {
 		return l, nil
 	}
-	err := s.Pool.QueryRow(ctx, queueLimitsSelect+` FROM queues WHERE name = $1`, name).
-		Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
+	err := s.Pool.QueryRow(ctx, limitsColumns+from, name).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return QueueLimits{}, nil
+		return Limits{}, nil
 	}
 	return l, interpretError(err)
 }
 
-const queueLimitsSelect = `SELECT coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0')`
+const limitsColumns = `SELECT coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0') `
 
 // QueueConfigure changes a queue's limits (creating its row if needed) and
 // returns those now in force. Loosened limits may leave room at once: the
 // queue's waiters on every node are woken, as a resume wakes them.
-func (s *Store) QueueConfigure(ctx context.Context, name string, c QueueLimitsChange) (QueueLimits, error) {
+func (s *Store) QueueConfigure(ctx context.Context, name string, c LimitsChange) (Limits, error) {
+	var l Limits
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if l, err = configure(ctx, tx, "queues", name, c); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, json_build_object('q', $2::text, 'n', 1000000)::text)`, ChannelJobs, name)
+		return err
+	})
+	return l, interpretError(err)
+}
+
+// TypeConfigure changes a job type's limits and returns those now in
+// force. A type left without limits loses its row, so that claims have no
+// row of it to lock. The caller wakes the pops its old limits held back.
+func (s *Store) TypeConfigure(ctx context.Context, name string, c LimitsChange) (Limits, error) {
+	var l Limits
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if l, err = configure(ctx, tx, "job_types", name, c); err != nil || l != (Limits{}) {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM job_types WHERE name = $1`, name)
+		return err
+	})
+	return l, interpretError(err)
+}
+
+// configure upserts the limits of the row name in table (queues or
+// job_types) and returns those in force.
+func configure(ctx context.Context, tx pgx.Tx, table, name string, c LimitsChange) (Limits, error) {
 	var maxRunning, rateLimit *int
 	var period *time.Duration
 	setMax, setRate := c.MaxRunning != nil, c.Rate != nil
@@ -57,21 +97,14 @@ func (s *Store) QueueConfigure(ctx context.Context, name string, c QueueLimitsCh
 	if setRate && c.Rate.Limit > 0 {
 		rateLimit, period = &c.Rate.Limit, &c.Rate.Period
 	}
-	var l QueueLimits
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-			INSERT INTO queues AS q (name, max_running, rate_limit, rate_period) VALUES ($1, $3, $5, $6)
-			ON CONFLICT (name) DO UPDATE SET
-				max_running = CASE WHEN $2 THEN excluded.max_running ELSE q.max_running END,
-				rate_limit = CASE WHEN $4 THEN excluded.rate_limit ELSE q.rate_limit END,
-				rate_period = CASE WHEN $4 THEN excluded.rate_period ELSE q.rate_period END
-			RETURNING coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0')`,
-			name, setMax, maxRunning, setRate, rateLimit, period).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, json_build_object('q', $2::text, 'n', 1000000)::text)`, ChannelJobs, name)
-		return err
-	})
-	return l, interpretError(err)
+	var l Limits
+	err := tx.QueryRow(ctx, `
+		INSERT INTO `+table+` AS q (name, max_running, rate_limit, rate_period) VALUES ($1, $3, $5, $6)
+		ON CONFLICT (name) DO UPDATE SET
+			max_running = CASE WHEN $2 THEN excluded.max_running ELSE q.max_running END,
+			rate_limit = CASE WHEN $4 THEN excluded.rate_limit ELSE q.rate_limit END,
+			rate_period = CASE WHEN $4 THEN excluded.rate_period ELSE q.rate_period END
+		RETURNING coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0')`,
+		name, setMax, maxRunning, setRate, rateLimit, period).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
+	return l, err
 }

@@ -14,10 +14,45 @@ import (
 type ReportEffects struct {
 	Done  []string
 	Ready []ReadyNote
-	// Freed counts, per queue, the jobs that left running: room for a
-	// queue whose running jobs are limited.
-	Freed map[string]int
+	Freed Freed
 }
+
+// Freed counts, per queue and per job type, the jobs that left running:
+// room where running jobs are limited.
+type Freed struct {
+	Queues map[string]int `json:"q,omitempty"`
+	Types  map[string]int `json:"t,omitempty"`
+}
+
+// Add counts n jobs of queue and of type typ that left running; an empty
+// name is not counted (no type without a name has limits).
+func (f *Freed) Add(queue, typ string, n int) {
+	if queue != "" {
+		if f.Queues == nil {
+			f.Queues = map[string]int{}
+		}
+		f.Queues[queue] += n
+	}
+	if typ != "" {
+		if f.Types == nil {
+			f.Types = map[string]int{}
+		}
+		f.Types[typ] += n
+	}
+}
+
+// Merge adds o's counts to f.
+func (f *Freed) Merge(o Freed) {
+	for q, n := range o.Queues {
+		f.Add(q, "", n)
+	}
+	for t, n := range o.Types {
+		f.Add("", t, n)
+	}
+}
+
+// Empty reports whether f counts nothing.
+func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 
 // JobsFinish applies final reports (completed, failed, cancelled) sent by
 // different clients, gathered into one group: one statement over arrays
@@ -74,15 +109,15 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 	}
 	// What the rows say counts only once the transaction committed.
 	type finished struct {
-		ord               int32
-		id, status, queue string
-		requires          []string
-		runAt             time.Time
+		ord                    int32
+		id, status, queue, typ string
+		requires               []string
+		runAt                  time.Time
 	}
 	var done []finished
 	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
 		var f finished
-		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.requires, &f.runAt); err != nil {
+		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt); err != nil {
 			return err
 		}
 		done = append(done, f)
@@ -114,17 +149,14 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		  AND (r.worker = '' OR j.worker_id = r.worker)
 		  AND (r.attempt = 0 OR j.attempt = r.attempt)
 		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
-		RETURNING r.ord, j.id, j.status, j.queue, j.requires, j.run_at`,
+		RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at`,
 		ids, workers, statuses, attempts, deliveries, results, errTexts, retryable, ords)
 	if err != nil {
 		return applied, err
 	}
 	for _, f := range done {
 		applied[f.ord] = true
-		if fx.Freed == nil {
-			fx.Freed = map[string]int{}
-		}
-		fx.Freed[f.queue]++
+		fx.Freed.Add(f.queue, f.typ, 1)
 		if f.status == StatusRetrying {
 			fx.Ready = append(fx.Ready, ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
 		} else {

@@ -184,10 +184,14 @@ func (s *Store) DropIdleConns() { s.Pool.Reset() }
 // submission cost 250 µs a call, more than running it; a claim's first
 // five custom plans on each connection cost 4-8 ms each), while the
 // generic plans are as fast at every group size: they run with
-// plan_cache_mode force_generic_plan, set for their own transaction.
+// plan_cache_mode force_generic_plan, set for their own transaction. JIT
+// compilation is off for them: estimates over tables never analyzed (an
+// empty job_types reads as hundreds of rows) can push a statement that
+// runs in microseconds past jit_above_cost, and compiling it takes 35 ms.
 const (
-	genericPlan      = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-	genericPlanAsync = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+	genericPlan      = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
+	genericPlanAsync = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),
+		set_config('synchronous_commit', 'off', true)`
 )
 
 // hotQuery runs one statement of the hot path with a generic plan, calling
@@ -208,7 +212,7 @@ func (s *Store) hotQuery(ctx context.Context, async bool, before *pgx.QueuedQuer
 		b.Queue(genericPlan)
 	}
 	if before != nil {
-		b.Queue(before.SQL, before.Arguments...)
+		b.QueuedQueries = append(b.QueuedQueries, before)
 	}
 	q := b.Queue(sql, args...)
 	if scan != nil {

@@ -183,6 +183,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		},
 		OnMessage: func(m wakeup.Message) { n.server.Deliver(m) },
 		OnMoved:   func(m store.Moved) { n.server.DeliverMoved(m) },
+		Room:      func(f store.Freed) []store.ReadyNote { return n.server.RoomNotes(f) },
 	})
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,

@@ -56,6 +56,10 @@ type Config struct {
 	// OnMoved tells this node's subscribers of a job moved out of running
 	// by any node (every node hears it: it is delivered here only).
 	OnMoved func(store.Moved)
+	// Room turns jobs that left running on any node into wake-ups for
+	// this node's pops that limits held back: each node knows which of
+	// its pops a queue's or a type's limits held.
+	Room func(store.Freed) []store.ReadyNote
 }
 
 // Hub routes notifications to waiters.
@@ -72,11 +76,14 @@ type Hub struct {
 	outMu    sync.Mutex
 	outReady []store.ReadyNote
 	outDone  []string
+	outFreed store.Freed
 	outMsgs  []Message
 	// outInterest asks the next notice to say this node has subscribers;
-	// interestSent are closed once it went.
+	// interestSent are closed once this node heard that notice back (so
+	// the others heard it too), or it could not be sent.
 	outInterest  bool
 	interestSent []chan struct{}
+	interestEcho []chan struct{}
 	outSig       chan struct{}
 
 	interest interest
@@ -373,6 +380,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 	// Notes sent while we were not listening — away, or not yet connected
 	// while clients were already served — are lost: everyone re-checks.
 	h.wakeAll()
+	h.heardOwnInterest()
 	if h.cfg.OnReconnect != nil {
 		h.cfg.OnReconnect()
 	}

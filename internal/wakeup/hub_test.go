@@ -2,6 +2,7 @@ package wakeup
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,6 +83,47 @@ func TestWakeUps(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("the due note never woke the waiter")
+		}
+	})
+	t.Run("FreedCountsCrossNodesInPiecesThatFit", func(t *testing.T) {
+		// Node a finished jobs of many types; node b holds a pop that
+		// type-77's cap held back, and hears of it through a's notices.
+		a := New(Config{NodeID: "a"})
+		var asked []store.Freed
+		b := New(Config{NodeID: "b", Room: func(f store.Freed) []store.ReadyNote {
+			asked = append(asked, f)
+			if n := f.Types["type-77"]; n > 0 {
+				return []store.ReadyNote{{Queue: "held", N: n}}
+			}
+			return nil
+		}})
+		w := b.NewWaiter([]string{"held"}, nil, nil)
+		defer w.Close()
+		var freed store.Freed
+		for i := range 2000 {
+			freed.Add("q", fmt.Sprintf("type-%d", i), 1)
+		}
+		payloads := a.eventPayloads(nil, nil, freed, nil, false)
+		if len(payloads) < 2 {
+			t.Fatalf("2,000 types went in %d notice(s)", len(payloads))
+		}
+		total := 0
+		for _, p := range payloads {
+			if len(p) > 8000 {
+				t.Fatalf("a notice of %d bytes", len(p))
+			}
+			b.receiveEvent(p)
+		}
+		for _, f := range asked {
+			for _, n := range f.Types {
+				total += n
+			}
+		}
+		if total != 2000 {
+			t.Fatalf("node b heard of %d of 2,000 jobs", total)
+		}
+		if n, ok := received(w); !ok || n.Queue != "held" {
+			t.Fatalf("the held pop was not woken: %+v %v", n, ok)
 		}
 	})
 }

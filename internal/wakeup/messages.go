@@ -30,7 +30,10 @@ type interest struct {
 
 // SetSubscribed says whether this node has subscribers now. When it turns
 // on, the other nodes are told at once (and every interestEvery after);
-// the returned channel is closed once that notice was sent, or could not be.
+// the returned channel is closed once this node heard that notice back
+// through its LISTEN connection — PostgreSQL hands a notice to every
+// listener at once, so the other nodes have it too — or it could not be
+// sent.
 func (h *Hub) SetSubscribed(on bool) <-chan struct{} {
 	sent := make(chan struct{})
 	if !h.interest.local.Swap(on) && on && h.cfg.Send != nil {
@@ -93,6 +96,18 @@ func (h *Hub) interestLoop(done <-chan struct{}) {
 			h.outMu.Unlock()
 			h.signalSend()
 		}
+	}
+}
+
+// heardOwnInterest releases the SetSubscribed callers whose notice went
+// round (or never will: it failed, or LISTEN reconnected).
+func (h *Hub) heardOwnInterest() {
+	h.outMu.Lock()
+	echo := h.interestEcho
+	h.interestEcho = nil
+	h.outMu.Unlock()
+	for _, c := range echo {
+		close(c)
 	}
 }
 

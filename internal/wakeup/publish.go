@@ -14,6 +14,8 @@ type event struct {
 	From  string            `json:"f"`
 	Ready []store.ReadyNote `json:"r,omitempty"`
 	Done  []string          `json:"d,omitempty"`
+	// Freed counts the jobs that left running, for pops limits held.
+	Freed *store.Freed `json:"x,omitempty"`
 	// Msgs are pub/sub messages; Interest says the sender has subscribers.
 	Msgs     []Message `json:"m,omitempty"`
 	Interest bool      `json:"i,omitempty"`
@@ -46,6 +48,28 @@ func (h *Hub) Publish(ready []store.ReadyNote, done []string) {
 	}
 }
 
+// Free tells every node's pops held back by a queue's or a type's limits
+// that jobs left running: this node's at once, the others' with the next
+// notice. Call it after the commit returned.
+func (h *Hub) Free(f store.Freed) {
+	if f.Empty() || h.cfg.Room == nil {
+		return
+	}
+	for _, note := range h.cfg.Room(f) {
+		h.deliver(note)
+	}
+	if h.cfg.Send == nil {
+		return
+	}
+	h.outMu.Lock()
+	h.outFreed.Merge(f)
+	h.outMu.Unlock()
+	select {
+	case h.outSig <- struct{}{}:
+	default:
+	}
+}
+
 // sendLoop sends what Publish gathered, one batch of notices at a time:
 // everything published while one batch was being sent, or in the short
 // pause after it, goes in the next; a lone notice goes at once. The pause bounds the notices to a few
@@ -59,13 +83,18 @@ func (h *Hub) sendLoop(ctx context.Context) {
 		case <-h.outSig:
 		}
 		h.outMu.Lock()
-		ready, done, msgs, interested, sent := h.outReady, h.outDone, h.outMsgs, h.outInterest, h.interestSent
-		h.outReady, h.outDone, h.outMsgs, h.outInterest, h.interestSent = nil, nil, nil, false, nil
+		ready, done, freed, msgs, interested := h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest
+		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, store.Freed{}, nil, false
+		// Awaiting the echo before sending: it may come back before Send
+		// returns.
+		h.interestEcho = append(h.interestEcho, h.interestSent...)
+		h.interestSent = nil
 		h.outMu.Unlock()
-		payloads := h.eventPayloads(coalesce(ready), done, msgs, interested)
+		payloads := h.eventPayloads(coalesce(ready), done, freed, msgs, interested)
+		var err error
 		for try := 0; try < 3; try++ {
 			sendCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := h.cfg.Send(sendCtx, store.ChannelEvents, payloads)
+			err = h.cfg.Send(sendCtx, store.ChannelEvents, payloads)
 			cancel()
 			if err == nil || ctx.Err() != nil {
 				break
@@ -75,8 +104,8 @@ func (h *Hub) sendLoop(ctx context.Context) {
 			h.cfg.Logger.Warn().Err(err).Int("try", try+1).Msg("sending wake-up notices to other nodes")
 			time.Sleep(100 * time.Millisecond)
 		}
-		for _, c := range sent {
-			close(c)
+		if err != nil {
+			h.heardOwnInterest()
 		}
 		select {
 		case <-ctx.Done():
@@ -109,14 +138,15 @@ func coalesce(notes []store.ReadyNote) []store.ReadyNote {
 	return out
 }
 
-// eventPayloads splits notes, ids and messages into events that each fit
-// in one NOTIFY payload; the first says whether this node has subscribers.
-func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, msgs []Message, interested bool) []string {
+// eventPayloads splits notes, ids, freed counts and messages into events
+// that each fit in one NOTIFY payload; the first says whether this node has
+// subscribers.
+func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, freed store.Freed, msgs []Message, interested bool) []string {
 	var out []string
 	cur := event{From: h.cfg.NodeID, Interest: interested}
 	size := 0
 	flush := func() {
-		if len(cur.Ready) > 0 || len(cur.Done) > 0 || len(cur.Msgs) > 0 || cur.Interest {
+		if len(cur.Ready) > 0 || len(cur.Done) > 0 || cur.Freed != nil || len(cur.Msgs) > 0 || cur.Interest {
 			out = append(out, string(mustJSON(cur)))
 		}
 		cur = event{From: h.cfg.NodeID}
@@ -142,6 +172,23 @@ func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, msgs []Messa
 		}
 		cur.Done = append(cur.Done, id)
 		size += len(id) + 3
+	}
+	// Freed counts, one name at a time, as room is left.
+	addFreed := func(queue, typ string, n int) {
+		if size+len(queue)+len(typ)+16 > maxEventBytes {
+			flush()
+		}
+		if cur.Freed == nil {
+			cur.Freed = &store.Freed{}
+		}
+		cur.Freed.Add(queue, typ, n)
+		size += len(queue) + len(typ) + 16
+	}
+	for q, n := range freed.Queues {
+		addFreed(q, "", n)
+	}
+	for t, n := range freed.Types {
+		addFreed("", t, n)
 	}
 	for _, m := range msgs {
 		n := len(mustJSON(m))
@@ -175,6 +222,9 @@ func (h *Hub) receiveEvent(payload string) {
 		return
 	}
 	if ev.From == h.cfg.NodeID {
+		if ev.Interest {
+			h.heardOwnInterest()
+		}
 		return // delivered in process when it was published
 	}
 	for _, n := range ev.Ready {
@@ -184,6 +234,11 @@ func (h *Hub) receiveEvent(payload string) {
 	}
 	for _, id := range ev.Done {
 		h.jobDone(id)
+	}
+	if ev.Freed != nil && h.cfg.Room != nil {
+		for _, note := range h.cfg.Room(*ev.Freed) {
+			h.deliver(note)
+		}
 	}
 	if ev.Interest {
 		h.heardInterest()
