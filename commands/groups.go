@@ -62,7 +62,11 @@ func (s *Server) newGroups() groups {
 		}),
 		acks: group.New(group.Config[store.JobUpdateParams, error]{
 			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("acknowledgement"),
-			Run: s.store.JobsAck,
+			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+				errs, freed := s.store.JobsAck(ctx, reports)
+				s.hub.Free(freed)
+				return errs
+			},
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
 			// One claim at a time: two on one queue would each skip,

@@ -206,7 +206,9 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	}
 	if doc.Status == store.StatusSnoozed {
 		// Rare: the careful path, on its own.
-		if err := s.store.JobUpdate(ctx, p); err != nil {
+		freed, err := s.store.JobUpdate(ctx, p)
+		s.hub.Free(freed) // the snooze, or a failure past the snooze limit
+		if err != nil {
 			return nil, jobError(id, err)
 		}
 		s.publishAsIs(ctx, func(store.JobState) string { return store.StatusSnoozed }, id)

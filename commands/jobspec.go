@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,10 +16,25 @@ import (
 	"github.com/agq/agq/store"
 )
 
-var (
-	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
-	queuePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
-)
+// Job ids and queue names are 1 to 128 letters, digits, '_', '-' or '.'
+// (^[A-Za-z0-9_.-]{1,128}$), checked without a regular expression: every
+// submitted job is checked.
+var jobIDPattern, queuePattern namePattern
+
+type namePattern struct{}
+
+func (namePattern) MatchString(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // jobSpec is the JOB.SUBMIT document. Unknown fields are refused: a typo in
 // a field name must not silently change what runs.
@@ -59,7 +73,8 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
 	}
-	if json.Valid(raw) {
+	// Only an escape can spell text PostgreSQL cannot store.
+	if bytes.Contains(raw, []byte(`\u`)) && json.Valid(raw) {
 		if err := textError(raw); err != nil {
 			return store.NewJob{}, err
 		}

@@ -284,3 +284,42 @@ func TestRoomFreedOnOneNodeWakesAPopOnAnother(t *testing.T) {
 		t.Fatalf("the held pop on the other node was served %v after the room freed", wait)
 	}
 }
+
+// A snoozed job leaves running: the pop its type's cap held back gets the
+// next job at once, not at a later re-check.
+func TestASnoozeMakesRoomForAHeldPop(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	if err := admin.Do(ctx, "TYPE.CONFIG", "sleepy", "MAXRUNNING", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := registerWorker(t, a, "sleepy-1", "sleepy")
+	second := registerWorker(t, a, "sleepy-2", "sleepy")
+	one := submit(t, admin, map[string]any{"type": "sleepy", "queue": "naps"})
+	two := submit(t, admin, map[string]any{"type": "sleepy", "queue": "naps"})
+	if _, d, ok := first.pop(t, "5", "naps"); !ok || d.JobID != one {
+		t.Fatalf("the first pop got %v %v", d, ok)
+	}
+	got := make(chan delivered, 1)
+	go func() {
+		_, d, _ := second.pop(t, "30", "naps")
+		got <- d
+	}()
+	select {
+	case d := <-got:
+		t.Fatalf("a second job of a type capped at one was delivered while the first ran: %v", d)
+	case <-time.After(500 * time.Millisecond):
+	}
+	snoozed := time.Now()
+	if err := first.update(ctx, one, map[string]any{"status": "snoozed", "seconds": 60}); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-got; d.JobID != two {
+		t.Fatalf("the held pop got %v", d)
+	}
+	if wait := time.Since(snoozed); wait > 3*time.Second {
+		t.Fatalf("the held pop was served %v after the snooze", wait)
+	}
+}

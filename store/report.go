@@ -77,7 +77,9 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		}
 		// JobUpdate notifies listeners itself, inside its transaction: it
 		// is the rare path.
-		errs[i] = s.JobUpdate(ctx, p)
+		var freed Freed
+		freed, errs[i] = s.JobUpdate(ctx, p)
+		fx.Freed.Merge(freed)
 	}
 	return errs, fx
 }
@@ -171,8 +173,10 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 // over arrays, committed without waiting for the WAL flush, since losing
 // one in a crash only means a redelivery. A report it does not apply — the
 // job is not running for this delivery, or its cancellation was asked —
-// takes the careful path on its own, which says why.
-func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) []error {
+// takes the careful path on its own, which says why; a job whose
+// cancellation it finds leaves running, and is counted in what it freed.
+func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, Freed) {
+	var fx Freed
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
@@ -223,14 +227,18 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) []error 
 		for i := range errs {
 			errs[i] = interpretError(err)
 		}
-		return errs
+		return errs, fx
 	}
 	for i, p := range reports {
 		if !applied[i] {
-			errs[i] = s.JobUpdate(ctx, p)
+			// An acknowledgement leaves the job running: nothing freed,
+			// unless it found the job's cancellation asked.
+			var freed Freed
+			freed, errs[i] = s.JobUpdate(ctx, p)
+			fx.Merge(freed)
 		}
 	}
-	return errs
+	return errs, fx
 }
 
 // sameDelivery reports whether report i names the same worker and delivery

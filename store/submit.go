@@ -145,12 +145,17 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 	byID := make(map[string]int, len(jobs))
 	byKey := map[string]int{}
 	n := 0
+	// The distinct requirement lists, sent once each (most batches have
+	// one): a job names its list by position.
+	var reqSets []string
+	reqIndex := map[string]int32{}
 	cols := struct {
-		id, queue, typ, requires, plan, inputs, payload, key []string
-		priority, maxAttempts, timeout                       []int32
-		backoff                                              []float64
-		runAt                                                []*time.Time
-		ord                                                  []int32
+		id, queue, typ, plan, inputs, payload, key []string
+		requires                                   []int32
+		priority, maxAttempts, timeout             []int32
+		backoff                                    []float64
+		runAt                                      []*time.Time
+		ord                                        []int32
 	}{}
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
@@ -167,6 +172,12 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 			byKey[j.UniqueKey] = i
 		}
 		req, _ := json.Marshal(cmpOrEmpty(j.Requires))
+		r, ok := reqIndex[string(req)]
+		if !ok {
+			r = int32(len(reqSets) + 1)
+			reqIndex[string(req)] = r
+			reqSets = append(reqSets, string(req))
+		}
 		var runAt *time.Time
 		if !j.RunAt.IsZero() {
 			runAt = &j.RunAt
@@ -174,7 +185,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 		cols.id = append(cols.id, j.ID)
 		cols.queue = append(cols.queue, j.Queue)
 		cols.typ = append(cols.typ, j.Type)
-		cols.requires = append(cols.requires, string(req))
+		cols.requires = append(cols.requires, r)
 		cols.plan = append(cols.plan, string(j.Plan))
 		cols.inputs = append(cols.inputs, string(j.Inputs))
 		cols.payload = append(cols.payload, string(j.Payload))
@@ -199,17 +210,21 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 		got++
 		return nil
 	}, `
-		WITH input AS MATERIALIZED (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+		WITH reqs AS MATERIALIZED (
+			SELECT n, ARRAY(SELECT jsonb_array_elements_text(r::jsonb)) AS requires
+			FROM unnest($15::text[]) WITH ORDINALITY AS r(r, n)
+		), input AS MATERIALIZED (
+			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[])
-				AS i(id, queue, type, requires, plan, inputs, payload, unique_key, priority, max_attempts,
+				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, run_at, ord)
+			JOIN reqs ON reqs.n = i.req
 		), q AS (
 			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
 		), ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 				retry_backoff_seconds, timeout_seconds, run_at, unique_key)
-			SELECT id, queue, type, ARRAY(SELECT jsonb_array_elements_text(requires::jsonb)),
+			SELECT id, queue, type, requires,
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, '')
@@ -225,7 +240,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 			-- must be this very submission sent again (run_at aside: a
 			-- re-sent delay_seconds names a later time).
 			SELECT j.id, j.id <> i.id OR (j.queue = i.queue AND j.type = i.type
-				AND j.requires = ARRAY(SELECT jsonb_array_elements_text(i.requires::jsonb))
+				AND j.requires = i.requires
 				AND j.plan IS NOT DISTINCT FROM nullif(i.plan, '')::jsonb
 				AND j.inputs IS NOT DISTINCT FROM nullif(i.inputs, '')::jsonb
 				AND j.payload IS NOT DISTINCT FROM nullif(i.payload, '')::jsonb
@@ -238,7 +253,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 			ORDER BY j.id = i.id DESC LIMIT 1
 		) held ON true`,
 		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
-		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord)
+		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, reqSets)
 	if err != nil {
 		return nil, err
 	}

@@ -77,12 +77,15 @@ type errorEntry struct {
 
 // JobUpdate applies a worker's report to a job it holds. Repeating a report
 // that already took effect is a no-op that succeeds, since clients re-send
-// after timeouts.
-func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
+// after timeouts. It notifies listeners itself, inside its transaction, and
+// returns the job's queue and type when the job left running, for the
+// caller to tell the pops limits held back (Hub.Free) once it returned.
+func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error) {
+	var freed Freed
 	if !storable(p.ID) {
-		return ErrNotFound
+		return freed, ErrNotFound
 	}
-	var cancelled bool
+	var cancelled, left bool
 	var snoozeLimit *SnoozeLimitError
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
@@ -93,17 +96,22 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			cancelRequested bool
 			attempt, max    int
 			backoff         float64
-			queue           string
+			queue, typ      string
 			requires        []string
 			errors          []errorEntry
 		}
 		err := tx.QueryRow(ctx, `
-			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, requires, errors
+			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, type, requires, errors
 			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
-			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.requires, &cur.errors)
+			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.typ, &cur.requires, &cur.errors)
 		if err != nil {
 			return err
 		}
+		// Past the checks below, a report that is not an acknowledgement
+		// or progress takes the job out of running.
+		left = cur.status == StatusRunning && p.Status != "" && p.Status != StatusRunning
+		freed = Freed{}
+		freed.Add(cur.queue, cur.typ, 1)
 		owner := ""
 		if cur.worker != nil {
 			owner = *cur.worker
@@ -146,7 +154,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 			return &NotOwnerError{Owner: owner}
 		case cur.cancelRequested:
 			// The holder now knows: the job ends cancelled.
-			cancelled = true
+			cancelled, left = true, true
 			return finish(ctx, tx, p.ID, StatusCancelled, nil)
 		}
 
@@ -227,15 +235,18 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) error {
 		return fmt.Errorf("unknown status %q", p.Status)
 	})
 	if err != nil {
-		return interpretError(err)
+		return Freed{}, interpretError(err)
+	}
+	if !left {
+		freed = Freed{}
 	}
 	if cancelled {
-		return ErrJobCancelled
+		return freed, ErrJobCancelled
 	}
 	if snoozeLimit != nil {
-		return snoozeLimit
+		return freed, snoozeLimit
 	}
-	return nil
+	return freed, nil
 }
 
 // finish moves a job to a final status and tells JOB.WAIT waiters.
