@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,67 +69,70 @@ func workQueues(t *testing.T, workers []*testWorker, queues []string, n int, hol
 	return done
 }
 
+// twoNodes starts two agq nodes on one database; a is the first.
+func twoNodes(t *testing.T) (a, b *agqtest.Agq) {
+	t.Helper()
+	a = agqtest.Start(t)
+	cfg := agqtest.DefaultConfig(t)
+	cfg.DatabaseURL, cfg.AdminKey = a.DatabaseURL, a.AdminKey
+	return a, agqtest.StartConfig(t, cfg)
+}
+
+// workersOn registers n workers with tools, alternately on a and b.
+func workersOn(t *testing.T, a, b *agqtest.Agq, n int, prefix string, tools ...string) []*testWorker {
+	t.Helper()
+	var workers []*testWorker
+	for i := range n {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		workers = append(workers, registerWorker(t, node, fmt.Sprintf("%s-%d", prefix, i), tools...))
+	}
+	return workers
+}
+
+// capHeld checks a run under MAXRUNNING limit: every job completed, and
+// the running count sampled throughout reached the limit, never more.
+func capHeld(t *testing.T, stopSampling func() (most, samples int), done, jobs, limit int) {
+	t.Helper()
+	most, samples := stopSampling()
+	if done != jobs {
+		t.Fatalf("%d of %d jobs completed", done, jobs)
+	}
+	if most > limit {
+		t.Fatalf("%d jobs ran at once, with MAXRUNNING %d", most, limit)
+	}
+	if most < limit || samples < 10 {
+		t.Fatalf("the sampler saw at most %d running in %d samples: it did not watch the work", most, samples)
+	}
+}
+
 // MAXRUNNING 2 on a queue worked by ten free workers on two nodes: the
 // queue never has more than two running jobs (sampled from the database
 // throughout), and every job completes, each freed place going to a
 // blocked pop at once rather than at the next periodic re-check.
 func TestMaxRunningHoldsAcrossNodes(t *testing.T) {
 	t.Parallel()
-	a := agqtest.Start(t)
-	cfg := agqtest.DefaultConfig(t)
-	cfg.DatabaseURL, cfg.AdminKey = a.DatabaseURL, a.AdminKey
-	b := agqtest.StartConfig(t, cfg)
+	a, b := twoNodes(t)
 	ctx := context.Background()
 	admin := a.Admin(t)
 	if err := admin.Do(ctx, "QUEUE.CONFIG", "capped", "MAXRUNNING", "2").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var workers []*testWorker
-	for i := range 10 {
-		node := a
-		if i%2 == 1 {
-			node = b
-		}
-		workers = append(workers, registerWorker(t, node, fmt.Sprintf("capped-%d", i), "t"))
-	}
+	workers := workersOn(t, a, b, 10, "capped", "t")
 	for range 20 {
 		submit(t, admin, map[string]any{"type": "t", "queue": "capped"})
 	}
-
-	var most, samples atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			m, err := admin.Do(ctx, "QUEUE.STATS", "capped").Result()
-			if err != nil {
-				continue
-			}
-			running := statsField(t, m, "running")
-			samples.Add(1)
-			if running > most.Load() {
-				most.Store(running)
-			}
+	stop := sampleMost(func() (int, error) {
+		m, err := admin.Do(ctx, "QUEUE.STATS", "capped").Result()
+		if err != nil {
+			return 0, err
 		}
-	}()
+		return int(statsField(t, m, "running")), nil
+	})
 	done := workQueue(t, workers, "capped", 20, 30*time.Millisecond, time.Now().Add(60*time.Second))
-	close(stop)
-	<-sampled
-	if len(done) != 20 {
-		t.Fatalf("%d of 20 jobs completed", len(done))
-	}
-	if most.Load() > 2 {
-		t.Fatalf("%d jobs ran at once, with MAXRUNNING 2", most.Load())
-	}
-	if most.Load() < 2 || samples.Load() < 10 {
-		t.Fatalf("the sampler saw at most %d running in %d samples: it did not watch the work", most.Load(), samples.Load())
-	}
+	capHeld(t, stop, len(done), 20, 2)
 	info, err := b.Admin(t).Do(ctx, "QUEUE.INFO", "capped").Result()
 	if err != nil || statsField(t, info, "max_running") != 2 || statsField(t, info, "completed") != 20 {
 		t.Fatalf("QUEUE.INFO on the other node: %v %v", info, err)

@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -63,23 +64,13 @@ func sampleMost(count func() (int, error)) (stop func() (most, samples int)) {
 // type in the same queues run beside them; everything completes.
 func TestTypeMaxRunningHoldsAcrossQueuesAndNodes(t *testing.T) {
 	t.Parallel()
-	a := agqtest.Start(t)
-	cfg := agqtest.DefaultConfig(t)
-	cfg.DatabaseURL, cfg.AdminKey = a.DatabaseURL, a.AdminKey
-	b := agqtest.StartConfig(t, cfg)
+	a, b := twoNodes(t)
 	ctx := context.Background()
 	admin := a.Admin(t)
 	if err := admin.Do(ctx, "TYPE.CONFIG", "render", "MAXRUNNING", "2").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var workers []*testWorker
-	for i := range 10 {
-		node := a
-		if i%2 == 1 {
-			node = b
-		}
-		workers = append(workers, registerWorker(t, node, fmt.Sprintf("render-%d", i), "render", "other"))
-	}
+	workers := workersOn(t, a, b, 10, "render", "render", "other")
 	for i := range 20 {
 		submit(t, admin, map[string]any{"type": "render", "queue": []string{"left", "right"}[i%2]})
 	}
@@ -90,16 +81,7 @@ func TestTypeMaxRunningHoldsAcrossQueuesAndNodes(t *testing.T) {
 	stop := sampleMost(func() (int, error) { return runningOfType(ctx, admin, "render") })
 	done := workQueues(t, workers, []string{"left", "right"}, 30,
 		func(delivered) time.Duration { return 30 * time.Millisecond }, time.Now().Add(60*time.Second))
-	most, samples := stop()
-	if len(done) != 30 {
-		t.Fatalf("%d of 30 jobs completed", len(done))
-	}
-	if most > 2 {
-		t.Fatalf("%d render jobs ran at once, with MAXRUNNING 2", most)
-	}
-	if most < 2 || samples < 10 {
-		t.Fatalf("the sampler saw at most %d running in %d samples: it did not watch the work", most, samples)
-	}
+	capHeld(t, stop, len(done), 30, 2)
 	m, err := b.Admin(t).Do(ctx, "TYPE.CONFIG", "render").Result()
 	if err != nil || statsField(t, m, "max_running") != 2 {
 		t.Fatalf("TYPE.CONFIG read on the other node: %v %v", m, err)
@@ -241,15 +223,45 @@ func TestTypeConfigRules(t *testing.T) {
 	}
 }
 
+// popHeld starts a pop of queue by w that a limit must hold back: the test
+// fails if it is served within half a second. The delivery comes on the
+// channel.
+func popHeld(t *testing.T, w *testWorker, queue string) <-chan delivered {
+	t.Helper()
+	got := make(chan delivered, 1)
+	go func() {
+		var d delivered
+		if res, err := w.c.Do(context.Background(), "BRPOP", "queue:"+queue, "30").StringSlice(); err == nil {
+			json.Unmarshal([]byte(res[1]), &d)
+		}
+		got <- d
+	}()
+	select {
+	case d := <-got:
+		t.Fatalf("a job was delivered while a limit should hold it back: %v", d)
+	case <-time.After(500 * time.Millisecond):
+	}
+	return got
+}
+
+// servedSoon checks that the held pop got job want within 3 s of since,
+// not at a later re-check.
+func servedSoon(t *testing.T, got <-chan delivered, want string, since time.Time) {
+	t.Helper()
+	if d := <-got; d.JobID != want {
+		t.Fatalf("the held pop got %v", d)
+	}
+	if wait := time.Since(since); wait > 3*time.Second {
+		t.Fatalf("the held pop was served %v after the room freed", wait)
+	}
+}
+
 // A pop held back by a type's cap on one node is woken when a job of the
 // type ends on another node, at once rather than at a later re-check:
 // the finishing node tells every node what left running.
 func TestRoomFreedOnOneNodeWakesAPopOnAnother(t *testing.T) {
 	t.Parallel()
-	a := agqtest.Start(t)
-	cfg := agqtest.DefaultConfig(t)
-	cfg.DatabaseURL, cfg.AdminKey = a.DatabaseURL, a.AdminKey
-	b := agqtest.StartConfig(t, cfg)
+	a, b := twoNodes(t)
 	ctx := context.Background()
 	admin := a.Admin(t)
 	if err := admin.Do(ctx, "TYPE.CONFIG", "solo", "MAXRUNNING", "1").Err(); err != nil {
@@ -262,27 +274,12 @@ func TestRoomFreedOnOneNodeWakesAPopOnAnother(t *testing.T) {
 	if _, d, ok := wa.pop(t, "5", "one-at-a-time"); !ok || d.JobID != first {
 		t.Fatalf("the first pop got %v %v", d, ok)
 	}
-	got := make(chan delivered, 1)
-	go func() {
-		_, d, _ := wb.pop(t, "30", "one-at-a-time")
-		got <- d
-	}()
-	select {
-	case d := <-got:
-		t.Fatalf("a second job of a type capped at one was delivered while the first ran: %v", d)
-	case <-time.After(500 * time.Millisecond):
-	}
+	got := popHeld(t, wb, "one-at-a-time")
 	finished := time.Now()
 	if err := wa.update(ctx, first, map[string]any{"status": "completed"}); err != nil {
 		t.Fatal(err)
 	}
-	d := <-got
-	if d.JobID != second {
-		t.Fatalf("the held pop got %v", d)
-	}
-	if wait := time.Since(finished); wait > 3*time.Second {
-		t.Fatalf("the held pop on the other node was served %v after the room freed", wait)
-	}
+	servedSoon(t, got, second, finished)
 }
 
 // A snoozed job leaves running: the pop its type's cap held back gets the
@@ -302,24 +299,10 @@ func TestASnoozeMakesRoomForAHeldPop(t *testing.T) {
 	if _, d, ok := first.pop(t, "5", "naps"); !ok || d.JobID != one {
 		t.Fatalf("the first pop got %v %v", d, ok)
 	}
-	got := make(chan delivered, 1)
-	go func() {
-		_, d, _ := second.pop(t, "30", "naps")
-		got <- d
-	}()
-	select {
-	case d := <-got:
-		t.Fatalf("a second job of a type capped at one was delivered while the first ran: %v", d)
-	case <-time.After(500 * time.Millisecond):
-	}
+	got := popHeld(t, second, "naps")
 	snoozed := time.Now()
 	if err := first.update(ctx, one, map[string]any{"status": "snoozed", "seconds": 60}); err != nil {
 		t.Fatal(err)
 	}
-	if d := <-got; d.JobID != two {
-		t.Fatalf("the held pop got %v", d)
-	}
-	if wait := time.Since(snoozed); wait > 3*time.Second {
-		t.Fatalf("the held pop was served %v after the snooze", wait)
-	}
+	servedSoon(t, got, two, snoozed)
 }
