@@ -46,11 +46,16 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 		first := reqs[idx[0]]
 		waiting := idx
 		for _, q := range first.queues {
-			// A claim that locked jobs a type's room could not take goes
-			// again at once: jobs behind them may be free to take.
-			for round := 0; len(waiting) > 0 && round < maxClaimRounds; round++ {
-				var trimmed bool
-				if waiting, trimmed = s.claimQueue(ctx, q, first.caps, reqs, waiting, out); !trimmed {
+			// A claim whose limits' locks held back jobs another claim may
+			// take goes again at once. Past the bound, the pops still
+			// waiting are woken to try again.
+			for round := 0; len(waiting) > 0; round++ {
+				var again bool
+				if waiting, again = s.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
+					break
+				}
+				if round == maxClaimRounds-1 {
+					s.hub.Publish([]store.ReadyNote{{Queue: q, N: len(waiting)}}, nil)
 					break
 				}
 			}
@@ -60,11 +65,11 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 }
 
 // maxClaimRounds bounds the claims of one queue for one group of pops.
-const maxClaimRounds = 4
+const maxClaimRounds = 16
 
 // claimQueue runs one claim of queue q for the waiting pops, fills in
-// their results, and returns those still waiting, and whether a type's
-// limits trimmed the claim.
+// their results, and returns those still waiting, and whether to claim
+// again at once (ClaimOutcome.Again).
 func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
 	var workers []string
 	for _, i := range waiting {
@@ -91,10 +96,8 @@ func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs [
 		// next start is allowed.
 		s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
 	}
-	trimmed := false
 	for _, h := range outcome.Types {
 		s.limited.sawType(h.Type, q)
-		trimmed = trimmed || h.Trimmed
 		if !h.RateLimited.IsZero() && held > 0 {
 			s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
 		}
@@ -122,7 +125,7 @@ func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs [
 		out[i] = claimResult{queue: q, jobs: jobs[:n:n]}
 		byWorker[r.worker] = jobs[n:]
 	}
-	return next, trimmed
+	return next, outcome.Again
 }
 
 // releaseClaimed gives back jobs claimed for a pop that stopped waiting.

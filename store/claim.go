@@ -30,12 +30,16 @@ type ClaimOutcome struct {
 	Limited     bool
 	RateLimited time.Time
 	Types       []TypeHold
+	// Again says the limits' locks held back jobs another claim may take
+	// at once.
+	Again bool
 }
 
 // TypeHold is a job type whose limits held back jobs of the claim's queue.
-// Trimmed means the claim locked jobs of the type it could not take: other
-// jobs behind them may be claimable at once. RateLimited, when set, is when
-// the type's rate allows its next start.
+// Trimmed means the claim locked the type's row and found less room than
+// the jobs it picked, or none although claimLocks saw some: jobs behind
+// them may be claimable at once. RateLimited, when set, is when the type's
+// rate allows its next start.
 type TypeHold struct {
 	Type        string
 	Trimmed     bool
@@ -121,11 +125,13 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 		switch refusal {
 		case "LIMITS":
 			out.Limited = true
+			out.Again = out.Again || j.Attempt == 1
 			if j.RunAt.Unix() > 0 {
 				out.RateLimited = j.RunAt
 			}
 		case "TYPE":
 			h := TypeHold{Type: j.Type, Trimmed: j.Attempt == 1}
+			out.Again = out.Again || h.Trimmed
 			if j.RunAt.Unix() > 0 {
 				h.RateLimited = j.RunAt
 			}
@@ -150,7 +156,9 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 // claimLocks locks what the claim that follows counts on: the queue's row
 // when it has limits, then the rows of the limited types that look open
 // among the next jobs the claim would take ($3 of them, types that look
-// full skipped), recording their names for the claim. It answers the
+// full skipped), recording their names for the claim, and whether it
+// locked the queue's row (a queue given limits since must not be counted
+// unlocked, nor its row updated out of order). It answers the
 // limited types that look full among the queue's next jobs, and when
 // their rate allows a start. What it reads without locks only chooses
 // what to lock; the claim counts again under the locks.
@@ -166,32 +174,41 @@ const claimLocks = `
 				SELECT count(*) FROM unnest(rate_starts) s WHERE s > now() - rate_period)) AS open,
 			(SELECT min(s) FROM unnest(rate_starts) s WHERE s > now() - rate_period) + rate_period AS next_start
 		FROM job_types t
-	), head AS MATERIALIZED (
-		-- The queue's next jobs, types that look full included, then
-		-- skipped; read only when some type has limits.
-		SELECT DISTINCT h.type, h.skipping FROM (
-			(SELECT j.type, false AS skipping FROM jobs j
-			 WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
-			   AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim)
-			 ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3)
-			UNION ALL
-			(SELECT j.type, true FROM jobs j
-			 WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
-			   AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim WHERE NOT open)
-			   AND j.type NOT IN (SELECT name FROM lim WHERE NOT open)
-			 ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3)) h
+	), ahead AS MATERIALIZED (
+		-- The queue's next jobs, types that look full included; read only
+		-- when some type has limits. They are locked (the claim takes
+		-- them, or leaves them at its commit), so that the types locked
+		-- are those of jobs no other claim is taking.
+		SELECT j.type FROM jobs j
+		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim)
+		ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3
+		FOR UPDATE OF j SKIP LOCKED
+	), past AS MATERIALIZED (
+		-- The next jobs past the types that look full.
+		SELECT j.type FROM jobs j
+		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim WHERE NOT open)
+		  AND j.type NOT IN (SELECT name FROM lim WHERE NOT open)
+		ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3
+		FOR UPDATE OF j SKIP LOCKED
 	), locked AS (
 		SELECT t.name FROM job_types t
-		WHERE t.name IN (SELECT type FROM head) AND t.name IN (SELECT name FROM lim WHERE open)
+		WHERE (t.name IN (SELECT type FROM ahead) OR t.name IN (SELECT type FROM past))
+		  AND t.name IN (SELECT name FROM lim WHERE open)
 		ORDER BY t.name FOR NO KEY UPDATE
 	)
-	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) FROM q) q
-	WHERE set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
+	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) AS n FROM q) q
+	WHERE set_config('agq.claim_queue', q.n::text, true)
+		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
 	UNION ALL
 	SELECT name, coalesce(next_start, 'epoch') FROM lim
-	WHERE NOT open AND name IN (SELECT type FROM head WHERE NOT skipping)`
+	WHERE NOT open AND name IN (SELECT type FROM ahead)`
 
 // claimJobs is the claim itself, under claimLocks' locks.
+// Its times are the statement's, not the transaction's: the transaction
+// began before claimLocks waited for its locks, and a start logged at that
+// earlier time would leave the rate's window too soon.
 const claimJobs = `
 	WITH known AS MATERIALIZED (
 		-- One index scan for all the named workers, however often each
@@ -208,13 +225,17 @@ const claimJobs = `
 		-- The claimers in waiting order: the n-th job picked goes to
 		-- the n-th of them.
 		SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
+	), qlocked AS (
+		SELECT coalesce(current_setting('agq.claim_queue', true), '') = '1' AS yes
 	), room AS (
-		-- What the queue's limits leave room for (no row: no limits).
-		SELECT CASE WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
+		-- What the queue's limits leave room for (no row: no limits);
+		-- none when claimLocks did not lock its row (limits set since).
+		SELECT (SELECT yes FROM qlocked) AS locked,
+			CASE WHEN NOT (SELECT yes FROM qlocked) THEN 0 WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
 				SELECT count(*) FROM jobs r WHERE r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
-			CASE WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
-				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period), 0) END AS by_rate,
-			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period) + q.rate_period AS next_start
+			CASE WHEN NOT (SELECT yes FROM qlocked) THEN 0 WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
+				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period), 0) END AS by_rate,
+			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
 		FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
 	), typeroom AS MATERIALIZED (
 		-- What each limited type locked by claimLocks leaves room for.
@@ -222,9 +243,9 @@ const claimJobs = `
 				CASE WHEN t.max_running IS NULL THEN NULL ELSE greatest(t.max_running - (
 					SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = t.name), 0) END,
 				CASE WHEN t.rate_limit IS NULL THEN NULL ELSE greatest(t.rate_limit - (
-					SELECT count(*) FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period), 0) END) AS n,
+					SELECT count(*) FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period), 0) END) AS n,
 			CASE WHEN t.rate_limit IS NULL THEN NULL ELSE (
-				SELECT min(s) FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period) + t.rate_period END AS next_start
+				SELECT min(s) FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period) + t.rate_period END AS next_start
 		FROM job_types t
 		WHERE t.name = ANY(coalesce(nullif(current_setting('agq.claim_types', true), ''), '{}')::text[])
 	), shut AS (
@@ -259,25 +280,25 @@ const claimJobs = `
 			worker_id = (SELECT wids FROM w)[fits.rn],
 			attempt = j.attempt + 1,
 			delivery = gen_random_uuid(),
-			started_at = now(),
-			ack_deadline = now() + $4::interval,
-			lease_expires_at = now() + $5::interval,
-			deadline_at = now() + make_interval(secs => j.timeout_seconds),
+			started_at = statement_timestamp(),
+			ack_deadline = statement_timestamp() + $4::interval,
+			lease_expires_at = statement_timestamp() + $5::interval,
+			deadline_at = statement_timestamp() + make_interval(secs => j.timeout_seconds),
 			progress = NULL,
-			updated_at = now()
+			updated_at = statement_timestamp()
 		FROM fits WHERE j.id = fits.id
 		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
 	), logged AS (
 		-- The rate's log: the starts still in the window, and these.
 		UPDATE queues q SET rate_starts = ARRAY(
-			SELECT t FROM unnest(q.rate_starts) t WHERE t > now() - q.rate_period
-			UNION ALL SELECT now() FROM claimed)
-		WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed)
+			SELECT t FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period
+			UNION ALL SELECT statement_timestamp() FROM claimed)
+		WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed) AND (SELECT yes FROM qlocked)
 	), typelogged AS (
 		UPDATE job_types t SET rate_starts = ARRAY(
-			SELECT s FROM unnest(t.rate_starts) s WHERE s > now() - t.rate_period
-			UNION ALL SELECT now() FROM claimed c WHERE c.type = t.name)
+			SELECT s FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period
+			UNION ALL SELECT statement_timestamp() FROM claimed c WHERE c.type = t.name)
 		WHERE t.name IN (SELECT type FROM claimed) AND t.rate_limit IS NOT NULL
 	)
 	SELECT *, '' FROM claimed
@@ -289,17 +310,19 @@ const claimJobs = `
 	FROM named WHERE NOT ok
 	UNION ALL
 	-- The queue has limits; when its rate held jobs back, the time the
-	-- next start is allowed.
+	-- next start is allowed; attempt 1 when its row was not locked (claim
+	-- again).
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, CASE WHEN by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
+		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
 			THEN next_start ELSE 'epoch' END, '', 'LIMITS'
 	FROM room
 	UNION ALL
-	-- A locked type that held jobs back: full (its jobs skipped), or
-	-- trimmed (attempt 1: jobs picked past its room). Its next start
-	-- when its rate is what held them.
+	-- A locked type that held jobs back: trimmed (jobs picked past its
+	-- room), or full although claimLocks saw room (its jobs skipped, and
+	-- other locked jobs perhaps with them). Either way another claim may
+	-- take more (attempt 1). Its next start when it has a rate.
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		CASE WHEN r.n > 0 THEN 1 ELSE 0 END, 0, 0, coalesce(r.next_start, 'epoch'), '', 'TYPE'
+		1, 0, 0, coalesce(r.next_start, 'epoch'), '', 'TYPE'
 	FROM typeroom r
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 
