@@ -36,13 +36,9 @@ type ClaimOutcome struct {
 }
 
 // TypeHold is a job type whose limits held back jobs of the claim's queue.
-// Trimmed means the claim locked the type's row and found less room than
-// the jobs it picked, or none although claimLocks saw some: jobs behind
-// them may be claimable at once. RateLimited, when set, is when the type's
-// rate allows its next start.
+// RateLimited, when set, is when the type's rate allows its next start.
 type TypeHold struct {
 	Type        string
-	Trimmed     bool
 	RateLimited time.Time
 }
 
@@ -130,8 +126,10 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 				out.RateLimited = j.RunAt
 			}
 		case "TYPE":
-			h := TypeHold{Type: j.Type, Trimmed: j.Attempt == 1}
-			out.Again = out.Again || h.Trimmed
+			// A locked type that held jobs back: claiming again may take
+			// jobs behind them.
+			h := TypeHold{Type: j.Type}
+			out.Again = true
 			if j.RunAt.Unix() > 0 {
 				h.RateLimited = j.RunAt
 			}
@@ -320,9 +318,9 @@ const claimJobs = `
 	-- A locked type that held jobs back: trimmed (jobs picked past its
 	-- room), or full although claimLocks saw room (its jobs skipped, and
 	-- other locked jobs perhaps with them). Either way another claim may
-	-- take more (attempt 1). Its next start when it has a rate.
+	-- take more. Its next start when it has a rate.
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		1, 0, 0, coalesce(r.next_start, 'epoch'), '', 'TYPE'
+		0, 0, 0, coalesce(r.next_start, 'epoch'), '', 'TYPE'
 	FROM typeroom r
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 
