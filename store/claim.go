@@ -87,19 +87,71 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // limited type whose row it did not lock, and logs its starts for the
 // rates. Without any limits, the locking statement reads two empty sets.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
+	if _, limited := s.limitedQueues.Load(p.Queue); !limited {
+		out, limited, err := s.claimUnlimited(ctx, p)
+		if err != nil || !limited {
+			return out, err
+		}
+		s.limitedQueues.Store(p.Queue, true)
+	}
+	out, limited, err := s.claimLimited(ctx, p)
+	if err == nil && !limited {
+		s.limitedQueues.Delete(p.Queue)
+	}
+	return out, err
+}
+
+// claimUnlimited is the claim where no limits apply: neither the queue nor
+// any job type has them (the usual case). It answers limited, having
+// claimed nothing, when some do; the caller then claims with
+// claimLimited. A limit set while this statement runs applies from the
+// next claim on, as it would to jobs already running when it was set.
+func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out ClaimOutcome, limited bool, err error) {
+	out.Refused = map[string]error{}
+	err = s.hotQuery(ctx, true, nil, func(rows pgx.Rows) error {
+		c, refusal, err := scanClaimRow(rows)
+		if err != nil {
+			return err
+		}
+		switch refusal {
+		case "LIMITS":
+			limited = true
+		default:
+			out.add(c, refusal)
+		}
+		return nil
+	}, claimJobsUnlimited, p.Queue, p.Workers, cmpOrEmpty(p.Capabilities), p.AckTimeout, p.Lease)
+	if err != nil {
+		return ClaimOutcome{}, false, interpretError(err)
+	}
+	if limited {
+		return ClaimOutcome{}, true, nil
+	}
+	out.sort()
+	return out, false, nil
+}
+
+// claimLimited is the claim under limits (see JobsClaim). It answers
+// whether any applied: the queue's, or some job type's.
+func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutcome, bool, error) {
 	caps := cmpOrEmpty(p.Capabilities)
 	var out ClaimOutcome
 	out.Refused = map[string]error{}
+	limited := true
 	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers)}}
 	lock.Query(func(rows pgx.Rows) error {
 		// Limited types that looked full, ahead in the queue: not locked,
 		// and their jobs not taken, but a finish of theirs wakes this
-		// queue's pops.
+		// queue's pops. A row without a type: no limits at all.
 		for rows.Next() {
 			var h TypeHold
 			var next time.Time
 			if err := rows.Scan(&h.Type, &next); err != nil {
 				return err
+			}
+			if h.Type == "" {
+				limited = false
+				continue
 			}
 			if next.Unix() > 0 {
 				h.RateLimited = next
@@ -111,13 +163,11 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 	err := s.hotQuery(ctx, true, lock, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
 		// worker may not claim; or a limit that held jobs back.
-		c := Claimed{Job: Job{Status: StatusRunning}}
-		j := &c.Job
-		var refusal string
-		if err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
-			&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &refusal); err != nil {
+		c, refusal, err := scanClaimRow(rows)
+		if err != nil {
 			return err
 		}
+		j := &c.Job
 		switch refusal {
 		case "LIMITS":
 			out.Limited = true
@@ -134,21 +184,46 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 				h.RateLimited = j.RunAt
 			}
 			out.Types = append(out.Types, h)
-		case "":
-			j.WorkerID = &c.Worker
-			out.Claimed = append(out.Claimed, c)
-		case WorkerActive:
-			out.Refused[c.Worker] = ErrCapabilitiesChanged
 		default:
-			out.Refused[c.Worker] = &WorkerNotActiveError{State: refusal}
+			out.add(c, refusal)
 		}
 		return nil
 	}, claimJobs, p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
 	if err != nil {
-		return ClaimOutcome{}, interpretError(err)
+		return ClaimOutcome{}, true, interpretError(err)
 	}
+	out.sort()
+	return out, limited, nil
+}
+
+// scanClaimRow reads one row of a claim: what a delivery carries, and
+// what orders deliveries; or why a worker may not claim; or a limit that
+// held jobs back.
+func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
+	c := Claimed{Job: Job{Status: StatusRunning}}
+	j := &c.Job
+	var refusal string
+	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
+		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &refusal)
+	return c, refusal, err
+}
+
+// add records a claimed job (no refusal) or a worker's refusal.
+func (out *ClaimOutcome) add(c Claimed, refusal string) {
+	switch refusal {
+	case "":
+		c.Job.WorkerID = &c.Worker
+		out.Claimed = append(out.Claimed, c)
+	case WorkerActive:
+		out.Refused[c.Worker] = ErrCapabilitiesChanged
+	default:
+		out.Refused[c.Worker] = &WorkerNotActiveError{State: refusal}
+	}
+}
+
+// sort puts the claimed jobs in delivery order.
+func (out *ClaimOutcome) sort() {
 	sort.SliceStable(out.Claimed, func(a, b int) bool { return claimedBefore(out.Claimed[a].Job, out.Claimed[b].Job) })
-	return out, nil
 }
 
 // claimLocks locks what the claim that follows counts on: the queue's row
@@ -201,13 +276,13 @@ const claimLocks = `
 		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
 	UNION ALL
 	SELECT name, coalesce(next_start, 'epoch') FROM lim
-	WHERE NOT open AND name IN (SELECT type FROM ahead)`
+	WHERE NOT open AND name IN (SELECT type FROM ahead)
+	UNION ALL
+	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)`
 
-// claimJobs is the claim itself, under claimLocks' locks.
-// Its times are the statement's, not the transaction's: the transaction
-// began before claimLocks waited for its locks, and a start logged at that
-// earlier time would leave the rate's window too soon.
-const claimJobs = `
+// claimWorkers reads the claimers (named in $2, to have capabilities $3):
+// the CTEs known, named and w that both claims start with.
+const claimWorkers = `
 	WITH known AS MATERIALIZED (
 		-- One index scan for all the named workers, however often each
 		-- is named (ordered and limited so that the planner probes
@@ -223,7 +298,67 @@ const claimJobs = `
 		-- The claimers in waiting order: the n-th job picked goes to
 		-- the n-th of them.
 		SELECT coalesce(array_agg(wid ORDER BY ord), '{}') AS wids FROM named WHERE ok
-	), qlocked AS (
+	)`
+
+// claimUpdate is what a claim changes in each job it takes (the n-th of
+// fits, numbered rn, going to the n-th claimer), and what it answers.
+const claimUpdate = `
+		UPDATE jobs j SET
+			status = 'running',
+			worker_id = (SELECT wids FROM w)[fits.rn],
+			attempt = j.attempt + 1,
+			delivery = gen_random_uuid(),
+			started_at = statement_timestamp(),
+			ack_deadline = statement_timestamp() + $4::interval,
+			lease_expires_at = statement_timestamp() + $5::interval,
+			deadline_at = statement_timestamp() + make_interval(secs => j.timeout_seconds),
+			progress = NULL,
+			updated_at = statement_timestamp()
+		FROM fits WHERE j.id = fits.id
+		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
+			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text`
+
+// claimRefusals answers, after the claimed jobs, the workers that may not
+// claim and why: their state, or ACTIVE when their capabilities changed.
+const claimRefusals = `
+	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		0, 0, 0, now(), '', state
+	FROM named WHERE NOT ok`
+
+// claimJobsUnlimited is the claim without limits: the next jobs of the
+// queue, unless the queue or some job type has limits, in which case it
+// claims nothing and answers LIMITS. It reads neither limits nor locks
+// beyond the jobs it takes.
+const claimJobsUnlimited = claimWorkers + `, free AS (
+		SELECT NOT EXISTS (SELECT 1 FROM job_types)
+			AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)) AS yes
+	), fits AS (
+		SELECT id, row_number() OVER () AS rn FROM (
+			SELECT j.id FROM jobs j
+			WHERE j.queue = $1
+			  AND j.status IN ('queued', 'scheduled', 'retrying')
+			  AND j.run_at <= now()
+			  AND j.requires <@ $3::text[]
+			  AND (SELECT yes FROM free)
+			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
+			ORDER BY j.priority DESC, j.run_at, j.seq
+			LIMIT (SELECT cardinality(wids) FROM w)
+			FOR UPDATE OF j SKIP LOCKED
+		) p
+	), claimed AS (` + claimUpdate + `
+	)
+	SELECT *, '' FROM claimed
+	UNION ALL` + claimRefusals + `
+	UNION ALL
+	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		0, 0, 0, now(), '', 'LIMITS'
+	FROM free WHERE NOT yes`
+
+// claimJobs is the claim itself, under claimLocks' locks.
+// Its times are the statement's, not the transaction's: the transaction
+// began before claimLocks waited for its locks, and a start logged at that
+// earlier time would leave the rate's window too soon.
+const claimJobs = claimWorkers + `, qlocked AS (
 		SELECT coalesce(current_setting('agq.claim_queue', true), '') = '1' AS yes
 	), room AS (
 		-- What the queue's limits leave room for (no row: no limits);
@@ -272,21 +407,7 @@ const claimJobs = `
 		SELECT f.id, row_number() OVER (ORDER BY f.pos) AS rn FROM (
 			SELECT p.id, p.pos, p.type, row_number() OVER (PARTITION BY p.type ORDER BY p.pos) AS nth FROM picked p) f
 		WHERE f.nth <= coalesce((SELECT n FROM typeroom WHERE name = f.type), f.nth)
-	), claimed AS (
-		UPDATE jobs j SET
-			status = 'running',
-			worker_id = (SELECT wids FROM w)[fits.rn],
-			attempt = j.attempt + 1,
-			delivery = gen_random_uuid(),
-			started_at = statement_timestamp(),
-			ack_deadline = statement_timestamp() + $4::interval,
-			lease_expires_at = statement_timestamp() + $5::interval,
-			deadline_at = statement_timestamp() + make_interval(secs => j.timeout_seconds),
-			progress = NULL,
-			updated_at = statement_timestamp()
-		FROM fits WHERE j.id = fits.id
-		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
-			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text
+	), claimed AS (` + claimUpdate + `
 	), logged AS (
 		-- The rate's log: the starts still in the window, and these.
 		UPDATE queues q SET rate_starts = ARRAY(
@@ -300,12 +421,7 @@ const claimJobs = `
 		WHERE t.name IN (SELECT type FROM claimed) AND t.rate_limit IS NOT NULL
 	)
 	SELECT *, '' FROM claimed
-	UNION ALL
-	-- A worker that may not claim says why, in the same round trip:
-	-- its state, or ACTIVE when its capabilities changed.
-	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', state
-	FROM named WHERE NOT ok
+	UNION ALL` + claimRefusals + `
 	UNION ALL
 	-- The queue has limits; when its rate held jobs back, the time the
 	-- next start is allowed; attempt 1 when its row was not locked (claim

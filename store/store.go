@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -36,6 +37,10 @@ var (
 // Store wraps the connection pool.
 type Store struct {
 	Pool *pgxpool.Pool
+	// limitedQueues holds the queues whose last claim found limits (the
+	// queue's own or some job type's): their next claim goes straight to
+	// the locking claim.
+	limitedQueues sync.Map
 }
 
 // Config sizes the pool.
