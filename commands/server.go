@@ -115,7 +115,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = guarded
 	s.mu.Unlock()
-	return redcon.Serve(guarded, s.dispatch, s.accept, s.connClosed)
+	return resp.Serve(guarded, s.dispatch, s.accept, s.connClosed)
 }
 
 // Close stops accepting, closes every client connection and returns.

@@ -44,7 +44,7 @@ func guardStartServer(t *testing.T, lim Limits, accept func(redcon.Conn) bool) *
 	}
 	s := &guardTestServer{addr: ln.Addr().String(), blocked: make(chan *guardBlock, 16)}
 	served := make(chan error, 1)
-	go func() { served <- redcon.Serve(NewGuardedListener(ln, lim), s.handle, accept, nil) }()
+	go func() { served <- Serve(NewGuardedListener(ln, lim), s.handle, accept, nil) }()
 	t.Cleanup(func() {
 		ln.Close()
 		if err := <-served; err != nil {
