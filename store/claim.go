@@ -85,7 +85,8 @@ var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 // counts the running jobs and recent starts the previous one committed.
 // The claim takes no more than the limits leave room for, never a job of a
 // limited type whose row it did not lock, and logs its starts for the
-// rates. Without any limits, the locking statement reads two empty sets.
+// rates. Where no limits apply (the usual case) the claim is one lean
+// statement instead, without locks or counts (claimUnlimited).
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
 	if _, limited := s.limitedQueues.Load(p.Queue); !limited {
 		out, limited, err := s.claimUnlimited(ctx, p)
