@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,latency,idle,dashboard (default all)")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard (default all; submit includes batches)")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.Parse()
 	if *small {
@@ -177,6 +177,8 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 			}
 			r.rates(fmt.Sprintf("submit: single jobs, %d producers", p), a, b)
 		}
+	}
+	if want("submit") || want("batches") {
 		say("submit: batches of 1,000")
 		a, err := agqSubmit(ctx, s, o.submitJobs, 1, 1000)
 		if err != nil {

@@ -469,6 +469,23 @@ func TestSubmissionIsIdempotentAndBatchesAreAtomic(t *testing.T) {
 		t.Fatalf("LLEN = %d, want 1000", n)
 	}
 
+	// A batch sent again (its reply lost, say) stores nothing twice, and
+	// a batch naming a held unique_key answers the job that holds it.
+	resent := `[{"job_id":"again-1","queue":"again"},{"job_id":"again-2","queue":"again"}]`
+	for i := 0; i < 2; i++ {
+		ids, err := admin.Do(ctx, "JOB.SUBMIT", resent).StringSlice()
+		if err != nil || strings.Join(ids, ",") != "again-1,again-2" {
+			t.Fatalf("batch sent %d times: %v, %v", i+1, ids, err)
+		}
+	}
+	ids, err = admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"again-3","queue":"again"},{"unique_key":"report-42","type":"t"}]`).StringSlice()
+	if err != nil || strings.Join(ids, ",") != "again-3,"+first {
+		t.Fatalf("batch with a held unique_key: %v, %v (holder %s)", ids, err, first)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:again").Int(); n != 3 {
+		t.Fatalf("LLEN = %d, want 3", n)
+	}
+
 	// An id names one job: another producer's job with the same id is
 	// refused, alone or in a batch (which then stores nothing).
 	err = admin.Do(ctx, "JOB.SUBMIT", `{"job_id":"same-id","type":"other"}`).Err()

@@ -163,11 +163,12 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "ORDER BY id LIMIT", index: "jobs_queue_status", maxScanned: 200,
 		},
 		{
-			// The id exists: the statement answers the existing job.
+			// The id exists: the COPY fails, and the statement answers
+			// the existing job. (The store records on a scratch database,
+			// where the first submission makes the id exist.)
 			name: "ResubmittingAnIdUsesThePrimaryKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, _, err := st.JobsSubmit(ctx, []store.NewJob{submission("j00500000", "")})
-				return err
+				return submitTwice(ctx, st, submission("j00500000", ""), submission("j00500000", ""))
 			},
 			match: "INSERT INTO jobs", index: "jobs_pkey", maxScanned: 10,
 		},
@@ -175,8 +176,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// An unfinished job holds the unique key.
 			name: "SubmittingAHeldUniqueKeyUsesJobsUniqueKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, _, err := st.JobsSubmit(ctx, []store.NewJob{submission("new-job-1", "uk-999993")})
-				return err
+				return submitTwice(ctx, st, submission("old-job-1", "uk-999993"), submission("new-job-1", "uk-999993"))
 			},
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
 		},
@@ -330,6 +330,16 @@ func submission(id, uniqueKey string) store.NewJob {
 	return store.NewJob{ID: id, Queue: "ready", Type: "type-1", Requires: []string{"sort"},
 		Payload: json.RawMessage(`{"input":"/data/in/new.csv"}`), MaxAttempts: 3, RetryBackoffSeconds: 1,
 		TimeoutSeconds: 3600, UniqueKey: uniqueKey}
+}
+
+// submitTwice submits first, then again: the second's COPY fails on what
+// the first holds, and the statement that sorts it out runs.
+func submitTwice(ctx context.Context, st *store.Store, first, again store.NewJob) error {
+	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{first}); err != nil {
+		return err
+	}
+	_, _, err := st.JobsSubmit(ctx, []store.NewJob{again})
+	return err
 }
 
 func connect(ctx context.Context, t *testing.T, url string) *pgx.Conn {

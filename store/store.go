@@ -110,6 +110,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// isUniqueViolation reports whether err is PostgreSQL refusing a row whose
+// key a unique index holds already.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
 // interpretError maps pgx and PostgreSQL errors to the domain errors.
 // Every failure that comes from the database's availability — a connection
 // refused, reset, closed or timed out, a server shutting down, starting up
