@@ -48,24 +48,37 @@ func burnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, queu
 			return measure{}, err
 		}
 	}
+	// The measure ends with the report of the last job, as River's ends
+	// when the table holds the last completion: workers still blocked in a
+	// pop then wait out its timeout unmeasured.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	return cl.measure(ctx, "agq", s.pid(), n, func() error {
 		var done atomic.Int64
 		var first error
 		var once sync.Once
-		var wg sync.WaitGroup
+		end := make(chan struct{})
+		finish := func(err error) {
+			once.Do(func() {
+				first = err
+				close(end)
+			})
+		}
 		for _, w := range ws {
 			wg.Go(func() {
 				for done.Load() < int64(n) {
 					k, err := step(w)
 					if err != nil {
-						once.Do(func() { first = err })
+						finish(err)
 						return
 					}
-					done.Add(int64(k))
+					if done.Add(int64(k)) >= int64(n) {
+						finish(nil)
+					}
 				}
 			})
 		}
-		wg.Wait()
+		<-end
 		return first
 	})
 }

@@ -129,13 +129,20 @@ func riverBurnDown(ctx context.Context, cl *cluster, r *riverSide, n int, statem
 		}
 	}
 	r.worked.Store(0)
-	return cl.measure(ctx, "river", 0, n, func() error {
+	// The measure ends when the table holds the last completion, as
+	// agq's ends with the last report; the client stops unmeasured.
+	started := false
+	m, err := cl.measure(ctx, "river", 0, n, func() error {
 		if err := r.start(ctx); err != nil {
 			return err
 		}
-		defer r.stop()
+		started = true
 		return r.completedInDB(ctx, n)
 	})
+	if started {
+		r.stop()
+	}
+	return m, err
 }
 
 // riverContinuous inserts single jobs from producers while River works, for d.

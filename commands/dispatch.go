@@ -92,11 +92,12 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 func (s *Server) execute(sess *Session, cmd redcon.Command) (reply []byte, wroteOwn, quit bool) {
 	start := time.Now()
 	sess.lastActive.Store(start.UnixNano())
-	name := asciiLower(cmd.Args[0])
-	c := s.table[name]
-	label := name
-	if c == nil {
-		label = "unknown"
+	c := s.lookup(cmd.Args[0])
+	name, label := "", "unknown"
+	if c != nil {
+		name, label = c.Name, c.Name
+	} else {
+		name = asciiLower(cmd.Args[0])
 	}
 	sess.lastCommand.Store(label)
 
@@ -125,7 +126,7 @@ func (s *Server) execute(sess *Session, cmd redcon.Command) (reply []byte, wrote
 
 // isReport reports whether cmd is a JOB.UPDATE with its two arguments.
 func isReport(cmd redcon.Command) bool {
-	return len(cmd.Args) == 3 && asciiLower(cmd.Args[0]) == "job.update"
+	return len(cmd.Args) == 3 && asciiEqualFold(cmd.Args[0], "job.update")
 }
 
 // pipelinedReports reports whether first and the commands pipelined after
@@ -276,6 +277,39 @@ func (s *Server) buildTable() map[string]*Command {
 		}
 	}
 	return t
+}
+
+// lookup finds the command named b, in any case, without allocating: it
+// runs for every command.
+func (s *Server) lookup(b []byte) *Command {
+	var buf [32]byte
+	if len(b) > len(buf) {
+		return nil // longer than any command's name
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return s.table[string(buf[:len(b)])]
+}
+
+// asciiEqualFold reports whether b is lower (an ASCII lowercase word) in
+// any case of its ASCII letters.
+func asciiEqualFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // asciiLower lowercases ASCII letters only, so an unknown command's name is
