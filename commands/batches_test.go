@@ -181,6 +181,9 @@ func TestPipelinedReportsShareAGroup(t *testing.T) {
 	pipe := w.c.Pipeline()
 	var cmds []*redis.Cmd
 	for i, j := range held {
+		if i == n/4 {
+			cmds = append(cmds, pipe.Do(ctx, "JOB.UPDATE", "nope", `not json`))
+		}
 		if i == n/2 {
 			cmds = append(cmds, pipe.Do(ctx, "JOB.UPDATE", "theirs", `{"status":"completed"}`))
 		}
@@ -189,7 +192,13 @@ func TestPipelinedReportsShareAGroup(t *testing.T) {
 	pipe.Exec(ctx)
 	for i, c := range cmds {
 		err := c.Err()
-		if i == n/2 {
+		if i == n/4 {
+			if err == nil || err.Error() != "ERR invalid update: must be a JSON object" {
+				t.Fatalf("reply %d, a report that is not JSON: %v", i, err)
+			}
+			continue
+		}
+		if i == n/2+1 {
 			if err == nil || err.Error() != "ERR job theirs is owned by pipe-other" {
 				t.Fatalf("reply %d, the report on another worker's job: %v", i, err)
 			}

@@ -1,12 +1,13 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -91,17 +92,31 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 // command wrote its own replies.
 func (s *Server) execute(sess *Session, cmd redcon.Command) (reply []byte, wroteOwn, quit bool) {
 	start := time.Now()
-	sess.lastActive.Store(start.UnixNano())
-	c := s.lookup(cmd.Args[0])
-	name, label := "", "unknown"
-	if c != nil {
-		name, label = c.Name, c.Name
-	} else {
-		name = asciiLower(cmd.Args[0])
-	}
-	sess.lastCommand.Store(label)
-
+	c, name := s.begin(sess, cmd, start)
 	r, err := s.run(sess, c, name, cmd.Args)
+	reply, wroteOwn = s.end(sess, c, name, start, r, err)
+	return reply, wroteOwn, c != nil && c.Name == "quit"
+}
+
+// begin finds the command and notes it as the session's latest.
+func (s *Server) begin(sess *Session, cmd redcon.Command, start time.Time) (c *Command, name string) {
+	sess.lastActive.Store(start.UnixNano())
+	c = s.lookup(cmd.Args[0])
+	if c == nil {
+		sess.lastCommand.Store("unknown")
+		return nil, asciiLower(cmd.Args[0])
+	}
+	sess.lastCommand.Store(c.Name)
+	return c, c.Name
+}
+
+// end encodes a command's reply, or its error's, and counts it; wroteOwn
+// means the command wrote its own replies.
+func (s *Server) end(sess *Session, c *Command, name string, start time.Time, r resp.Reply, err error) (reply []byte, wroteOwn bool) {
+	label := "unknown"
+	if c != nil {
+		label = c.Name
+	}
 	result := "ok"
 	if err != nil {
 		result = "error"
@@ -112,7 +127,7 @@ func (s *Server) execute(sess *Session, cmd redcon.Command) (reply []byte, wrote
 	}
 	s.metrics.commands.WithLabelValues(label, result).Inc()
 	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
-	return reply, wroteOwn, c != nil && c.Name == "quit"
+	return reply, wroteOwn
 }
 
 // A worker that pipelines its reports — JOB.UPDATE after JOB.UPDATE, each
@@ -149,26 +164,74 @@ func pipelinedReports(rest []redcon.Command, first redcon.Command) bool {
 func notReport(cmd redcon.Command) bool { return !isReport(cmd) }
 
 // dispatchReports runs pipelined reports together, at most a group's worth
-// at a time, and writes their replies in order.
+// at a time, and writes their replies in order. Each report is read and
+// added to its group in turn, then each reply awaited: no goroutine per
+// report.
 func (s *Server) dispatchReports(conn redcon.Conn, sess *Session, cmds []redcon.Command) {
 	for len(cmds) > 0 {
 		n := min(len(cmds), maxGroup)
-		replies := make([][]byte, n)
-		var wg sync.WaitGroup
+		replies := make([]func() []byte, n)
 		for i, cmd := range cmds[:n] {
-			wg.Go(func() { replies[i], _, _ = s.execute(sess, cmd) })
+			replies[i] = s.startReport(sess, cmd)
 		}
-		wg.Wait()
-		for _, r := range replies {
-			conn.WriteRaw(r)
+		for _, reply := range replies {
+			conn.WriteRaw(reply())
 		}
 		cmds = cmds[n:]
 	}
 }
 
-func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (reply resp.Reply, err error) {
+// startReport starts one of pipelined reports: read, checked and added to
+// its group, as run would do it. The function it answers waits for the
+// reply. A report that fails its checks, a snooze, and one whose group
+// failed before reaching the database run as any other command.
+func (s *Server) startReport(sess *Session, cmd redcon.Command) (reply func() []byte) {
+	start := time.Now()
+	c, name := s.begin(sess, cmd, start)
+	alone := func() []byte {
+		r, _, _ := s.execute(sess, cmd)
+		return r
+	}
+	if s.admit(sess, c, name, cmd.Args) != nil {
+		return alone
+	}
+	ctx, cancel := s.ctxForCommand(sess)
+	r, err := s.readReportSafely(ctx, sess, cmd.Args)
+	if err != nil || r.group == nil {
+		cancel()
+		return alone
+	}
+	pending := r.group.Add(r.p)
+	return func() []byte {
+		defer cancel()
+		res, gerr := pending.Wait(ctx)
+		if err := cmp.Or(gerr, res); err != nil && store.SafeToRetry(err) && ctx.Err() == nil {
+			return alone() // nothing reached the database: once more, as run does
+		}
+		out, err := reportReply(r.p.ID, res, gerr)
+		if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
+			err = resp.ErrNoAuth
+		}
+		reply, _ := s.end(sess, c, name, start, out, err)
+		return reply
+	}
+}
+
+// readReportSafely is readReport with a panic turned into an error (the
+// command then runs alone, where run reports it).
+func (s *Server) readReportSafely(ctx context.Context, sess *Session, args [][]byte) (r report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("reading a report panicked: %v", p)
+		}
+	}()
+	return s.readReport(ctx, sess, args)
+}
+
+// admit checks that the session may run c with these arguments.
+func (s *Server) admit(sess *Session, c *Command, name string, args [][]byte) error {
 	if c == nil {
-		return nil, unknownCommand(args[0], args[1:])
+		return unknownCommand(args[0], args[1:])
 	}
 	if sess.revoked.Load() {
 		sess.clearAuth()
@@ -176,15 +239,22 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 	}
 	if !c.NoAuth {
 		if !sess.isAuthed() {
-			return nil, resp.ErrNoAuth
+			return resp.ErrNoAuth
 		}
 		who := sess.principal()
 		if c.Roles&roleBit(who.Role) == 0 {
-			return nil, resp.CodeErrorf("NOPERM", "User %s has no permissions to run the '%s' command", who.Name, name)
+			return resp.CodeErrorf("NOPERM", "User %s has no permissions to run the '%s' command", who.Name, name)
 		}
 	}
 	if (c.Arity > 0 && len(args) != c.Arity) || (c.Arity < 0 && len(args) < -c.Arity) {
-		return nil, resp.Errorf("wrong number of arguments for '%s' command", name)
+		return resp.Errorf("wrong number of arguments for '%s' command", name)
+	}
+	return nil
+}
+
+func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (reply resp.Reply, err error) {
+	if err := s.admit(sess, c, name, args); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/group"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -153,9 +154,32 @@ const maxSnooze = 366 * 24 * time.Hour
 
 // JOB.UPDATE job_id json
 func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	r, err := s.readReport(ctx, sess, args)
+	if err != nil {
+		return nil, err
+	}
+	if r.group == nil {
+		return s.snooze(ctx, r.p)
+	}
+	// The report joins the node's next group of its kind: a final one
+	// shares that group's commit, and its reply waits for it.
+	err, gerr := r.group.Do(ctx, r.p)
+	return reportReply(r.p.ID, err, gerr)
+}
+
+// report is a JOB.UPDATE read and checked: what the store is to apply, and
+// the group it joins (none for a snooze, which takes the careful path).
+type report struct {
+	p     store.JobUpdateParams
+	group *group.Runner[store.JobUpdateParams, error]
+}
+
+// readReport reads and checks a JOB.UPDATE's arguments and finds the
+// reporting worker.
+func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (report, error) {
 	id := string(args[1])
 	if int64(len(args[2])) > s.opts.MaxPayload {
-		return nil, resp.ErrPayloadTooBig
+		return report{}, resp.ErrPayloadTooBig
 	}
 	// One decoding: the document must be an object, checked by its first
 	// byte, since decoding null or an array into a struct would not fail.
@@ -163,25 +187,25 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
 		var typeErr *json.UnmarshalTypeError
 		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
-			return nil, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
+			return report{}, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
 		}
-		return nil, resp.Errorf("invalid update: must be a JSON object")
+		return report{}, resp.Errorf("invalid update: must be a JSON object")
 	}
 	switch doc.Status {
 	case "", store.StatusRunning, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
 	case store.StatusSnoozed:
 		if doc.Seconds == nil || !(*doc.Seconds > 0) || time.Duration(*doc.Seconds*float64(time.Second)) > maxSnooze {
-			return nil, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
+			return report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
 		}
 	default:
-		return nil, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
+		return report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
 	}
 	if err := textError(args[2]); err != nil {
-		return nil, resp.Errorf("invalid update: %s", err)
+		return report{}, resp.Errorf("invalid update: %s", err)
 	}
 	if doc.Delivery != "" {
 		if _, err := uuid.Parse(doc.Delivery); err != nil {
-			return nil, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
+			return report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
 	}
 	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
@@ -200,29 +224,34 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	} else {
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
-			return nil, err
+			return report{}, err
 		}
 		p.WorkerID = w.ID
 	}
-	if doc.Status == store.StatusSnoozed {
-		// Rare: the careful path, on its own.
-		freed, err := s.store.JobUpdate(ctx, p)
-		s.hub.Free(freed) // the snooze, or a failure past the snooze limit
-		if err != nil {
-			return nil, jobError(id, err)
-		}
-		s.publishAsIs(ctx, func(store.JobState) string { return store.StatusSnoozed }, id)
-		return resp.OK, nil
+	switch doc.Status {
+	case store.StatusSnoozed:
+		return report{p: p}, nil
+	case "", store.StatusRunning:
+		return report{p: p, group: s.groups.acks}, nil
 	}
-	// The report joins the node's next group of its kind: a final one
-	// shares that group's commit, and its reply waits for it.
-	reports := s.groups.finishes
-	if doc.Status == "" || doc.Status == store.StatusRunning {
-		reports = s.groups.acks
-	}
-	err, gerr := reports.Do(ctx, p)
-	err = cmp.Or(gerr, err)
+	return report{p: p, group: s.groups.finishes}, nil
+}
+
+// snooze applies a snooze: rare, on the careful path, on its own.
+func (s *Server) snooze(ctx context.Context, p store.JobUpdateParams) (resp.Reply, error) {
+	freed, err := s.store.JobUpdate(ctx, p)
+	s.hub.Free(freed) // the snooze, or a failure past the snooze limit
 	if err != nil {
+		return nil, jobError(p.ID, err)
+	}
+	s.publishAsIs(ctx, func(store.JobState) string { return store.StatusSnoozed }, p.ID)
+	return resp.OK, nil
+}
+
+// reportReply is a grouped report's reply: err is the report's own
+// refusal, gerr the group's failure.
+func reportReply(id string, err, gerr error) (resp.Reply, error) {
+	if err = cmp.Or(gerr, err); err != nil {
 		return nil, jobError(id, err)
 	}
 	return resp.OK, nil

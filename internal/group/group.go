@@ -83,6 +83,19 @@ func New[Req, Res any](cfg Config[Req, Res]) *Runner[Req, Res] {
 // Do adds req to the next group and waits for its result. When ctx ends
 // first it returns ctx's error; the request may still be served.
 func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	return r.Add(req).Wait(ctx)
+}
+
+// Pending is a request added to a group, its result still to come.
+type Pending[Req, Res any] struct {
+	r *Runner[Req, Res]
+	c call[Req, Res]
+}
+
+// Add adds req to the next group without waiting for its result: a caller
+// with many requests adds them all, then waits for each, from one
+// goroutine.
+func (r *Runner[Req, Res]) Add(req Req) Pending[Req, Res] {
 	c := call[Req, Res]{req: req, weight: max(r.cfg.Weight(req), 1), done: make(chan outcome[Res], 1)}
 	r.mu.Lock()
 	r.pending = append(r.pending, c)
@@ -93,14 +106,20 @@ func (r *Runner[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		go r.loop()
 	}
 	r.mu.Unlock()
+	return Pending[Req, Res]{r: r, c: c}
+}
+
+// Wait waits for the request's result. When ctx ends first it returns
+// ctx's error; the request may still be served.
+func (p Pending[Req, Res]) Wait(ctx context.Context) (Res, error) {
 	select {
-	case out := <-c.done:
+	case out := <-p.c.done:
 		return out.res, out.err
 	case <-ctx.Done():
-		if r.cfg.Abandoned != nil {
+		if abandoned := p.r.cfg.Abandoned; abandoned != nil {
 			go func() {
-				if out := <-c.done; out.err == nil {
-					r.cfg.Abandoned(req, out.res)
+				if out := <-p.c.done; out.err == nil {
+					abandoned(p.c.req, out.res)
 				}
 			}()
 		}

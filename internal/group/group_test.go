@@ -108,6 +108,45 @@ func TestRunner(t *testing.T) {
 		r.Wait()
 	})
 
+	t.Run("RequestsAddedTogetherShareGroupsAndAnswerInOrder", func(t *testing.T) {
+		var mu sync.Mutex
+		var sizes []int
+		r := New(Config[int, int]{MaxSize: 4, Run: func(_ context.Context, reqs []int) []int {
+			mu.Lock()
+			sizes = append(sizes, len(reqs))
+			mu.Unlock()
+			out := make([]int, len(reqs))
+			for i, v := range reqs {
+				out[i] = -v
+			}
+			return out
+		}})
+		// One goroutine adds ten, then waits for each: no goroutine per
+		// request, and the groups are full but for the first and last.
+		var pending []Pending[int, int]
+		for i := 1; i <= 10; i++ {
+			pending = append(pending, r.Add(i))
+		}
+		for i, p := range pending {
+			if got, err := p.Wait(context.Background()); err != nil || got != -(i+1) {
+				t.Fatalf("request %d answered %d, %v", i+1, got, err)
+			}
+		}
+		r.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		total := 0
+		for _, n := range sizes {
+			total += n
+			if n > 4 {
+				t.Fatalf("a group of %d (at most 4): %v", n, sizes)
+			}
+		}
+		if total != 10 || len(sizes) > 4 {
+			t.Fatalf("groups %v for ten requests added together", sizes)
+		}
+	})
+
 	t.Run("APanicFailsItsGroupAndTheRunnerGoesOn", func(t *testing.T) {
 		r := New(Config[int, int]{Run: func(_ context.Context, reqs []int) []int {
 			if reqs[0] < 0 {
