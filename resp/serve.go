@@ -158,11 +158,12 @@ func (c *conn) read(cmds *[]redcon.Command) error {
 // parse takes the complete commands off the front of c.partial.
 func (c *conn) parse(cmds *[]redcon.Command) error {
 	b := c.partial
-	// The commands' argument lists share one array while it lasts.
+	// The commands' argument lists share one array while it lasts: a small
+	// one first (most reads hold one command), larger ones for a pipeline.
 	var slab [][]byte
 	for len(b) > 0 {
 		if cap(slab)-len(slab) < 4 {
-			slab = make([][]byte, 0, 32)
+			slab = make([][]byte, 0, min(8+4*cap(slab), 64))
 		}
 		complete, args, rest, err := nextCommand(b, slab[len(slab):])
 		if err != nil {

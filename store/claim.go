@@ -109,6 +109,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 // next claim on, as it would to jobs already running when it was set.
 func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out ClaimOutcome, limited bool, err error) {
 	out.Refused = map[string]error{}
+	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 16))
 	err = s.hotQuery(ctx, true, nil, func(rows pgx.Rows) error {
 		c, refusal, err := scanClaimRow(rows)
 		if err != nil {
@@ -138,6 +139,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 	caps := cmpOrEmpty(p.Capabilities)
 	var out ClaimOutcome
 	out.Refused = map[string]error{}
+	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 16))
 	limited := true
 	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers)}}
 	lock.Query(func(rows pgx.Rows) error {
@@ -213,7 +215,8 @@ func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
 func (out *ClaimOutcome) add(c Claimed, refusal string) {
 	switch refusal {
 	case "":
-		c.Job.WorkerID = &c.Worker
+		w := c.Worker // (a pointer to c's own field would move all of c to the heap)
+		c.Job.WorkerID = &w
 		out.Claimed = append(out.Claimed, c)
 	case WorkerActive:
 		out.Refused[c.Worker] = ErrCapabilitiesChanged

@@ -116,7 +116,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		requires               []string
 		runAt                  time.Time
 	}
-	var done []finished
+	done := make([]finished, 0, n)
 	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
 		var f finished
 		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt); err != nil {
