@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
 )
 
 // runningOfType counts the running jobs of a type, whatever their queue.
@@ -305,4 +306,30 @@ func TestASnoozeMakesRoomForAHeldPop(t *testing.T) {
 		t.Fatal(err)
 	}
 	servedSoon(t, got, two, snoozed)
+}
+
+// A job the watchdog takes back (here a delivery nobody acknowledged)
+// leaves running: a pop its type's cap held back on another queue gets its
+// job at once, not at a later re-check.
+func TestARecoveredJobMakesRoomForAHeldPop(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.AckTimeout = time.Second })
+	ctx := context.Background()
+	admin := a.Admin(t)
+	if err := admin.Do(ctx, "TYPE.CONFIG", "lonely", "MAXRUNNING", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	silent := registerWorker(t, a, "lonely-silent", "lonely")
+	waiting := registerWorker(t, a, "lonely-waiting", "lonely")
+	lost := submit(t, admin, map[string]any{"type": "lonely", "queue": "first"})
+	next := submit(t, admin, map[string]any{"type": "lonely", "queue": "second"})
+	if _, d, ok := silent.pop(t, "5", "first"); !ok || d.JobID != lost {
+		t.Fatalf("the first pop got %v %v", d, ok)
+	}
+	got := popHeld(t, waiting, "second")
+	servedSoon(t, got, next, time.Now())
+	raw, err := admin.Do(ctx, "JOB.GET", lost).Text()
+	if err != nil || !strings.Contains(raw, `"status":"queued"`) {
+		t.Fatalf("the unacknowledged job after the watchdog: %s, %v", raw, err)
+	}
 }

@@ -76,7 +76,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 				worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 				run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
 			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.requires, j.attempt`, limit)
+			RETURNING j.id, j.status, j.queue, j.type, j.requires, j.attempt`, limit)
 		if err != nil {
 			return err
 		}
@@ -136,7 +136,7 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 					run_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN run_at ELSE $2 END,
 					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
 				WHERE id = $1
-				RETURNING id, CASE WHEN status = 'retrying' THEN 'queued' ELSE status END, queue, requires, attempt`, d.id, runAt)
+				RETURNING id, CASE WHEN status = 'retrying' THEN 'queued' ELSE status END, queue, type, requires, attempt`, d.id, runAt)
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,7 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 				ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
 				updated_at = now()
 			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.requires, j.attempt`, limit, unackedLimit)
+			RETURNING j.id, j.status, j.queue, j.type, j.requires, j.attempt`, limit, unackedLimit)
 		if err != nil {
 			return err
 		}
@@ -53,10 +53,11 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 	return n, interpretError(err)
 }
 
-// notifyMoved reads rows of (id, status, queue, requires, attempt) for jobs
-// a statement just moved and tells listeners: claimable jobs wake waiters,
-// finished ones wake JOB.WAIT, and every node learns of the move for its
-// subscribers (ChannelMoved). It closes rows.
+// notifyMoved reads rows of (id, status, queue, type, requires, attempt)
+// for jobs a statement just moved out of running and tells listeners:
+// claimable jobs wake waiters, finished ones wake JOB.WAIT, and every node
+// learns of the move (ChannelMoved), for its subscribers and for the pops
+// its queue's or type's limits held back. It closes rows.
 func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	return notifyMovedAt(ctx, tx, rows, time.Time{})
 }
@@ -64,14 +65,14 @@ func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 // notifyMovedAt is notifyMoved for jobs claimable from at (zero: now).
 func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) (int, error) {
 	type moved struct {
-		id, status, queue string
-		requires          []string
-		attempt           int
+		id, status, queue, typ string
+		requires               []string
+		attempt                int
 	}
 	var all []moved
 	for rows.Next() {
 		var m moved
-		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.requires, &m.attempt); err != nil {
+		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -95,7 +96,7 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 		if err != nil {
 			return 0, err
 		}
-		b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Attempt: m.attempt})
+		b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 			return 0, err
 		}
@@ -111,6 +112,7 @@ type Moved struct {
 	ID         string `json:"i,omitempty"`
 	Status     string `json:"s,omitempty"`
 	Queue      string `json:"q,omitempty"`
+	Type       string `json:"t,omitempty"`
 	Attempt    int    `json:"a,omitempty"`
 	DeadWorker string `json:"dw,omitempty"`
 }

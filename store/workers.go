@@ -212,7 +212,7 @@ func requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt b
 			worker_id = CASE WHEN cancel_requested THEN worker_id END,
 			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
 		WHERE worker_id = $1 AND status = 'running'
-		RETURNING id, status, queue, requires, attempt`, workerID, countAttempt)
+		RETURNING id, status, queue, type, requires, attempt`, workerID, countAttempt)
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []stri
 			worker_id = CASE WHEN cancel_requested THEN worker_id END,
 			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
 		WHERE worker_id = $1 AND status = 'running' AND ack_deadline IS NULL AND id <> ALL($2::text[])
-		RETURNING id, status, queue, requires, attempt`, workerID, running)
+		RETURNING id, status, queue, type, requires, attempt`, workerID, running)
 	if err != nil {
 		return err
 	}

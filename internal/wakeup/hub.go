@@ -422,11 +422,21 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		case store.ChannelEvents:
 			h.receiveEvent(n.Payload)
 		case store.ChannelMoved:
-			if h.cfg.OnMoved != nil && h.interest.local.Load() {
-				var m store.Moved
-				if json.Unmarshal([]byte(n.Payload), &m) == nil {
-					h.cfg.OnMoved(m)
+			var m store.Moved
+			if json.Unmarshal([]byte(n.Payload), &m) != nil {
+				continue
+			}
+			if m.ID != "" && h.cfg.Room != nil {
+				// A job left running (the watchdog, a worker's
+				// registration): room for the pops limits held back.
+				var f store.Freed
+				f.Add(m.Queue, m.Type, 1)
+				for _, note := range h.cfg.Room(f) {
+					h.deliver(note)
 				}
+			}
+			if h.cfg.OnMoved != nil && h.interest.local.Load() {
+				h.cfg.OnMoved(m)
 			}
 		case store.ChannelKeys:
 			if h.cfg.OnKeyRevoked != nil {
