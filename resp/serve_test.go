@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,5 +191,64 @@ func TestServeAnswersAFrameItCannotParse(t *testing.T) {
 	}
 	if _, err := rd.ReadString('\n'); err == nil {
 		t.Fatal("the connection stayed open after a protocol error")
+	}
+}
+
+// failingListener fails its first Accepts as a process out of file
+// descriptors would, then accepts.
+type failingListener struct {
+	net.Listener
+	failures int
+	mu       sync.Mutex
+	at       []time.Time
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.at) < l.failures {
+		l.at = append(l.at, time.Now())
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+// Accept errors other than a closed listener are waited out with a growing
+// pause, not spun on, and connections are served again after them.
+func TestServeWaitsOutAcceptErrors(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &failingListener{Listener: inner, failures: 5}
+	served := make(chan error, 1)
+	go func() { served <- Serve(ln, echoArgs, nil, nil) }()
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(c)
+	if _, err := c.Write([]byte("*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBulk(t, rd); got != "ECHO|hi" {
+		t.Fatalf("reply %q after the accept errors", got)
+	}
+	// The pauses double from 5 ms: 5, 10, 20 and 40 ms between the five.
+	ln.mu.Lock()
+	at := ln.at
+	ln.mu.Unlock()
+	if len(at) != 5 {
+		t.Fatalf("%d failed accepts, want 5", len(at))
+	}
+	if spent := at[4].Sub(at[0]); spent < 75*time.Millisecond {
+		t.Fatalf("five failed accepts within %v: no pause between them", spent)
+	}
+	inner.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after its listener closed: %v", err)
 	}
 }
