@@ -482,8 +482,12 @@ func TestSubmissionIsIdempotentAndBatchesAreAtomic(t *testing.T) {
 	if err != nil || strings.Join(ids, ",") != "again-3,"+first {
 		t.Fatalf("batch with a held unique_key: %v, %v (holder %s)", ids, err, first)
 	}
-	if n, _ := admin.Do(ctx, "LLEN", "queue:again").Int(); n != 3 {
-		t.Fatalf("LLEN = %d, want 3", n)
+	ids, err = admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"twice","queue":"again"},{"job_id":"twice","queue":"again"}]`).StringSlice()
+	if err != nil || strings.Join(ids, ",") != "twice,twice" {
+		t.Fatalf("a batch naming one id twice: %v, %v", ids, err)
+	}
+	if n, _ := admin.Do(ctx, "LLEN", "queue:again").Int(); n != 4 {
+		t.Fatalf("LLEN = %d, want 4", n)
 	}
 
 	// An id names one job: another producer's job with the same id is
