@@ -46,10 +46,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 	if dueNow(jobs) {
 		err := s.copyJobs(ctx, jobs)
 		if err == nil {
-			res := make([]SubmitResult, len(jobs))
-			for i, j := range jobs {
-				res[i] = SubmitResult{ID: j.ID, Created: true, Queue: j.Queue, Same: true}
-			}
+			res := allCreated(jobs)
 			return res, submittedNotes(jobs, res), nil
 		}
 		if !isUniqueViolation(err) {
@@ -80,6 +77,15 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 	return res, submittedNotes(jobs, res), nil
 }
 
+// allCreated is the outcome of jobs all inserted.
+func allCreated(jobs []NewJob) []SubmitResult {
+	res := make([]SubmitResult, len(jobs))
+	for i, j := range jobs {
+		res[i] = SubmitResult{ID: j.ID, Created: true, Queue: j.Queue, Same: true}
+	}
+	return res
+}
+
 // dueNow reports whether every job is to run at once: those are the jobs
 // a COPY can insert, their status and run_at being the defaults.
 func dueNow(jobs []NewJob) bool {
@@ -90,6 +96,12 @@ func dueNow(jobs []NewJob) bool {
 	}
 	return true
 }
+
+// copyGroupMin is the least group of single submissions sent by COPY:
+// smaller ones are faster as the one-round-trip statement (statement
+// against COPY, store alone: 1 job 0.26 / 0.34 ms, 16 jobs 0.48 / 0.59,
+// 48 jobs 1.09-1.42 / 0.81-1.21, 256 jobs 5.3 / 3.3).
+const copyGroupMin = 48
 
 // copyColumns are the columns copyJobs fills; the others take their
 // defaults (run_at and the timestamps now(), the status queued).
@@ -139,6 +151,13 @@ func textOrNull(s string) any {
 // they share one WAL flush. Each job has its own outcome: one that cannot
 // be stored fails alone.
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
+	// A large group of jobs due now goes as one COPY first (its four round
+	// trips pay from about 50 jobs); if anything in it fails, the
+	// statement gives each job its own outcome.
+	if len(jobs) >= copyGroupMin && dueNow(jobs) && s.copyJobs(ctx, jobs) == nil {
+		res := allCreated(jobs)
+		return res, make([]error, len(jobs)), submittedNotes(jobs, res)
+	}
 	results := make([]SubmitResult, len(jobs))
 	errs := make([]error, len(jobs))
 	res, err := insertJobs(ctx, s.durableRunner(), jobs)
