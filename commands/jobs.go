@@ -40,6 +40,16 @@ func (s *Server) jobCommands() []*Command {
 // a bad element rejects the whole batch, naming its index.
 // keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
 func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]store.SubmitResult, error) {
+	jobs, err := s.parseJobs(docs, keyQueue, batch)
+	if err != nil {
+		return nil, err
+	}
+	return s.submitJobs(ctx, jobs, batch)
+}
+
+// parseJobs validates the documents, naming the first that is not a valid
+// job. keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
+func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]store.NewJob, error) {
 	jobs := make([]store.NewJob, len(docs))
 	for i, d := range docs {
 		j, err := s.parseJob(d, cmp.Or(keyQueue, "ready"))
@@ -57,6 +67,12 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 		}
 		jobs[i] = j
 	}
+	return jobs, nil
+}
+
+// submitJobs inserts validated jobs: a batch in one transaction, a single
+// job with the node's next group of submissions.
+func (s *Server) submitJobs(ctx context.Context, jobs []store.NewJob, batch bool) ([]store.SubmitResult, error) {
 	var res []store.SubmitResult
 	var err error
 	if batch {
@@ -90,21 +106,30 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	body := bytes.TrimSpace(args[1])
 	if len(body) > 0 && body[0] == '[' {
-		var docs []json.RawMessage
-		if err := json.Unmarshal(body, &docs); err != nil {
-			return nil, resp.Errorf("invalid job batch: %s", strings.TrimPrefix(err.Error(), "json: "))
+		// One decoding of a valid batch; an invalid one is read again,
+		// document by document, to say what is wrong with it.
+		jobs, ok := s.parseBatch(body)
+		if !ok {
+			var docs []json.RawMessage
+			if err := json.Unmarshal(body, &docs); err != nil {
+				return nil, resp.Errorf("invalid job batch: %s", strings.TrimPrefix(err.Error(), "json: "))
+			}
+			if len(docs) == 0 {
+				return nil, resp.Errorf("invalid job batch: empty array")
+			}
+			if len(docs) > maxBatch {
+				return nil, resp.Errorf("invalid job batch: more than %d jobs", maxBatch)
+			}
+			raw := make([][]byte, len(docs))
+			for i, d := range docs {
+				raw[i] = d
+			}
+			var err error
+			if jobs, err = s.parseJobs(raw, "", true); err != nil {
+				return nil, err
+			}
 		}
-		if len(docs) == 0 {
-			return nil, resp.Errorf("invalid job batch: empty array")
-		}
-		if len(docs) > 10000 {
-			return nil, resp.Errorf("invalid job batch: more than 10000 jobs")
-		}
-		raw := make([][]byte, len(docs))
-		for i, d := range docs {
-			raw[i] = d
-		}
-		res, err := s.submit(ctx, raw, "", true)
+		res, err := s.submitJobs(ctx, jobs, true)
 		if err != nil {
 			return nil, err
 		}
@@ -120,6 +145,9 @@ func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (r
 	}
 	return resp.BulkString(res[0].ID), nil
 }
+
+// maxBatch bounds the jobs of one JOB.SUBMIT.
+const maxBatch = 10000
 
 // LPUSH queue:<name> json [json …] — answers the queue's ready depth.
 func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -64,20 +66,8 @@ type planTools struct {
 
 // parseJob validates one job document. defaultQueue applies when it names none.
 func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error) {
-	if int64(len(raw)) > s.opts.MaxPayload {
-		return store.NewJob{}, resp.ErrPayloadTooBig
-	}
-	if !utf8.Valid(raw) {
-		return store.NewJob{}, fmt.Errorf("not valid UTF-8")
-	}
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
-	}
-	// Only an escape can spell text PostgreSQL cannot store.
-	if bytes.Contains(raw, []byte(`\u`)) && json.Valid(raw) {
-		if err := textError(raw); err != nil {
-			return store.NewJob{}, err
-		}
+	if err := s.checkDoc(raw); err != nil {
+		return store.NewJob{}, err
 	}
 	var spec jobSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -95,6 +85,71 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	if dec.More() {
 		return store.NewJob{}, fmt.Errorf("trailing data after the JSON object")
 	}
+	return s.jobFromSpec(spec, defaultQueue)
+}
+
+// checkDoc checks what a job document must be before it is decoded: not
+// too large, UTF-8, not null, without text PostgreSQL cannot store.
+func (s *Server) checkDoc(raw []byte) error {
+	if int64(len(raw)) > s.opts.MaxPayload {
+		return resp.ErrPayloadTooBig
+	}
+	if !utf8.Valid(raw) {
+		return fmt.Errorf("not valid UTF-8")
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return fmt.Errorf("a job must be a JSON object")
+	}
+	// Only an escape can spell text PostgreSQL cannot store.
+	if bytes.Contains(raw, []byte(`\u`)) && json.Valid(raw) {
+		if err := textError(raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseBatch reads a JSON array of job documents with one decoder, each
+// checked and validated as parseJob does it. ok is false when any element
+// is not a valid job, or the array is not a valid batch: the caller then
+// parses the documents one by one, to word the first error found.
+func (s *Server) parseBatch(body []byte) (jobs []store.NewJob, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, false
+	}
+	for dec.More() {
+		if len(jobs) == maxBatch {
+			return nil, false
+		}
+		start := dec.InputOffset()
+		var spec jobSpec
+		if err := dec.Decode(&spec); err != nil {
+			return nil, false
+		}
+		raw := bytes.TrimLeft(body[start:dec.InputOffset()], ", \t\r\n")
+		if s.checkDoc(raw) != nil {
+			return nil, false
+		}
+		j, err := s.jobFromSpec(spec, "ready")
+		if err != nil {
+			return nil, false
+		}
+		jobs = append(jobs, j)
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') || len(jobs) == 0 {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // something after the array
+	}
+	return jobs, true
+}
+
+// jobFromSpec validates a decoded job document. defaultQueue applies when
+// it names none.
+func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (store.NewJob, error) {
 	j := store.NewJob{
 		ID:                  spec.JobID,
 		Queue:               cmp.Or(spec.Queue, defaultQueue),
@@ -188,15 +243,20 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 	if len(out) == 0 && spec.Type != "" && spec.Requires == nil {
 		out = []string{spec.Type}
 	}
-	seen := map[string]bool{}
-	uniq := []string{}
+	uniq := make([]string, 0, len(out))
+	var seen map[string]bool // for long lists only: most have a few entries
+	if len(out) > 16 {
+		seen = make(map[string]bool, len(out))
+	}
 	for _, r := range out {
 		if r == "" || len(r) > 128 {
 			return nil, fmt.Errorf("requires entries must be 1-128 bytes")
 		}
-		if !seen[r] {
-			seen[r] = true
+		if seen != nil && !seen[r] || seen == nil && !slices.Contains(uniq, r) {
 			uniq = append(uniq, r)
+			if seen != nil {
+				seen[r] = true
+			}
 		}
 	}
 	return uniq, nil
