@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ type options struct {
 	only                                 string
 	statements                           bool
 	dashboardJobs, dashboardSamples      int
+	repeat                               int
 }
 
 func main() {
@@ -47,10 +49,11 @@ func main() {
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
 	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard (default all; submit includes batches)")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
+	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat}
 	}
 	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)
@@ -107,40 +110,47 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
 	if want("burn") {
-		say("burn-down of %d jobs, %d agq worker connections", o.jobs, o.workers)
-		a, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false, o.statements)
-		if err != nil {
-			return r, fmt.Errorf("agq burn-down: %w", err)
-		}
-		if o.statements {
-			if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
-				return r, err
+		var as, bs, ars, abs []measure
+		for i := range max(o.repeat, 1) {
+			statements := o.statements && i == 0
+			say("burn-down of %d jobs, %d agq worker connections (run %d of %d)", o.jobs, o.workers, i+1, max(o.repeat, 1))
+			a, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false, statements)
+			if err != nil {
+				return r, fmt.Errorf("agq burn-down: %w", err)
 			}
-		}
-		b, err := riverBurnDown(ctx, cl, rv, o.jobs, o.statements)
-		if err != nil {
-			return r, fmt.Errorf("river burn-down: %w", err)
-		}
-		if o.statements {
-			if err := cl.statementsPrint(ctx, "river", o.jobs, progress); err != nil {
-				return r, err
+			if statements {
+				if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
+					return r, err
+				}
 			}
-		}
-		say("burn-down with JOB.UPDATE running")
-		ar, err := agqBurnDown(ctx, cl, s, ws, o.jobs, true, false)
-		if err != nil {
-			return r, fmt.Errorf("agq burn-down: %w", err)
-		}
-		say("burn-down with BLMPOP COUNT %d and pipelined reports", o.batch)
-		ab, err := agqBurnDownBatched(ctx, cl, s, ws, o.jobs, o.batch, o.statements)
-		if err != nil {
-			return r, fmt.Errorf("agq batched burn-down: %w", err)
-		}
-		if o.statements {
-			if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
-				return r, err
+			b, err := riverBurnDown(ctx, cl, rv, o.jobs, statements)
+			if err != nil {
+				return r, fmt.Errorf("river burn-down: %w", err)
 			}
+			if statements {
+				if err := cl.statementsPrint(ctx, "river", o.jobs, progress); err != nil {
+					return r, err
+				}
+			}
+			say("burn-down with JOB.UPDATE running")
+			ar, err := agqBurnDown(ctx, cl, s, ws, o.jobs, true, false)
+			if err != nil {
+				return r, fmt.Errorf("agq burn-down: %w", err)
+			}
+			say("burn-down with BLMPOP COUNT %d and pipelined reports", o.batch)
+			ab, err := agqBurnDownBatched(ctx, cl, s, ws, o.jobs, o.batch, statements)
+			if err != nil {
+				return r, fmt.Errorf("agq batched burn-down: %w", err)
+			}
+			if statements {
+				if err := cl.statementsPrint(ctx, "agq", o.jobs, progress); err != nil {
+					return r, err
+				}
+			}
+			say("jobs/s: agq %.0f, with running %.0f, batched %.0f; River %.0f", a.rate(), ar.rate(), ab.rate(), b.rate())
+			as, bs, ars, abs = append(as, a), append(bs, b), append(ars, ar), append(abs, ab)
 		}
+		a, b, ar, ab := median(as), median(bs), median(ars), median(abs)
 		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
 		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
 		r.costs("burn-down", a, b)
@@ -179,16 +189,23 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		}
 	}
 	if want("submit") || want("batches") {
-		say("submit: batches of 1,000")
-		a, err := agqSubmit(ctx, s, o.submitJobs, 1, 1000)
-		if err != nil {
-			return r, fmt.Errorf("agq batch submit: %w", err)
+		var as, bs []float64
+		for i := range max(o.repeat, 1) {
+			say("submit: batches of 1,000 (run %d of %d)", i+1, max(o.repeat, 1))
+			a, err := agqSubmit(ctx, s, o.submitJobs, 1, 1000)
+			if err != nil {
+				return r, fmt.Errorf("agq batch submit: %w", err)
+			}
+			b, err := riverSubmit(ctx, rv, o.submitJobs, 1, 1000)
+			if err != nil {
+				return r, fmt.Errorf("river batch submit: %w", err)
+			}
+			say("jobs/s: agq %.0f, River %.0f", a, b)
+			as, bs = append(as, a), append(bs, b)
 		}
-		b, err := riverSubmit(ctx, rv, o.submitJobs, 1, 1000)
-		if err != nil {
-			return r, fmt.Errorf("river batch submit: %w", err)
-		}
-		r.rates("submit: batches of 1,000 (JOB.SUBMIT array / InsertMany)", a, b)
+		slices.Sort(as)
+		slices.Sort(bs)
+		r.rates("submit: batches of 1,000 (JOB.SUBMIT array / InsertMany)", as[len(as)/2], bs[len(bs)/2])
 	}
 	if want("latency") {
 		say("pickup latency over %d jobs, one idle worker", o.latency)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +20,13 @@ type measure struct {
 }
 
 func (m measure) rate() float64 { return float64(m.jobs) / m.d.Seconds() }
+
+// median is the run of median rate, with its costs.
+func median(ms []measure) measure {
+	sorted := slices.Clone(ms)
+	slices.SortFunc(sorted, func(a, b measure) int { return cmp.Compare(a.rate(), b.rate()) })
+	return sorted[len(sorted)/2]
+}
 
 // continuous is a run of steady submissions and work.
 type continuous struct {
