@@ -67,3 +67,86 @@ func TestLargeSubmissionGroupsKeepEachOutcome(t *testing.T) {
 		t.Fatalf("queue depth %d, %v; want 119", n, err)
 	}
 }
+
+// A small group of single submissions goes as one lean statement; the jobs
+// it skips (an id or a unique_key held, an id an earlier job of the group
+// took) get their outcomes from the statement that sorts them out.
+func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := newRecordingStore(ctx, t)
+	st := rec.st
+	job := func(id, key string, payload string) store.NewJob {
+		return store.NewJob{ID: id, Queue: "small", Type: "t", Requires: []string{"a", "b"}, UniqueKey: key,
+			Payload: json.RawMessage(payload), MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60}
+	}
+	careful := func() int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, s := range rec.sent {
+			if strings.Contains(s.sql, "WITH reqs AS MATERIALIZED") {
+				n++
+			}
+		}
+		rec.sent = nil
+		return n
+	}
+	res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{job("s-1", "", `{"n":1}`), job("s-2", "key-2", `{"n":2}`)})
+	for i, r := range res {
+		if errs[i] != nil || !r.Created {
+			t.Fatalf("fresh job %d: %+v, %v", i, r, errs[i])
+		}
+	}
+	if n := careful(); n != 0 {
+		t.Fatalf("fresh jobs took the sorting statement %d times", n)
+	}
+	bare := job("s-0", "", `{}`)
+	bare.Requires = nil
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{bare, job("s-9", "", `{"n":9}`)}); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("jobs with and without requirements: %v", errs)
+	}
+	careful()
+	for id, reqs := range map[string]string{"s-1": "a,b", "s-2": "a,b", "s-0": "", "s-9": "a,b"} {
+		j, err := st.JobGet(ctx, id)
+		if err != nil || strings.Join(j.Requires, ",") != reqs || j.Status != store.StatusQueued {
+			t.Fatalf("%s: %+v, %v; want requires %q", id, j, err, reqs)
+		}
+	}
+	if len(notes) != 1 || notes[0].N != 2 || strings.Join(notes[0].Requires, ",") != "a,b" {
+		t.Fatalf("wake-up notes %+v", notes)
+	}
+	res, errs, notes = st.JobsSubmitEach(ctx, []store.NewJob{
+		job("s-3", "", `{"n":3}`),        // fresh
+		job("s-1", "", `{"n":1}`),        // sent again
+		job("s-2", "", `{"other":true}`), // the id names another job
+		job("s-4", "key-2", `{"n":4}`),   // the key is held by s-2
+		job("s-3", "", `{"n":3}`),        // the id an earlier job of the group took
+	})
+	want := []struct {
+		id      string
+		created bool
+		exists  bool
+	}{{"s-3", true, false}, {"s-1", false, false}, {"", false, true}, {"s-2", false, false}, {"s-3", false, false}}
+	for i, w := range want {
+		var exists *store.JobExistsError
+		if w.exists {
+			if !errors.As(errs[i], &exists) {
+				t.Fatalf("job %d: %+v, %v; want the id refused", i, res[i], errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || res[i].ID != w.id || res[i].Created != w.created {
+			t.Fatalf("job %d: %+v, %v; want %s created=%v", i, res[i], errs[i], w.id, w.created)
+		}
+	}
+	if n := careful(); n != 1 {
+		t.Fatalf("the skipped jobs took the sorting statement %d times, want once", n)
+	}
+	if len(notes) != 1 || notes[0].N != 1 {
+		t.Fatalf("wake-up notes %+v, want one for the one new job", notes)
+	}
+	if n, err := st.QueueDepth(ctx, "small"); err != nil || n != 5 {
+		t.Fatalf("queue depth %d, %v; want 5", n, err)
+	}
+}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The fast ways in for jobs due now, with nothing to sort out: a COPY for
+// batches and large groups, a lean statement for small groups. Either
+// leaves what it cannot insert (an id or unique_key held) to the statement
+// that answers each job (insertJobs).
+
+// allCreated is the outcome of jobs all inserted.
+func allCreated(jobs []NewJob) []SubmitResult {
+	res := make([]SubmitResult, len(jobs))
+	for i, j := range jobs {
+		res[i] = SubmitResult{ID: j.ID, Created: true, Queue: j.Queue, Same: true}
+	}
+	return res
+}
+
+// dueNow reports whether every job is to run at once: those are the jobs
+// a COPY can insert, their status and run_at being the defaults.
+func dueNow(jobs []NewJob) bool {
+	for _, j := range jobs {
+		if !j.RunAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// copyGroupMin is the least group of single submissions sent by COPY:
+// smaller ones are faster as the one-round-trip statement (statement
+// against COPY, store alone: 1 job 0.26 / 0.34 ms, 16 jobs 0.48 / 0.59,
+// 48 jobs 1.09-1.42 / 0.81-1.21, 256 jobs 5.3 / 3.3).
+const copyGroupMin = 48
+
+// copyColumns are the columns copyJobs fills; the others take their
+// defaults (run_at and the timestamps now(), the status queued).
+var copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
+	"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key"}
+
+// copyJobs inserts jobs due now with one COPY, in their order (their seq
+// follows it), and registers their queues, in one transaction. A job whose
+// id or unique_key is held already fails it whole with a unique violation.
+func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
+	rows := make([][]any, len(jobs))
+	var queues []string
+	seen := map[string]bool{}
+	for i, j := range jobs {
+		if !seen[j.Queue] {
+			seen[j.Queue] = true
+			queues = append(queues, j.Queue)
+		}
+		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), jsonOrNull(j.Plan), jsonOrNull(j.Inputs),
+			jsonOrNull(j.Payload), int32(j.Priority), StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
+			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey)}
+	}
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO queues (name) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, queues); err != nil {
+			return err
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, pgx.CopyFromRows(rows))
+		return err
+	})
+}
+
+// jsonOrNull is a document as COPY sends it: NULL when absent.
+func jsonOrNull(doc json.RawMessage) any {
+	if len(doc) == 0 {
+		return nil
+	}
+	return []byte(doc)
+}
+
+func textOrNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// insertDue inserts jobs due now with one lean statement, in their order,
+// and answers which it inserted: a job whose id or unique_key is held
+// already, or taken by an earlier job of the group, is skipped. It commits
+// when it returns without an error.
+func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
+	n := len(jobs)
+	ids, queues, types, plans, inputs, payloads, keys := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	priorities, attempts, timeouts, ords := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	backoffs := make([]float64, n)
+	// Every job's requirements in one array; a job's are the slice from
+	// its first to its last (an empty slice when it has none).
+	var reqs []string
+	first, last := make([]int32, n), make([]int32, n)
+	for i, j := range jobs {
+		ids[i], queues[i], types[i], keys[i] = j.ID, j.Queue, j.Type, j.UniqueKey
+		plans[i], inputs[i], payloads[i] = string(j.Plan), string(j.Inputs), string(j.Payload)
+		priorities[i], attempts[i], timeouts[i], backoffs[i], ords[i] = int32(j.Priority), int32(j.MaxAttempts),
+			int32(j.TimeoutSeconds), j.RetryBackoffSeconds, int32(i)
+		first[i] = int32(len(reqs) + 1)
+		reqs = append(reqs, j.Requires...)
+		last[i] = int32(len(reqs))
+	}
+	left := make(map[string]int, n) // ids inserted, not yet matched to a job
+	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+		var id string
+		err := rows.Scan(&id)
+		left[id]++
+		return err
+	}, `
+		WITH q AS (
+			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
+		)
+		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+			retry_backoff_seconds, timeout_seconds, unique_key)
+		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
+			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
+			i.backoff, i.timeout_seconds, nullif(i.unique_key, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[], $8::text[],
+			$9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[])
+			AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
+			     timeout_seconds, backoff, ord)
+		ORDER BY i.ord
+		ON CONFLICT DO NOTHING
+		RETURNING id`,
+		ids, queues, types, first, last, plans, inputs, payloads, keys, priorities, attempts, timeouts,
+		cmpOrEmpty(reqs), backoffs, ords)
+	if err != nil {
+		return nil, err
+	}
+	// Of jobs naming one id, the first is the one inserted.
+	inserted := make([]bool, n)
+	for i, j := range jobs {
+		if left[j.ID] > 0 {
+			inserted[i] = true
+			left[j.ID]--
+		}
+	}
+	return inserted, nil
+}
+
+// submitRest completes JobsSubmitEach after insertDue: the jobs it skipped
+// get their outcomes from the statement that sorts them out.
+func (s *Store) submitRest(ctx context.Context, jobs []NewJob, inserted []bool) ([]SubmitResult, []error, []ReadyNote) {
+	results := allCreated(jobs)
+	errs := make([]error, len(jobs))
+	var rest []NewJob
+	var at []int
+	for i, j := range jobs {
+		if !inserted[i] {
+			rest, at = append(rest, j), append(at, i)
+		}
+	}
+	if len(rest) == 0 {
+		return results, errs, submittedNotes(jobs, results)
+	}
+	res, restErrs, _ := s.submitEachCarefully(ctx, rest)
+	created := slices.Clone(results)
+	for k, i := range at {
+		results[i], errs[i], created[i] = res[k], restErrs[k], SubmitResult{}
+		if restErrs[k] == nil {
+			created[i] = res[k]
+		}
+	}
+	return results, errs, submittedNotes(jobs, created)
+}
