@@ -31,7 +31,7 @@ func (e *JobExistsError) Error() string {
 	return "job " + e.ID + " already exists with different contents"
 }
 
-// JobsSubmit inserts jobs atomically, in one statement of one transaction.
+// JobsSubmit inserts jobs atomically, in one transaction.
 // A job whose id, or whose unique_key held by an unfinished job, already
 // exists is not inserted again: its result names the existing job with
 // Created false. An id held by a job with other contents fails the batch
@@ -84,15 +84,18 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
 	if dueNow(jobs) {
 		// A large group goes as one COPY (its four round trips pay from
-		// about 50 jobs), a smaller one as the lean statement; if either
-		// fails, the statement below gives each job its own outcome, and
-		// jobs the lean statement skipped (an id or key held) go there.
+		// about 50 jobs), a smaller one whose jobs name ids and keys of
+		// their own as the lean statement; if either fails, the statement
+		// below gives each job its own outcome, and jobs the lean
+		// statement skipped (an id or key held) go there.
 		if len(jobs) >= copyGroupMin && s.copyJobs(ctx, jobs) == nil {
 			res := allCreated(jobs)
 			return res, make([]error, len(jobs)), submittedNotes(jobs, res)
 		}
-		if inserted, err := s.insertDue(ctx, jobs); err == nil {
-			return s.submitRest(ctx, jobs, inserted)
+		if ownIDs(jobs) {
+			if inserted, err := s.insertDue(ctx, jobs); err == nil {
+				return s.submitRest(ctx, jobs, inserted)
+			}
 		}
 	}
 	return s.submitEachCarefully(ctx, jobs)

@@ -84,10 +84,10 @@ func textOrNull(s string) any {
 	return s
 }
 
-// insertDue inserts jobs due now with one lean statement, in their order,
-// and answers which it inserted: a job whose id or unique_key is held
-// already, or taken by an earlier job of the group, is skipped. It commits
-// when it returns without an error.
+// insertDue inserts jobs due now, each naming its own id, with one lean
+// statement, in their order, and answers which it inserted: a job whose id
+// or unique_key is held already is skipped. It commits when it returns
+// without an error.
 func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
 	n := len(jobs)
 	ids, queues, types, plans, inputs, payloads, keys := make([]string, n), make([]string, n), make([]string, n),
@@ -107,11 +107,11 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
 		reqs = append(reqs, j.Requires...)
 		last[i] = int32(len(reqs))
 	}
-	left := make(map[string]int, n) // ids inserted, not yet matched to a job
+	done := make(map[string]bool, n)
 	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
-		left[id]++
+		done[id] = true
 		return err
 	}, `
 		WITH q AS (
@@ -134,15 +134,27 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Of jobs naming one id, the first is the one inserted.
 	inserted := make([]bool, n)
 	for i, j := range jobs {
-		if left[j.ID] > 0 {
-			inserted[i] = true
-			left[j.ID]--
-		}
+		inserted[i] = done[j.ID]
 	}
 	return inserted, nil
+}
+
+// ownIDs reports whether no two jobs name one id or one unique_key: what
+// insertDue's answer needs to say which job each inserted row is.
+func ownIDs(jobs []NewJob) bool {
+	seen := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if seen[j.ID] || j.UniqueKey != "" && seen["\x00"+j.UniqueKey] {
+			return false
+		}
+		seen[j.ID] = true
+		if j.UniqueKey != "" {
+			seen["\x00"+j.UniqueKey] = true
+		}
+	}
+	return true
 }
 
 // submitRest completes JobsSubmitEach after insertDue: the jobs it skipped

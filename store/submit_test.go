@@ -69,8 +69,8 @@ func TestLargeSubmissionGroupsKeepEachOutcome(t *testing.T) {
 }
 
 // A small group of single submissions goes as one lean statement; the jobs
-// it skips (an id or a unique_key held, an id an earlier job of the group
-// took) get their outcomes from the statement that sorts them out.
+// it skips (an id or a unique_key held) get their outcomes from the
+// statement that sorts them out, as does a group naming one id twice.
 func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,13 +121,12 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 		job("s-1", "", `{"n":1}`),        // sent again
 		job("s-2", "", `{"other":true}`), // the id names another job
 		job("s-4", "key-2", `{"n":4}`),   // the key is held by s-2
-		job("s-3", "", `{"n":3}`),        // the id an earlier job of the group took
 	})
 	want := []struct {
 		id      string
 		created bool
 		exists  bool
-	}{{"s-3", true, false}, {"s-1", false, false}, {"", false, true}, {"s-2", false, false}, {"s-3", false, false}}
+	}{{"s-3", true, false}, {"s-1", false, false}, {"", false, true}, {"s-2", false, false}}
 	for i, w := range want {
 		var exists *store.JobExistsError
 		if w.exists {
@@ -146,7 +145,16 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	if len(notes) != 1 || notes[0].N != 1 {
 		t.Fatalf("wake-up notes %+v, want one for the one new job", notes)
 	}
-	if n, err := st.QueueDepth(ctx, "small"); err != nil || n != 5 {
-		t.Fatalf("queue depth %d, %v; want 5", n, err)
+	// Two jobs of a group naming one id: the group takes the sorting
+	// statement, and the second shares the first's outcome.
+	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{job("s-5", "", `{"n":5}`), job("s-5", "", `{"n":5}`)})
+	if errs[0] != nil || errs[1] != nil || res[0].ID != "s-5" || !res[0].Created || res[1].ID != "s-5" || res[1].Created {
+		t.Fatalf("one id twice in a group: %+v, %v", res, errs)
+	}
+	if n := careful(); n != 1 {
+		t.Fatalf("a group naming one id twice took the sorting statement %d times, want once", n)
+	}
+	if n, err := st.QueueDepth(ctx, "small"); err != nil || n != 6 {
+		t.Fatalf("queue depth %d, %v; want 6", n, err)
 	}
 }
