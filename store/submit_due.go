@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -56,8 +55,8 @@ func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
 			seen[j.Queue] = true
 			queues = append(queues, j.Queue)
 		}
-		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), jsonOrNull(j.Plan), jsonOrNull(j.Inputs),
-			jsonOrNull(j.Payload), int32(j.Priority), StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
+		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
+			nullJSON(j.Payload), int32(j.Priority), StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
 			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey)}
 	}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
@@ -69,14 +68,7 @@ func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
 	})
 }
 
-// jsonOrNull is a document as COPY sends it: NULL when absent.
-func jsonOrNull(doc json.RawMessage) any {
-	if len(doc) == 0 {
-		return nil
-	}
-	return []byte(doc)
-}
-
+// textOrNull is text as COPY sends it: NULL when empty.
 func textOrNull(s string) any {
 	if s == "" {
 		return nil

@@ -426,14 +426,12 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 			if json.Unmarshal([]byte(n.Payload), &m) != nil {
 				continue
 			}
-			if m.ID != "" && h.cfg.Room != nil {
+			if m.ID != "" {
 				// A job left running (the watchdog, a worker's
 				// registration): room for the pops limits held back.
 				var f store.Freed
 				f.Add(m.Queue, m.Type, 1)
-				for _, note := range h.cfg.Room(f) {
-					h.deliver(note)
-				}
+				h.wakeHeld(f)
 			}
 			if h.cfg.OnMoved != nil && h.interest.local.Load() {
 				h.cfg.OnMoved(m)

@@ -55,9 +55,7 @@ func (h *Hub) Free(f store.Freed) {
 	if f.Empty() || h.cfg.Room == nil {
 		return
 	}
-	for _, note := range h.cfg.Room(f) {
-		h.deliver(note)
-	}
+	h.wakeHeld(f)
 	if h.cfg.Send == nil {
 		return
 	}
@@ -67,6 +65,17 @@ func (h *Hub) Free(f store.Freed) {
 	select {
 	case h.outSig <- struct{}{}:
 	default:
+	}
+}
+
+// wakeHeld wakes this node's pops that limits held back on the queues and
+// types f says jobs left.
+func (h *Hub) wakeHeld(f store.Freed) {
+	if h.cfg.Room == nil {
+		return
+	}
+	for _, note := range h.cfg.Room(f) {
+		h.deliver(note)
 	}
 }
 
@@ -235,10 +244,8 @@ func (h *Hub) receiveEvent(payload string) {
 	for _, id := range ev.Done {
 		h.jobDone(id)
 	}
-	if ev.Freed != nil && h.cfg.Room != nil {
-		for _, note := range h.cfg.Room(*ev.Freed) {
-			h.deliver(note)
-		}
+	if ev.Freed != nil {
+		h.wakeHeld(*ev.Freed)
 	}
 	if ev.Interest {
 		h.heardInterest()
