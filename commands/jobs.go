@@ -155,10 +155,21 @@ func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.submit(ctx, args[2:], queues[0], len(args) > 3); err != nil {
+	jobs, err := s.parseJobs(args[2:], queues[0], len(args) > 3)
+	if err != nil {
 		return nil, err
 	}
-	n, err := s.store.QueueDepth(ctx, queues[0])
+	res, err := s.submitJobs(ctx, jobs, len(args) > 3)
+	if err != nil {
+		return nil, err
+	}
+	ready, now := int64(0), time.Now()
+	for i, r := range res {
+		if r.Created && !jobs[i].RunAt.After(now) {
+			ready++
+		}
+	}
+	n, err := s.pushedDepth(ctx, queues[0], ready)
 	if err != nil {
 		return nil, err
 	}

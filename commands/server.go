@@ -64,6 +64,8 @@ type Server struct {
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu
+	// deep remembers the queues too deep for LPUSH to count on every push.
+	deep deepQueues
 
 	nextID   atomic.Int64
 	mu       sync.Mutex

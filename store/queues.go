@@ -19,6 +19,18 @@ func (s *Store) QueueDepth(ctx context.Context, queue string) (int64, error) {
 	return n, interpretError(err)
 }
 
+// QueueDepthUpTo counts the jobs of a queue claimable now, as QueueDepth
+// does, but stops at limit: its cost is bounded however deep the queue.
+func (s *Store) QueueDepthUpTo(ctx context.Context, queue string, limit int64) (int64, error) {
+	var n int64
+	err := s.Pool.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT 1 FROM jobs
+			WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+			LIMIT $2) w`, queue, limit).Scan(&n)
+	return n, interpretError(err)
+}
+
 // QueuePeek returns claimable jobs of a queue in pop order, skipping offset.
 func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]Job, error) {
 	return collectJobs(s.Pool.Query(ctx, `

@@ -1,0 +1,125 @@
+package commands
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// depthExact is the depth up to which LPUSH counts a queue on every push.
+// Counting is a scan of the queue's waiting jobs (a million: ~130 ms of
+// PostgreSQL), so a deeper queue is counted now and then instead.
+const depthExact = 1000
+
+// deepQueues remembers the queues this node found deeper than depthExact:
+// LPUSH answers the last count plus the jobs pushed on this node since,
+// and counts again in the background once the count is old. A lone script
+// filling a deep queue gets the exact depth; jobs popped or pushed through
+// other nodes show from the next count on.
+type deepQueues struct {
+	mu sync.Mutex
+	m  map[string]*deepQueue
+}
+
+type deepQueue struct {
+	counted  int64         // the last count
+	pushed   int64         // ready jobs pushed on this node since it began
+	at       time.Time     // when it began
+	took     time.Duration // how long it ran
+	counting bool          // a count is under way
+}
+
+// stale says a count is due: after a second, or twenty times its own
+// duration, so that counting a huge queue takes a small share of the
+// database.
+func (q *deepQueue) stale(now time.Time) bool {
+	return now.Sub(q.at) > max(time.Second, 20*q.took)
+}
+
+// forgotten says the entry is too old to answer from at all: the
+// background counts have failed for a minute.
+func (q *deepQueue) forgotten(now time.Time) bool {
+	return now.Sub(q.at) > time.Minute+20*q.took
+}
+
+// pushedDepth answers LPUSH: the queue's ready depth once its push of
+// ready jobs committed.
+func (s *Server) pushedDepth(ctx context.Context, queue string, ready int64) (int64, error) {
+	if n, ok := s.deep.pushed(queue, ready, s.recount); ok {
+		return n, nil
+	}
+	n, err := s.store.QueueDepthUpTo(ctx, queue, depthExact+1)
+	if err != nil || n <= depthExact {
+		return n, err
+	}
+	start := time.Now()
+	n, err = s.store.QueueDepth(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	s.deep.counted(queue, n, 0, start, time.Since(start))
+	return n, nil
+}
+
+// pushed adds a push to the queue's entry and answers its depth, when the
+// queue is known deep; it starts recount when the count is stale.
+func (d *deepQueues) pushed(queue string, ready int64, recount func(string, int64)) (int64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.m[queue]
+	now := time.Now()
+	if q == nil {
+		return 0, false
+	}
+	if q.forgotten(now) {
+		delete(d.m, queue)
+		return 0, false
+	}
+	q.pushed += ready
+	if q.stale(now) && !q.counting {
+		q.counting = true
+		go recount(queue, q.pushed)
+	}
+	return q.counted + q.pushed, true
+}
+
+// counted records a count that began at start, when the entry had pushed
+// jobs already; the queue is forgotten once it is no longer deep.
+func (d *deepQueues) counted(queue string, n, pushedBefore int64, start time.Time, took time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n <= depthExact {
+		delete(d.m, queue)
+		return
+	}
+	if d.m == nil {
+		d.m = map[string]*deepQueue{}
+	}
+	since := int64(0)
+	if q := d.m[queue]; q != nil {
+		since = q.pushed - pushedBefore
+	}
+	d.m[queue] = &deepQueue{counted: n, pushed: since, at: start, took: took}
+}
+
+// failed lets the next stale push count again.
+func (d *deepQueues) failed(queue string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q := d.m[queue]; q != nil {
+		q.counting = false
+	}
+}
+
+// recount counts a deep queue again, off any client's path.
+func (s *Server) recount(queue string, pushedBefore int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	n, err := s.store.QueueDepth(ctx, queue)
+	if err != nil {
+		s.deep.failed(queue)
+		return
+	}
+	s.deep.counted(queue, n, pushedBefore, start, time.Since(start))
+}
