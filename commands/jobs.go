@@ -243,9 +243,12 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 		return report{}, resp.Errorf("invalid update: %s", err)
 	}
 	if doc.Delivery != "" {
-		if _, err := uuid.Parse(doc.Delivery); err != nil {
+		u, err := uuid.Parse(doc.Delivery)
+		if err != nil {
 			return report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
+		// In the form the store compares (any case, braces or urn: name the same token).
+		doc.Delivery = u.String()
 	}
 	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
 		Delivery: doc.Delivery, Raw: args[2], MaxSnoozes: s.opts.MaxSnoozes}

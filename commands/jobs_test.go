@@ -46,6 +46,7 @@ type delivered struct {
 	Attempt  int             `json:"attempt"`
 	Payload  json.RawMessage `json:"payload"`
 	Priority int             `json:"priority"`
+	Delivery string          `json:"delivery"`
 }
 
 // pop does BRPOP and decodes the job; ok is false on timeout.
@@ -712,5 +713,40 @@ func TestALateReportNeverTouchesTheNextAttempt(t *testing.T) {
 	other := registerWorker(t, a, "other", "t")
 	if err := other.update(ctx, id, map[string]any{"status": "completed"}); err == nil || !strings.Contains(err.Error(), "is owned by w") {
 		t.Fatalf("another worker repeating the final report: %v", err)
+	}
+}
+
+// A delivery token names its delivery in any form uuid parsing accepts:
+// upper case, braces, urn:uuid:. An acknowledgement, a final report in a
+// group and the same report re-sent (the careful path) all recognise it.
+func TestADeliveryTokenInAnyFormNamesItsDelivery(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w", "t")
+	id := submit(t, admin, map[string]any{"type": "t"})
+	_, d, ok := w.pop(t, "1", "ready")
+	if !ok || d.Delivery == "" {
+		t.Fatalf("pop: %+v", d)
+	}
+	forms := []string{strings.ToUpper(d.Delivery), "{" + d.Delivery + "}", "urn:uuid:" + d.Delivery}
+	if err := w.update(ctx, id, map[string]any{"status": "running", "delivery": forms[0]}); err != nil {
+		t.Fatalf("acknowledgement: %v", err)
+	}
+	if v := getJob(t, admin, id); v.Status != "running" {
+		t.Fatalf("after the acknowledgement: %+v", v)
+	}
+	for _, f := range forms {
+		if err := w.update(ctx, id, map[string]any{"status": "completed", "delivery": f}); err != nil {
+			t.Fatalf("completion with delivery %s: %v", f, err)
+		}
+	}
+	if v := getJob(t, admin, id); v.Status != "completed" {
+		t.Fatalf("after the completions: %+v", v)
+	}
+	err := w.update(ctx, id, map[string]any{"status": "completed", "delivery": "00000000-0000-0000-0000-000000000000"})
+	if err == nil {
+		t.Fatal("a completion naming another delivery was accepted")
 	}
 }

@@ -126,7 +126,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		return nil
 	}, `
 		WITH u AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::uuid[], $6::text[], $7::text[], $8::bool[], $9::int[])
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
 				AS u(id, worker, status, attempt, delivery, result, error, retryable, ord)
 		), r AS (
 			-- A report sent twice in one group is applied once; the
@@ -150,7 +150,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
 		  AND (r.worker = '' OR j.worker_id = r.worker)
 		  AND (r.attempt = 0 OR j.attempt = r.attempt)
-		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
+		  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
 		RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at`,
 		ids, workers, statuses, attempts, deliveries, results, errTexts, retryable, ords)
 	if err != nil {
@@ -204,7 +204,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 	}, `
 		WITH r AS (
 			-- The last report of a job in the group is its progress.
-			SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[])
+			SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[])
 				AS u(id, worker, attempt, delivery, progress, ord)
 			ORDER BY id, ord DESC
 		)
@@ -213,7 +213,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
 		  AND (r.worker = '' OR j.worker_id = r.worker)
 		  AND (r.attempt = 0 OR j.attempt = r.attempt)
-		  AND (r.delivery IS NULL OR j.delivery = r.delivery)
+		  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
 		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
 	if err == nil {
 		// Every report of an applied job matched it: the statement's
