@@ -165,7 +165,7 @@ func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.
 	}
 	ready, now := int64(0), time.Now()
 	for i, r := range res {
-		if r.Created && !jobs[i].RunAt.After(now) {
+		if r.Created && r.Delivered == nil && !jobs[i].RunAt.After(now) {
 			ready++
 		}
 	}

@@ -15,6 +15,7 @@ type metrics struct {
 	retried          prometheus.Counter
 	slowSubscribers  prometheus.Counter
 	groupSize        *prometheus.HistogramVec
+	handoffs         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,6 +52,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Requests served together by one statement: submissions, final reports, acknowledgements, pops.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 500},
 		}, []string{"kind"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_handoffs_total", Help: "Submitted jobs handed straight to a worker waiting in a pop, in the submission's own transaction.",
+		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
 		}),
@@ -59,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejectedConns.WithLabelValues(reason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize, m.slowSubscribers)
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize, m.slowSubscribers, m.handoffs)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -235,15 +236,22 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 
 	b := newBlocking(ctx, sess, timeout, popRecheck)
 	defer b.close()
-	waiter := s.hub.NewWaiter(queues, w.Capabilities, b.onWake())
+	waiter := s.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, b.onWake())
 	var received []store.ReadyNote // wake-ups not yet used
 	defer func() {
 		if waiter != nil {
-			waiter.Close(received...)
+			s.closeWaiter(w.ID, waiter, received)
 		}
 	}()
 
 	for {
+		if job, ok := handedJob(waiter); ok {
+			if b.peerGone() {
+				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: []store.Job{job}})
+				return "", nil, errClientGone
+			}
+			return job.Queue, []store.Job{job}, nil
+		}
 		claimCtx, cancel := s.ctxForCommand(sess)
 		queue, jobs, err := s.claim(claimCtx, sess, w, queues, limit)
 		cancel()
@@ -253,15 +261,15 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 			if w, err = s.lookupPopWorker(sess); err != nil {
 				return "", nil, err
 			}
-			waiter.Close(received...)
+			s.closeWaiter(w.ID, waiter, received)
 			received = nil
-			waiter = s.hub.NewWaiter(queues, w.Capabilities, b.onWake())
+			waiter = s.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, b.onWake())
 			continue
 		}
 		if draining {
 			// A draining worker gets nothing: wait out the timeout
 			// without taking wake-ups meant for others.
-			waiter.Close(received...)
+			s.closeWaiter(w.ID, waiter, received)
 			waiter = nil
 			_, err := b.out(resp.NilArray)
 			return "", nil, err
@@ -289,9 +297,27 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 		if reply != nil || err != nil {
 			return "", nil, err
 		}
-		if note != nil {
+		if note != nil && note.N > 0 { // N 0: a job handed over
 			received = append(received, *note)
 		}
+	}
+}
+
+// handedJob picks up the job a submission handed to the waiter.
+func handedJob(waiter *wakeup.Waiter) (store.Job, bool) {
+	v, ok := waiter.Handed()
+	if !ok {
+		return store.Job{}, false
+	}
+	return v.(store.Job), true
+}
+
+// closeWaiter closes a pop's waiter, passing on its unused wake-ups, and
+// gives back a job handed to it that the pop did not take.
+func (s *Server) closeWaiter(worker string, waiter *wakeup.Waiter, unused []store.ReadyNote) {
+	waiter.Close(unused...)
+	if job, ok := handedJob(waiter); ok {
+		s.releaseClaimed(claimRequest{worker: worker}, claimResult{jobs: []store.Job{job}})
 	}
 }
 

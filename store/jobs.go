@@ -119,6 +119,20 @@ type NewJob struct {
 	// RunAt is the zero time for "now".
 	RunAt     time.Time
 	UniqueKey string
+	// Hand, when set, offers the job to a worker blocked in a pop.
+	Hand *Handoff
+}
+
+// Handoff offers a job due now to a worker waiting for one: the job is
+// inserted running for it, as a claim would leave it, when the worker may
+// take it there and then — ACTIVE, able to run it, the queue holding no
+// job claimable before it, no limits on the queue or on any job type, the
+// queue not paused. Otherwise the job is inserted as usual. One
+// transaction instead of an insert and a claim.
+type Handoff struct {
+	Worker     string
+	AckTimeout time.Duration
+	Lease      time.Duration
 }
 
 // Notification channels. agq_jobs carries a ReadyNote; agq_done a job id;

@@ -21,6 +21,9 @@ type SubmitResult struct {
 	// Same is false when the id was taken by a different job: the
 	// submission is refused (ErrJobExists), never silently merged.
 	Same bool
+	// Delivered is the job as handed to its Handoff's worker, running;
+	// nil when it was not.
+	Delivered *Job
 }
 
 // JobExistsError means a submission's job_id names an existing job with
@@ -80,7 +83,9 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 // JobsSubmitEach inserts independent submissions — single jobs sent by
 // different clients, gathered into one group — in one transaction, so that
 // they share one WAL flush. Each job has its own outcome: one that cannot
-// be stored fails alone.
+// be stored fails alone. A job offered to a waiting worker (NewJob.Hand)
+// may be handed over by the lean statement of a small group; the other
+// ways in insert every job as usual.
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
 	if dueNow(jobs) {
 		// A large group goes as one COPY (its four round trips pay from
@@ -93,8 +98,8 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResu
 			return res, make([]error, len(jobs)), submittedNotes(jobs, res)
 		}
 		if ownIDs(jobs) {
-			if inserted, err := s.insertDue(ctx, jobs); err == nil {
-				return s.submitRest(ctx, jobs, inserted)
+			if inserted, delivered, err := s.insertDue(ctx, jobs); err == nil {
+				return s.submitRest(ctx, jobs, inserted, delivered)
 			}
 		}
 	}
@@ -334,7 +339,7 @@ func submittedNotes(jobs []NewJob, results []SubmitResult) []ReadyNote {
 	var notes []ReadyNote
 	now := time.Now()
 	for i, j := range jobs {
-		if !results[i].Created {
+		if !results[i].Created || results[i].Delivered != nil {
 			continue
 		}
 		var at int64

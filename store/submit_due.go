@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -78,14 +79,18 @@ func textOrNull(s string) any {
 
 // insertDue inserts jobs due now, each naming its own id, with one lean
 // statement, in their order, and answers which it inserted: a job whose id
-// or unique_key is held already is skipped. It commits when it returns
-// without an error.
-func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
+// or unique_key is held already is skipped. A job offered to a waiting
+// worker (NewJob.Hand) is inserted running for it when the worker may take
+// it at once (see Handoff); delivered holds those. It commits when it
+// returns without an error.
+func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, delivered []*Job, err error) {
 	n := len(jobs)
 	ids, queues, types, plans, inputs, payloads, keys := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	priorities, attempts, timeouts, ords := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	backoffs := make([]float64, n)
+	handTo := make([]string, n)
+	var ack, lease time.Duration
 	// Every job's requirements in one array; a job's are the slice from
 	// its first to its last (an empty slice when it has none).
 	var reqs []string
@@ -98,40 +103,85 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) ([]bool, error) {
 		first[i] = int32(len(reqs) + 1)
 		reqs = append(reqs, j.Requires...)
 		last[i] = int32(len(reqs))
+		if j.Hand != nil {
+			handTo[i], ack, lease = j.Hand.Worker, j.Hand.AckTimeout, j.Hand.Lease
+		}
 	}
 	done := make(map[string]bool, n)
-	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+	handed := map[string]*Job{}
+	err = s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
 		var id string
-		err := rows.Scan(&id)
+		var d Job
+		if err := rows.Scan(&id, &d.Delivery, &d.Seq, &d.RunAt, &d.Plan, &d.Inputs, &d.Payload); err != nil {
+			return err
+		}
 		done[id] = true
-		return err
-	}, `
-		WITH q AS (
-			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
-		)
-		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-			retry_backoff_seconds, timeout_seconds, unique_key)
-		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
-			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
-			i.backoff, i.timeout_seconds, nullif(i.unique_key, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[])
-			AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-			     timeout_seconds, backoff, ord)
-		ORDER BY i.ord
-		ON CONFLICT DO NOTHING
-		RETURNING id`,
-		ids, queues, types, first, last, plans, inputs, payloads, keys, priorities, attempts, timeouts,
-		cmpOrEmpty(reqs), backoffs, ords)
+		if d.Delivery != nil {
+			handed[id] = &d
+		}
+		return nil
+	}, insertDueSQL, ids, queues, types, first, last, plans, inputs, payloads, keys, priorities, attempts, timeouts,
+		cmpOrEmpty(reqs), backoffs, ords, handTo, ack, lease)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	inserted := make([]bool, n)
+	inserted = make([]bool, n)
+	delivered = make([]*Job, n)
 	for i, j := range jobs {
 		inserted[i] = done[j.ID]
+		if d := handed[j.ID]; d != nil && j.Hand != nil {
+			d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
+			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
+			d.RetryBackoffSeconds, d.WorkerID = j.RetryBackoffSeconds, &j.Hand.Worker
+			delivered[i] = d
+		}
 	}
-	return inserted, nil
+	return inserted, delivered, nil
 }
+
+// insertDueSQL is insertDue's statement. A job is handed over (h) only
+// where a claim would have given it to that worker now: the worker ACTIVE
+// with capabilities that cover it, nothing claimable in the queue before
+// it, neither queue nor job type limits, the queue not paused.
+const insertDueSQL = `
+		WITH q AS (
+			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
+		), i AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
+				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[])
+				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
+				     timeout_seconds, backoff, ord, hand_to)
+		), h AS (
+			SELECT i.ord, w.worker_id FROM i
+			JOIN workers w ON w.worker_id = i.hand_to AND w.state = 'ACTIVE'
+			WHERE i.hand_to <> ''
+			  AND ($13::text[])[i.first:i.last] <@ w.capabilities
+			  AND NOT EXISTS (SELECT 1 FROM job_types)
+			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
+			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL))
+			  AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.queue = i.queue
+			                  AND c.status IN ('queued', 'scheduled', 'retrying') AND c.run_at <= now())
+		)
+		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+			retry_backoff_seconds, timeout_seconds, unique_key,
+			worker_id, attempt, delivery, started_at, ack_deadline, lease_expires_at, deadline_at)
+		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
+			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
+			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
+			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''),
+			h.worker_id, CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
+			CASE WHEN h.worker_id IS NOT NULL THEN gen_random_uuid() END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $17::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $18::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + make_interval(secs => i.timeout_seconds) END
+		FROM i LEFT JOIN h ON h.ord = i.ord
+		ORDER BY i.ord
+		ON CONFLICT DO NOTHING
+		RETURNING id, delivery::text, seq, run_at,
+			CASE WHEN delivery IS NOT NULL THEN plan END,
+			CASE WHEN delivery IS NOT NULL THEN inputs END,
+			CASE WHEN delivery IS NOT NULL THEN payload END`
 
 // ownIDs reports whether no two jobs name one id or one unique_key: what
 // insertDue's answer needs to say which job each inserted row is.
@@ -151,8 +201,11 @@ func ownIDs(jobs []NewJob) bool {
 
 // submitRest completes JobsSubmitEach after insertDue: the jobs it skipped
 // get their outcomes from the statement that sorts them out.
-func (s *Store) submitRest(ctx context.Context, jobs []NewJob, inserted []bool) ([]SubmitResult, []error, []ReadyNote) {
+func (s *Store) submitRest(ctx context.Context, jobs []NewJob, inserted []bool, delivered []*Job) ([]SubmitResult, []error, []ReadyNote) {
 	results := allCreated(jobs)
+	for i, d := range delivered {
+		results[i].Delivered = d
+	}
 	errs := make([]error, len(jobs))
 	var rest []NewJob
 	var at []int

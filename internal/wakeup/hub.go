@@ -131,6 +131,12 @@ type Waiter struct {
 	caps   []string
 	c      chan store.ReadyNote
 	onWake func()
+	// worker is who a job may be handed to ("" takes no hand-offs).
+	worker string
+	// Under h.mu: taken out for a hand-off (in no queue's list), closed,
+	// and the job handed over and not yet picked up.
+	taken, closed bool
+	handed        any
 }
 
 // C receives a note when a job the waiter can run may be claimable.
@@ -141,7 +147,13 @@ func (w *Waiter) C() <-chan store.ReadyNote { return w.c }
 // when set, is called after each note is put in C: a waiter that does not
 // select on C (a parked connection) is told that way.
 func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
-	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1), onWake: onWake}
+	return h.NewWorkerWaiter("", queues, caps, onWake)
+}
+
+// NewWorkerWaiter registers a waiter that jobs may also be handed to
+// directly, as worker's (TakeWaiter).
+func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func()) *Waiter {
+	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1), onWake: onWake, worker: worker}
 	h.mu.Lock()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], w)
@@ -154,25 +166,106 @@ func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
 // did not use — pending in its channel, or given back as unused — so no job
 // waits for a re-check because its note went to a waiter that left, took a
 // job from another queue, or found nothing to do.
+//
+// A job handed over and not picked up stays for Handed; none is handed
+// after Close.
 func (w *Waiter) Close(unused ...store.ReadyNote) {
 	h := w.h
 	h.mu.Lock()
-	for _, q := range w.queues {
-		h.byQueue[q] = slices.DeleteFunc(h.byQueue[q], func(x *Waiter) bool { return x == w })
-		if len(h.byQueue[q]) == 0 {
-			delete(h.byQueue, q)
-		}
-	}
+	w.closed = true
+	h.unlist(w)
 	h.mu.Unlock()
 	select {
 	case note := <-w.c:
-		unused = append(unused, note)
+		if note.N > 0 { // not a hand-off's signal
+			unused = append(unused, note)
+		}
 	default:
 	}
 	for _, note := range unused {
 		note.N = 1
 		note.At = 0
 		h.deliver(note)
+	}
+}
+
+// unlist takes w out of its queues' lists; h.mu is held.
+func (h *Hub) unlist(w *Waiter) {
+	for _, q := range w.queues {
+		h.byQueue[q] = slices.DeleteFunc(h.byQueue[q], func(x *Waiter) bool { return x == w })
+		if len(h.byQueue[q]) == 0 {
+			delete(h.byQueue, q)
+		}
+	}
+}
+
+// TakeWaiter takes out, for a hand-off, the longest-waiting idle waiter of
+// queue that takes hand-offs and can run jobs needing requires: it gets no
+// wake-up until Hand or Untake. Nil when there is none.
+func (h *Hub) TakeWaiter(queue string, requires []string) *Waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.byQueue[queue] {
+		if w.worker != "" && len(w.c) == 0 && covers(w.caps, requires) {
+			h.unlist(w)
+			w.taken = true
+			return w
+		}
+	}
+	return nil
+}
+
+// Worker is whom jobs handed to the waiter go to.
+func (w *Waiter) Worker() string { return w.worker }
+
+// Hand gives a taken waiter its job and wakes it; false when the waiter
+// closed meanwhile (the job is the caller's to give back).
+func (w *Waiter) Hand(job any) bool {
+	h := w.h
+	h.mu.Lock()
+	if w.closed {
+		h.mu.Unlock()
+		return false
+	}
+	w.handed, w.taken = job, false
+	h.mu.Unlock()
+	select {
+	case w.c <- store.ReadyNote{N: 0}:
+	default: // a note is pending: it wakes the waiter as well
+	}
+	w.wake()
+	return true
+}
+
+// Handed picks up the job handed to the waiter, if any.
+func (w *Waiter) Handed() (any, bool) {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	job := w.handed
+	w.handed = nil
+	return job, job != nil
+}
+
+// Untake puts back a waiter taken for a hand-off that did not happen,
+// first in its queues, and wakes it to look at queue: notes sent while it
+// was taken out did not reach it.
+func (w *Waiter) Untake(queue string) {
+	h := w.h
+	h.mu.Lock()
+	if w.closed || !w.taken {
+		h.mu.Unlock()
+		return
+	}
+	w.taken = false
+	for _, q := range w.queues {
+		h.byQueue[q] = append([]*Waiter{w}, h.byQueue[q]...)
+	}
+	h.mu.Unlock()
+	select {
+	case w.c <- store.ReadyNote{Queue: queue, N: 1}:
+		w.wake()
+	default:
 	}
 }
 

@@ -127,3 +127,92 @@ func TestWakeUps(t *testing.T) {
 		}
 	})
 }
+
+// A waiter taken for a hand-off hears no wake-up until it is handed its
+// job or put back; a waiter that closed meanwhile is handed nothing, and a
+// job handed before it closed stays for it to give back.
+func TestHandOffs(t *testing.T) {
+	t.Run("TakesTheLongestWaitingCapableIdleWorkerWaiter", func(t *testing.T) {
+		h := New(Config{})
+		plain := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
+		cannot := h.NewWorkerWaiter("w1", []string{"q"}, []string{"grep"}, nil)
+		woken := h.NewWorkerWaiter("w2", []string{"q"}, []string{"sort"}, nil)
+		idle := h.NewWorkerWaiter("w3", []string{"q"}, []string{"sort"}, nil)
+		h.deliver(store.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}}) // plain and woken
+		if got := h.TakeWaiter("q", []string{"sort"}); got != idle {
+			t.Fatalf("took %+v, want the idle worker's waiter", got)
+		}
+		if got := h.TakeWaiter("q", []string{"sort"}); got != nil {
+			t.Fatalf("took %+v as well", got)
+		}
+		for _, w := range []*Waiter{plain, cannot, woken, idle} {
+			w.Close()
+		}
+	})
+	t.Run("ATakenWaiterIsHandedItsJob", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
+		if h.TakeWaiter("q", nil) != w {
+			t.Fatal("not taken")
+		}
+		h.deliver(store.ReadyNote{Queue: "q", N: 1})
+		if n, ok := received(w); ok {
+			t.Fatalf("a taken waiter heard %+v", n)
+		}
+		if !w.Hand("job") {
+			t.Fatal("an open waiter refused its job")
+		}
+		if n, ok := received(w); !ok || n.N != 0 {
+			t.Fatalf("the hand-off did not wake the waiter: %+v %v", n, ok)
+		}
+		if job, ok := w.Handed(); !ok || job != "job" {
+			t.Fatalf("handed %v %v", job, ok)
+		}
+		if _, ok := w.Handed(); ok {
+			t.Fatal("one job picked up twice")
+		}
+		w.Close()
+	})
+	t.Run("AWaiterPutBackIsWokenAndHearsNotesAgain", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"a", "b"}, nil, nil)
+		h.TakeWaiter("b", nil)
+		w.Untake("b")
+		if n, ok := received(w); !ok || n.Queue != "b" || n.N != 1 {
+			t.Fatalf("put back without a wake-up: %+v %v", n, ok)
+		}
+		h.deliver(store.ReadyNote{Queue: "a", N: 1})
+		if _, ok := received(w); !ok {
+			t.Fatal("a waiter put back is not in its queues again")
+		}
+		w.Close()
+	})
+	t.Run("AClosedWaiterIsHandedNothing", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
+		h.TakeWaiter("q", nil)
+		w.Close()
+		if w.Hand("job") {
+			t.Fatal("a closed waiter took a job")
+		}
+		w.Untake("q")
+		if len(h.byQueue["q"]) != 0 {
+			t.Fatal("a closed waiter was put back")
+		}
+	})
+	t.Run("AJobHandedAsTheWaiterClosesStaysToBeGivenBack", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
+		h.TakeWaiter("q", nil)
+		w.Hand("job")
+		next := h.NewWaiter([]string{"q"}, nil, nil)
+		w.Close() // the hand-off's signal is not a wake-up to pass on
+		if n, ok := received(next); ok {
+			t.Fatalf("the hand-off's signal was passed on: %+v", n)
+		}
+		if job, ok := w.Handed(); !ok || job != "job" {
+			t.Fatalf("handed %v %v", job, ok)
+		}
+		next.Close()
+	})
+}

@@ -1,0 +1,173 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/store"
+)
+
+// A job offered to a waiting worker is inserted running for it, exactly as
+// a claim leaves a job: attempt 1, a delivery token, its deadlines, its
+// documents as the database keeps them; its holder completes it as any
+// claimed job, and nobody else can claim it.
+func TestAHandedJobIsDeliveredAsAClaimWouldDeliverIt(t *testing.T) {
+	ctx, st := handoffStore(t)
+	job := handoffJob("handed-1", "h", []string{"t"}, "w")
+	job.Payload = json.RawMessage(`{"b": 1,   "a": [2, 3]}`)
+	res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{job})
+	if errs[0] != nil || !res[0].Created || res[0].Delivered == nil {
+		t.Fatalf("submission: %+v, %v", res[0], errs[0])
+	}
+	if len(notes) != 0 {
+		t.Fatalf("wake-up notes %+v for a job handed over", notes)
+	}
+	d := res[0].Delivered
+	stored, err := st.JobGet(ctx, "handed-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status != store.StatusRunning || stored.Attempt != 1 || stored.WorkerID == nil || *stored.WorkerID != "w" ||
+		stored.Delivery == nil || stored.AckDeadline == nil || stored.LeaseExpiresAt == nil || stored.DeadlineAt == nil ||
+		stored.StartedAt == nil {
+		t.Fatalf("stored: %+v", stored)
+	}
+	if d.Status != stored.Status || d.Attempt != 1 || *d.Delivery != *stored.Delivery || *d.WorkerID != "w" ||
+		d.Seq != stored.Seq || !d.RunAt.Equal(stored.RunAt) || string(d.Payload) != string(stored.Payload) ||
+		d.Queue != "h" || d.Type != "t" || d.MaxAttempts != 3 || d.TimeoutSeconds != 60 || len(d.Requires) != 1 {
+		t.Fatalf("delivered %+v, stored %+v", d, stored)
+	}
+	if deadline := stored.AckDeadline.Sub(*stored.StartedAt); deadline != 30*time.Second {
+		t.Fatalf("acknowledgement deadline %v after the start, want 30s", deadline)
+	}
+	out, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "h", Workers: []string{"v"}, Capabilities: []string{"t"},
+		AckTimeout: time.Minute, Lease: time.Minute})
+	if err != nil || len(out.Claimed) != 0 {
+		t.Fatalf("another claim of the queue: %+v, %v", out, err)
+	}
+	ferrs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{{ID: "handed-1", WorkerID: "w", Status: "completed",
+		Attempt: 1, Delivery: *d.Delivery, Raw: json.RawMessage(`{"status":"completed"}`)}})
+	if ferrs[0] != nil {
+		t.Fatalf("completing the handed job: %v", ferrs[0])
+	}
+}
+
+// A job is handed over only where a claim would give it to that worker at
+// once; otherwise it is inserted as usual, announced, and the waiting
+// worker claims what it may.
+func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
+	ctx, st := handoffStore(t)
+	if err := st.WorkerDrain(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	// q-fifo holds a claimable job (one "w" cannot run): a new one may
+	// not pass it.
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("older", "q-fifo", []string{"x"}, "")}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if err := st.QueueSetPaused(ctx, "q-paused", true); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := st.QueueConfigure(ctx, "q-limited", store.LimitsChange{MaxRunning: &one}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		job  store.NewJob
+	}{
+		{"capabilities that do not cover it", handoffJob("caps", "q-caps", []string{"x"}, "w")},
+		{"a job claimable before it", handoffJob("fifo", "q-fifo", []string{"t"}, "w")},
+		{"a draining worker", handoffJob("draining", "q-draining", []string{"t"}, "d")},
+		{"an unregistered worker", handoffJob("nobody", "q-nobody", []string{"t"}, "nobody")},
+		{"a paused queue", handoffJob("paused", "q-paused", []string{"t"}, "w")},
+		{"a queue with limits", handoffJob("limited", "q-limited", []string{"t"}, "w")},
+	}
+	for _, c := range cases {
+		res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{c.job})
+		if errs[0] != nil || !res[0].Created || res[0].Delivered != nil {
+			t.Fatalf("%s: %+v, %v", c.name, res[0], errs[0])
+		}
+		if len(notes) != 1 || notes[0].Queue != c.job.Queue || notes[0].N != 1 {
+			t.Fatalf("%s: notes %+v", c.name, notes)
+		}
+		if j, err := st.JobGet(ctx, c.job.ID); err != nil || j.Status != store.StatusQueued || j.Attempt != 0 || j.Delivery != nil {
+			t.Fatalf("%s: stored %+v, %v", c.name, j, err)
+		}
+	}
+	// A job type with limits anywhere: no hand-off at all.
+	if _, err := st.TypeConfigure(ctx, "other", store.LimitsChange{MaxRunning: &one}); err != nil {
+		t.Fatal(err)
+	}
+	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed", []string{"t"}, "w")})
+	if errs[0] != nil || res[0].Delivered != nil {
+		t.Fatalf("with a type limited: %+v, %v", res[0], errs[0])
+	}
+}
+
+// In a group, each offered job is handed over on its own: two to one
+// worker's two pops, the one re-sent and the one not offered inserted as
+// usual; the re-sent job keeps its first outcome.
+func TestAGroupHandsOverEachOfferedJob(t *testing.T) {
+	ctx, st := handoffStore(t)
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("again", "g2", []string{"t"}, "")}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	group := []store.NewJob{
+		handoffJob("g-1", "g", []string{"t"}, "w"),
+		handoffJob("g-2", "g", []string{"t"}, ""),
+		handoffJob("g-3", "g", nil, "w"),
+		handoffJob("again", "g2", []string{"t"}, "w"),
+	}
+	res, errs, notes := st.JobsSubmitEach(ctx, group)
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("job %d: %v", i, e)
+		}
+	}
+	if res[0].Delivered == nil || res[2].Delivered == nil || res[1].Delivered != nil || res[3].Delivered != nil || res[3].Created {
+		t.Fatalf("outcomes %+v", res)
+	}
+	if *res[0].Delivered.Delivery == *res[2].Delivered.Delivery {
+		t.Fatal("two hand-offs share a delivery token")
+	}
+	if len(notes) != 1 || notes[0].Queue != "g" || notes[0].N != 1 {
+		t.Fatalf("notes %+v, want one for g-2", notes)
+	}
+	if j, err := st.JobGet(ctx, "again"); err != nil || j.Status != store.StatusQueued {
+		t.Fatalf("the re-sent job: %+v, %v", j, err)
+	}
+}
+
+func handoffStore(t *testing.T) (context.Context, *store.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	for _, id := range []string{"w", "d"} {
+		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
+			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
+		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, st
+}
+
+// handoffJob is a job due now, offered to worker unless worker is "".
+func handoffJob(id, queue string, requires []string, worker string) store.NewJob {
+	j := store.NewJob{ID: id, Queue: queue, Type: "t", Requires: requires, MaxAttempts: 3, TimeoutSeconds: 60,
+		RetryBackoffSeconds: 1, Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id))}
+	if worker != "" {
+		j.Hand = &store.Handoff{Worker: worker, AckTimeout: 30 * time.Second, Lease: time.Minute}
+	}
+	return j
+}
