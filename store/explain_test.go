@@ -180,6 +180,19 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			},
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 10,
 		},
+		{
+			// A job offered to a waiting worker: the worker's row by its
+			// key, and whether the queue holds a claimable job (ready
+			// holds thousands: the first one answers).
+			name: "HandOffUsesJobsWaiting",
+			run: func(ctx context.Context, st *store.Store) error {
+				j := submission("handed-1", "")
+				j.Hand = &store.Handoff{Worker: "worker-1", AckTimeout: 30 * time.Second, Lease: 90 * time.Second}
+				_, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{j})
+				return errs[0]
+			},
+			match: "h AS (", index: "jobs_waiting", maxScanned: 20,
+		},
 		// The cases below limit type-1 (a quarter of the jobs): they come
 		// after every other claim.
 		{
