@@ -57,13 +57,13 @@ func (s *Server) pushedDepth(ctx context.Context, queue string, ready int64) (in
 	if err != nil {
 		return 0, err
 	}
-	s.deep.counted(queue, n, 0, start, time.Since(start))
+	s.deep.counted(queue, nil, n, 0, start, time.Since(start))
 	return n, nil
 }
 
 // pushed adds a push to the queue's entry and answers its depth, when the
 // queue is known deep; it starts recount when the count is stale.
-func (d *deepQueues) pushed(queue string, ready int64, recount func(string, int64)) (int64, bool) {
+func (d *deepQueues) pushed(queue string, ready int64, recount func(string, *deepQueue, int64)) (int64, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	q := d.m[queue]
@@ -78,16 +78,25 @@ func (d *deepQueues) pushed(queue string, ready int64, recount func(string, int6
 	q.pushed += ready
 	if q.stale(now) && !q.counting {
 		q.counting = true
-		go recount(queue, q.pushed)
+		go recount(queue, q, q.pushed)
 	}
 	return q.counted + q.pushed, true
 }
 
-// counted records a count that began at start, when the entry had pushed
-// jobs already; the queue is forgotten once it is no longer deep.
-func (d *deepQueues) counted(queue string, n, pushedBefore int64, start time.Time, took time.Duration) {
+// counted records a count that began at start: a first one (q nil), or
+// one for entry q when q had pushedBefore jobs pushed, dropped if q was
+// replaced or forgotten meanwhile. The queue is forgotten once it is no
+// longer deep.
+func (d *deepQueues) counted(queue string, q *deepQueue, n, pushedBefore int64, start time.Time, took time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	since := int64(0)
+	if q != nil {
+		if d.m[queue] != q {
+			return
+		}
+		since = q.pushed - pushedBefore
+	}
 	if n <= depthExact {
 		delete(d.m, queue)
 		return
@@ -95,31 +104,27 @@ func (d *deepQueues) counted(queue string, n, pushedBefore int64, start time.Tim
 	if d.m == nil {
 		d.m = map[string]*deepQueue{}
 	}
-	since := int64(0)
-	if q := d.m[queue]; q != nil {
-		since = q.pushed - pushedBefore
-	}
 	d.m[queue] = &deepQueue{counted: n, pushed: since, at: start, took: took}
 }
 
-// failed lets the next stale push count again.
-func (d *deepQueues) failed(queue string) {
+// failed lets the next stale push count q's queue again.
+func (d *deepQueues) failed(queue string, q *deepQueue) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q := d.m[queue]; q != nil {
+	if d.m[queue] == q {
 		q.counting = false
 	}
 }
 
 // recount counts a deep queue again, off any client's path.
-func (s *Server) recount(queue string, pushedBefore int64) {
+func (s *Server) recount(queue string, q *deepQueue, pushedBefore int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
 	n, err := s.store.QueueDepth(ctx, queue)
 	if err != nil {
-		s.deep.failed(queue)
+		s.deep.failed(queue, q)
 		return
 	}
-	s.deep.counted(queue, n, pushedBefore, start, time.Since(start))
+	s.deep.counted(queue, q, n, pushedBefore, start, time.Since(start))
 }

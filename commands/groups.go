@@ -41,16 +41,15 @@ func (s *Server) newGroups() groups {
 			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("submit"),
 			Run: func(ctx context.Context, jobs []store.NewJob) []submitOutcome {
 				takers := s.offerJobs(jobs)
+				defer putBack(takers)
 				res, errs, notes := s.store.JobsSubmitEach(ctx, jobs)
-				started, orphaned := handOver(jobs, takers, res, errs)
+				started, to := settleOffers(takers, res, errs)
 				s.hub.Publish(notes, nil)
 				s.publishSubmitted(jobs, res, errs)
 				if len(started) > 0 {
 					s.metrics.handoffs.Add(float64(len(started)))
 					s.publishStarted(started)
-				}
-				for _, c := range orphaned {
-					go s.releaseClaimed(claimRequest{worker: c.Worker}, claimResult{jobs: []store.Job{c.Job}})
+					s.deliver(started, to)
 				}
 				out := make([]submitOutcome, len(jobs))
 				for i := range jobs {

@@ -40,25 +40,43 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 	return takers
 }
 
-// handOver gives each taken waiter its job, or puts it back. It runs before
-// the group's wake-ups are published, so that a waiter put back hears them.
-// It answers the jobs handed over, and those whose pop ended meanwhile:
-// the caller gives them back.
-func handOver(jobs []store.NewJob, takers []*wakeup.Waiter, res []store.SubmitResult, errs []error) (started, orphaned []store.Claimed) {
+// settleOffers ends the hand-offs the database refused — their waiters
+// wait as before — and answers the jobs handed over. It runs before the
+// group's wake-ups are published, so that those waiters hear them; the
+// jobs are given to their pops once their events are published (deliver).
+func settleOffers(takers []*wakeup.Waiter, res []store.SubmitResult, errs []error) (started []store.Claimed, to []*wakeup.Waiter) {
 	for i, w := range takers {
 		if w == nil {
 			continue
 		}
-		d := res[i].Delivered
-		if errs[i] != nil || d == nil {
-			w.Untake(jobs[i].Queue)
+		takers[i] = nil
+		if d := res[i].Delivered; errs[i] == nil && d != nil {
+			started = append(started, store.Claimed{Worker: w.Worker(), Job: *d})
+			to = append(to, w)
 			continue
 		}
-		c := store.Claimed{Worker: w.Worker(), Job: *d}
-		started = append(started, c)
-		if !w.Hand(c.Job) {
-			orphaned = append(orphaned, c)
+		w.Untake()
+	}
+	return started, to
+}
+
+// putBack ends the hand-offs still open: a group that failed before
+// settling its offers must not leave their pops passed by.
+func putBack(takers []*wakeup.Waiter) {
+	for _, w := range takers {
+		if w != nil {
+			w.Untake()
 		}
 	}
-	return started, orphaned
+}
+
+// deliver gives each handed job to its pop; a pop that ended meanwhile
+// leaves its job to be given back.
+func (s *Server) deliver(started []store.Claimed, to []*wakeup.Waiter) {
+	for i, w := range to {
+		job := &started[i].Job
+		if !w.Hand(job) {
+			go s.releaseClaimed(claimRequest{worker: started[i].Worker}, claimResult{jobs: []store.Job{*job}})
+		}
+	}
 }

@@ -240,17 +240,13 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 	var received []store.ReadyNote // wake-ups not yet used
 	defer func() {
 		if waiter != nil {
-			s.closeWaiter(w.ID, waiter, received)
+			s.closeWaiter(waiter, received)
 		}
 	}()
 
 	for {
-		if job, ok := handedJob(waiter); ok {
-			if b.peerGone() {
-				s.releaseClaimed(claimRequest{worker: w.ID}, claimResult{jobs: []store.Job{job}})
-				return "", nil, errClientGone
-			}
-			return job.Queue, []store.Job{job}, nil
+		if job := handedJob(waiter); job != nil {
+			return s.takeHanded(waiter, job, b)
 		}
 		claimCtx, cancel := s.ctxForCommand(sess)
 		queue, jobs, err := s.claim(claimCtx, sess, w, queues, limit)
@@ -261,7 +257,7 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 			if w, err = s.lookupPopWorker(sess); err != nil {
 				return "", nil, err
 			}
-			s.closeWaiter(w.ID, waiter, received)
+			s.closeWaiter(waiter, received)
 			received = nil
 			waiter = s.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, b.onWake())
 			continue
@@ -269,7 +265,7 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 		if draining {
 			// A draining worker gets nothing: wait out the timeout
 			// without taking wake-ups meant for others.
-			s.closeWaiter(w.ID, waiter, received)
+			s.closeWaiter(waiter, received)
 			waiter = nil
 			_, err := b.out(resp.NilArray)
 			return "", nil, err
@@ -303,21 +299,33 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 	}
 }
 
-// handedJob picks up the job a submission handed to the waiter.
-func handedJob(waiter *wakeup.Waiter) (store.Job, bool) {
+// handedJob picks up the job a submission handed to the waiter, or nil.
+// (Jobs go by pointer: a blocked pop's frame stays small, and with it the
+// stack its connection parks on.)
+func handedJob(waiter *wakeup.Waiter) *store.Job {
 	v, ok := waiter.Handed()
 	if !ok {
-		return store.Job{}, false
+		return nil
 	}
-	return v.(store.Job), true
+	return v.(*store.Job)
+}
+
+// takeHanded answers a pop with the job handed to it, or gives the job
+// back when the client left.
+func (s *Server) takeHanded(waiter *wakeup.Waiter, job *store.Job, b *blocking) (string, []store.Job, error) {
+	if b.peerGone() {
+		s.releaseClaimed(claimRequest{worker: waiter.Worker()}, claimResult{jobs: []store.Job{*job}})
+		return "", nil, errClientGone
+	}
+	return job.Queue, []store.Job{*job}, nil
 }
 
 // closeWaiter closes a pop's waiter, passing on its unused wake-ups, and
 // gives back a job handed to it that the pop did not take.
-func (s *Server) closeWaiter(worker string, waiter *wakeup.Waiter, unused []store.ReadyNote) {
+func (s *Server) closeWaiter(waiter *wakeup.Waiter, unused []store.ReadyNote) {
 	waiter.Close(unused...)
-	if job, ok := handedJob(waiter); ok {
-		s.releaseClaimed(claimRequest{worker: worker}, claimResult{jobs: []store.Job{job}})
+	if job := handedJob(waiter); job != nil {
+		s.releaseClaimed(claimRequest{worker: waiter.Worker()}, claimResult{jobs: []store.Job{*job}})
 	}
 }
 

@@ -99,13 +99,54 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 			t.Fatalf("%s: stored %+v, %v", c.name, j, err)
 		}
 	}
+	// 64 jobs scheduled for later fill the bounded look at q-busy.
+	later := make([]store.NewJob, 64)
+	for i := range later {
+		later[i] = handoffJob(fmt.Sprintf("later-%d", i), "q-busy", []string{"x"}, "")
+		later[i].RunAt = time.Now().Add(time.Hour)
+	}
+	if _, errs, _ := st.JobsSubmitEach(ctx, later); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("busy", "q-busy", []string{"t"}, "w")})
+	if errs[0] != nil || res[0].Delivered != nil {
+		t.Fatalf("past 64 jobs scheduled for later: %+v, %v", res[0], errs[0])
+	}
 	// A job type with limits anywhere: no hand-off at all.
 	if _, err := st.TypeConfigure(ctx, "other", store.LimitsChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
-	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed", []string{"t"}, "w")})
+	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed", []string{"t"}, "w")})
 	if errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("with a type limited: %+v, %v", res[0], errs[0])
+	}
+}
+
+// Jobs that a claim would take after the offered one do not hold it back:
+// jobs scheduled for later, and jobs due now of a lower priority.
+func TestJobsAfterTheOfferedOneDoNotHoldItBack(t *testing.T) {
+	ctx, st := handoffStore(t)
+	later := handoffJob("later", "q", []string{"t"}, "")
+	later.RunAt = time.Now().Add(time.Hour)
+	lower := handoffJob("lower", "q", []string{"x"}, "")
+	alsoLater := handoffJob("also-later", "q2", []string{"t"}, "")
+	alsoLater.RunAt = later.RunAt
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{later, lower, alsoLater}); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatal(errs)
+	}
+	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("now", "q2", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered == nil {
+		t.Fatalf("offered before a job scheduled for later: %+v, %v", res[0], errs[0])
+	}
+	offered := handoffJob("offered", "q", []string{"t"}, "w")
+	offered.Priority = 5
+	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{offered})
+	if errs[0] != nil || res[0].Delivered == nil {
+		t.Fatalf("offered past later and lower jobs: %+v, %v", res[0], errs[0])
+	}
+	// At the lower job's priority, the job due now comes first.
+	same := handoffJob("same", "q", []string{"t"}, "w")
+	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{same}); errs[0] != nil || res[0].Delivered != nil {
+		t.Fatalf("offered behind a job due now: %+v, %v", res[0], errs[0])
 	}
 }
 

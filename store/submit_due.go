@@ -175,7 +175,9 @@ const insertDueSQL = `
 // workers in $16, empty for the others). A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
 // with capabilities that cover it, nothing claimable in the queue before
-// it, neither queue nor job type limits, the queue not paused.
+// it, neither queue nor job type limits, the queue not paused. A queue
+// with 64 jobs or more waiting at the job's priority or above (scheduled
+// ones included) hands nothing over: its jobs are claimed as usual.
 const handDueSQL = `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
@@ -194,8 +196,15 @@ const handDueSQL = `
 			  AND NOT EXISTS (SELECT 1 FROM job_types)
 			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
 			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL))
-			  AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.queue = i.queue
-			                  AND c.status IN ('queued', 'scheduled', 'retrying') AND c.run_at <= now())
+			  -- Nothing claimable ahead of it: among the queue's first waiting
+			  -- jobs of its priority or above, none due, and no more than
+			  -- those (jobs due later come after those due, priority by
+			  -- priority: a bounded look, however many are scheduled).
+			  AND (SELECT count(*) < 64 AND count(*) FILTER (WHERE a.run_at <= now()) = 0 FROM (
+			          SELECT c.run_at FROM jobs c
+			          WHERE c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
+			            AND c.priority >= i.priority
+			          ORDER BY c.priority DESC, c.run_at, c.seq LIMIT 64) a)
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key,

@@ -133,9 +133,11 @@ type Waiter struct {
 	onWake func()
 	// worker is who a job may be handed to ("" takes no hand-offs).
 	worker string
-	// Under h.mu: taken out for a hand-off (in no queue's list), closed,
-	// and the job handed over and not yet picked up.
+	// Under h.mu: taken for a hand-off (it stays in its queues' lists but
+	// wake-ups pass it by), the wake-up it missed meanwhile (N 0: none),
+	// closed, and the job handed over and not yet picked up.
 	taken, closed bool
+	missed        store.ReadyNote
 	handed        any
 }
 
@@ -174,6 +176,9 @@ func (w *Waiter) Close(unused ...store.ReadyNote) {
 	h.mu.Lock()
 	w.closed = true
 	h.unlist(w)
+	if w.missed.N > 0 {
+		unused = append(unused, w.missed)
+	}
 	h.mu.Unlock()
 	select {
 	case note := <-w.c:
@@ -199,15 +204,14 @@ func (h *Hub) unlist(w *Waiter) {
 	}
 }
 
-// TakeWaiter takes out, for a hand-off, the longest-waiting idle waiter of
-// queue that takes hand-offs and can run jobs needing requires: it gets no
-// wake-up until Hand or Untake. Nil when there is none.
+// TakeWaiter takes, for a hand-off, the longest-waiting idle waiter of
+// queue that takes hand-offs and can run jobs needing requires: wake-ups
+// pass it by until Hand or Untake. Nil when there is none.
 func (h *Hub) TakeWaiter(queue string, requires []string) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, w := range h.byQueue[queue] {
-		if w.worker != "" && len(w.c) == 0 && covers(w.caps, requires) {
-			h.unlist(w)
+		if w.worker != "" && !w.taken && len(w.c) == 0 && covers(w.caps, requires) {
 			w.taken = true
 			return w
 		}
@@ -219,7 +223,9 @@ func (h *Hub) TakeWaiter(queue string, requires []string) *Waiter {
 func (w *Waiter) Worker() string { return w.worker }
 
 // Hand gives a taken waiter its job and wakes it; false when the waiter
-// closed meanwhile (the job is the caller's to give back).
+// closed meanwhile (the job is the caller's to give back). A waiter handed
+// a job waits no more: it leaves its queues' lists, and a wake-up it
+// missed goes to another.
 func (w *Waiter) Hand(job any) bool {
 	h := w.h
 	h.mu.Lock()
@@ -228,12 +234,19 @@ func (w *Waiter) Hand(job any) bool {
 		return false
 	}
 	w.handed, w.taken = job, false
+	h.unlist(w)
+	missed := w.missed
+	w.missed = store.ReadyNote{}
 	h.mu.Unlock()
 	select {
 	case w.c <- store.ReadyNote{N: 0}:
 	default: // a note is pending: it wakes the waiter as well
 	}
 	w.wake()
+	if missed.N > 0 {
+		missed.N = 1
+		h.deliver(missed)
+	}
 	return true
 }
 
@@ -247,10 +260,9 @@ func (w *Waiter) Handed() (any, bool) {
 	return job, job != nil
 }
 
-// Untake puts back a waiter taken for a hand-off that did not happen,
-// first in its queues, and wakes it to look at queue: notes sent while it
-// was taken out did not reach it.
-func (w *Waiter) Untake(queue string) {
+// Untake ends a hand-off that did not happen: the waiter waits as before,
+// woken now if a wake-up passed it by meanwhile.
+func (w *Waiter) Untake() {
 	h := w.h
 	h.mu.Lock()
 	if w.closed || !w.taken {
@@ -258,14 +270,17 @@ func (w *Waiter) Untake(queue string) {
 		return
 	}
 	w.taken = false
-	for _, q := range w.queues {
-		h.byQueue[q] = append([]*Waiter{w}, h.byQueue[q]...)
+	missed := w.missed
+	w.missed = store.ReadyNote{}
+	if missed.N > 0 {
+		select {
+		case w.c <- missed:
+		default:
+		}
 	}
 	h.mu.Unlock()
-	select {
-	case w.c <- store.ReadyNote{Queue: queue, N: 1}:
+	if missed.N > 0 {
 		w.wake()
-	default:
 	}
 }
 
@@ -301,6 +316,7 @@ func (h *Hub) deliver(note store.ReadyNote) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	woken := 0
+	var passed []*Waiter // taken for a hand-off
 	for _, w := range h.byQueue[note.Queue] {
 		if woken >= note.N {
 			break
@@ -308,11 +324,23 @@ func (h *Hub) deliver(note store.ReadyNote) {
 		if !covers(w.caps, note.Requires) {
 			continue
 		}
+		if w.taken {
+			passed = append(passed, w)
+			continue
+		}
 		select {
 		case w.c <- note:
 			woken++
 			w.wake()
 		default: // already woken and not yet back
+		}
+	}
+	// A note not used up is kept for the waiters it passed by: each gets
+	// it when its hand-off ends without a job.
+	for _, w := range passed {
+		if woken < note.N && w.missed.N == 0 {
+			w.missed = note
+			woken++
 		}
 	}
 }
@@ -353,6 +381,10 @@ func (h *Hub) wakeAll() {
 	defer h.mu.Unlock()
 	for q, ws := range h.byQueue {
 		for _, w := range ws {
+			if w.taken {
+				w.missed = store.ReadyNote{Queue: q, N: 1}
+				continue
+			}
 			select {
 			case w.c <- store.ReadyNote{Queue: q, N: 1}:
 				w.wake()

@@ -173,19 +173,64 @@ func TestHandOffs(t *testing.T) {
 		}
 		w.Close()
 	})
-	t.Run("AWaiterPutBackIsWokenAndHearsNotesAgain", func(t *testing.T) {
+	t.Run("AWaiterPutBackGetsTheWakeUpThatPassedItBy", func(t *testing.T) {
 		h := New(Config{})
 		w := h.NewWorkerWaiter("w", []string{"a", "b"}, nil, nil)
 		h.TakeWaiter("b", nil)
-		w.Untake("b")
-		if n, ok := received(w); !ok || n.Queue != "b" || n.N != 1 {
-			t.Fatalf("put back without a wake-up: %+v %v", n, ok)
-		}
 		h.deliver(store.ReadyNote{Queue: "a", N: 1})
+		w.Untake()
+		if n, ok := received(w); !ok || n.Queue != "a" || n.N != 1 {
+			t.Fatalf("put back without the wake-up it missed: %+v %v", n, ok)
+		}
+		h.deliver(store.ReadyNote{Queue: "b", N: 1})
 		if _, ok := received(w); !ok {
-			t.Fatal("a waiter put back is not in its queues again")
+			t.Fatal("a waiter put back no longer hears its queues")
 		}
 		w.Close()
+	})
+	t.Run("AWakeUpAnotherTookIsNotKept", func(t *testing.T) {
+		h := New(Config{})
+		taken := h.NewWorkerWaiter("w1", []string{"q"}, nil, nil)
+		idle := h.NewWorkerWaiter("w2", []string{"q"}, nil, nil)
+		h.TakeWaiter("q", nil)
+		h.deliver(store.ReadyNote{Queue: "q", N: 1})
+		if _, ok := received(idle); !ok {
+			t.Fatal("the idle waiter was not woken")
+		}
+		taken.Untake()
+		if n, ok := received(taken); ok {
+			t.Fatalf("put back with a wake-up another took: %+v", n)
+		}
+		taken.Close()
+		idle.Close()
+	})
+	t.Run("AWakeUpMissedByAWaiterThatLeavesIsPassedOn", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
+		h.TakeWaiter("q", nil)
+		h.deliver(store.ReadyNote{Queue: "q", N: 1})
+		next := h.NewWaiter([]string{"q"}, nil, nil)
+		w.Close()
+		if _, ok := received(next); !ok {
+			t.Fatal("the wake-up a leaving waiter missed was lost")
+		}
+		next.Close()
+	})
+	t.Run("AWakeUpMissedByAWaiterHandedAJobIsPassedOn", func(t *testing.T) {
+		h := New(Config{})
+		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
+		h.TakeWaiter("q", nil)
+		h.deliver(store.ReadyNote{Queue: "q", N: 1})
+		next := h.NewWaiter([]string{"q"}, nil, nil)
+		w.Hand("job")
+		if _, ok := received(next); !ok {
+			t.Fatal("the wake-up a waiter handed a job missed was lost")
+		}
+		if len(h.byQueue["q"]) != 1 {
+			t.Fatal("a waiter handed a job still waits in its queue")
+		}
+		w.Close()
+		next.Close()
 	})
 	t.Run("AClosedWaiterIsHandedNothing", func(t *testing.T) {
 		h := New(Config{})
@@ -195,7 +240,7 @@ func TestHandOffs(t *testing.T) {
 		if w.Hand("job") {
 			t.Fatal("a closed waiter took a job")
 		}
-		w.Untake("q")
+		w.Untake()
 		if len(h.byQueue["q"]) != 0 {
 			t.Fatal("a closed waiter was put back")
 		}
