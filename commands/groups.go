@@ -41,15 +41,16 @@ func (s *Server) newGroups() groups {
 			MaxSize: maxGroup, Parallel: parallelGroups, Timeout: s.opts.CommandTimeout, Observe: observe("submit"),
 			Run: func(ctx context.Context, jobs []store.NewJob) []submitOutcome {
 				takers := s.offerJobs(jobs)
-				defer putBack(takers)
+				var res []store.SubmitResult
+				defer func() { s.endOffers(takers, res) }() // after a panic midway
 				res, errs, notes := s.store.JobsSubmitEach(ctx, jobs)
-				started, to := settleOffers(takers, res, errs)
+				started := settleOffers(takers, res, errs)
 				s.hub.Publish(notes, nil)
 				s.publishSubmitted(jobs, res, errs)
 				if len(started) > 0 {
 					s.metrics.handoffs.Add(float64(len(started)))
 					s.publishStarted(started)
-					s.deliver(started, to)
+					s.handJobs(takers, res)
 				}
 				out := make([]submitOutcome, len(jobs))
 				for i := range jobs {

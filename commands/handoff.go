@@ -26,6 +26,9 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[b].Priority, jobs[a].Priority) })
+	if len(jobs) > store.MaxHandoffGroup {
+		return nil // a group this large goes by COPY: it hands nothing over
+	}
 	for _, i := range order {
 		w := s.hub.TakeWaiter(jobs[i].Queue, jobs[i].Requires)
 		if w == nil {
@@ -43,40 +46,51 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 // settleOffers ends the hand-offs the database refused — their waiters
 // wait as before — and answers the jobs handed over. It runs before the
 // group's wake-ups are published, so that those waiters hear them; the
-// jobs are given to their pops once their events are published (deliver).
-func settleOffers(takers []*wakeup.Waiter, res []store.SubmitResult, errs []error) (started []store.Claimed, to []*wakeup.Waiter) {
+// jobs go to their pops once their events are published (handJobs).
+func settleOffers(takers []*wakeup.Waiter, res []store.SubmitResult, errs []error) (started []store.Claimed) {
+	for i, w := range takers {
+		if w == nil {
+			continue
+		}
+		if d := res[i].Delivered; errs[i] == nil && d != nil {
+			started = append(started, store.Claimed{Worker: w.Worker(), Job: *d})
+			continue
+		}
+		takers[i] = nil
+		w.Untake()
+	}
+	return started
+}
+
+// handJobs gives each handed job to its pop; a pop that ended meanwhile
+// leaves its job to be given back.
+func (s *Server) handJobs(takers []*wakeup.Waiter, res []store.SubmitResult) {
 	for i, w := range takers {
 		if w == nil {
 			continue
 		}
 		takers[i] = nil
-		if d := res[i].Delivered; errs[i] == nil && d != nil {
-			started = append(started, store.Claimed{Worker: w.Worker(), Job: *d})
-			to = append(to, w)
+		if !w.Hand(res[i].Delivered) {
+			s.giveBack(w.Worker(), res[i].Delivered)
+		}
+	}
+}
+
+// endOffers ends the hand-offs a group left open, having failed midway:
+// their pops wait as before, and jobs already running for them go back.
+func (s *Server) endOffers(takers []*wakeup.Waiter, res []store.SubmitResult) {
+	for i, w := range takers {
+		if w == nil {
 			continue
 		}
 		w.Untake()
-	}
-	return started, to
-}
-
-// putBack ends the hand-offs still open: a group that failed before
-// settling its offers must not leave their pops passed by.
-func putBack(takers []*wakeup.Waiter) {
-	for _, w := range takers {
-		if w != nil {
-			w.Untake()
+		if i < len(res) && res[i].Delivered != nil {
+			s.giveBack(w.Worker(), res[i].Delivered)
 		}
 	}
 }
 
-// deliver gives each handed job to its pop; a pop that ended meanwhile
-// leaves its job to be given back.
-func (s *Server) deliver(started []store.Claimed, to []*wakeup.Waiter) {
-	for i, w := range to {
-		job := &started[i].Job
-		if !w.Hand(job) {
-			go s.releaseClaimed(claimRequest{worker: started[i].Worker}, claimResult{jobs: []store.Job{*job}})
-		}
-	}
+// giveBack returns a job handed over to no pop, off the group's path.
+func (s *Server) giveBack(worker string, job *store.Job) {
+	go s.releaseClaimed(claimRequest{worker: worker}, claimResult{jobs: []store.Job{*job}})
 }

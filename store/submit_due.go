@@ -39,6 +39,10 @@ func dueNow(jobs []NewJob) bool {
 // 48 jobs 1.09-1.42 / 0.81-1.21, 256 jobs 5.3 / 3.3).
 const copyGroupMin = 48
 
+// MaxHandoffGroup is the largest group of single submissions that may hand
+// jobs over (NewJob.Hand): larger ones go by COPY.
+const MaxHandoffGroup = copyGroupMin - 1
+
 // copyColumns are the columns copyJobs fills; the others take their
 // defaults (run_at and the timestamps now(), the status queued).
 var copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
