@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/store"
 )
 
@@ -184,23 +183,10 @@ func TestAGroupHandsOverEachOfferedJob(t *testing.T) {
 	}
 }
 
+// handoffStore has the workers the hand-off tests offer jobs to.
 func handoffStore(t *testing.T) (context.Context, *store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	for _, id := range []string{"w", "d"} {
-		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
-			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
-		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ctx, st
+	return storeWithWorkers(t, "w", "d")
 }
 
 // handoffJob is a job due now, offered to worker unless worker is "".

@@ -15,6 +15,13 @@ import (
 // groupBundle is a store with two registered workers.
 func groupBundle(t *testing.T) (context.Context, *store.Store) {
 	t.Helper()
+	return storeWithWorkers(t, "w-a", "w-b")
+}
+
+// storeWithWorkers is a store of a fresh database with ACTIVE workers
+// able to run jobs needing "t".
+func storeWithWorkers(t *testing.T, ids ...string) (context.Context, *store.Store) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
@@ -22,7 +29,7 @@ func groupBundle(t *testing.T) (context.Context, *store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	for _, id := range []string{"w-a", "w-b"} {
+	for _, id := range ids {
 		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
