@@ -12,13 +12,16 @@ import (
 // waits in a pop on this node with nothing to claim, is inserted running
 // for that worker and delivered when its group commits — one transaction
 // instead of an insert, a wake-up and a claim (store.Handoff says when the
-// database agrees). A waiter is taken out of the wake-ups for the group's
-// commit and put back, woken, when its job was not handed over.
+// database agrees). Wake-ups pass a waiter taken for an offer by until the
+// group settles it, and one it missed meanwhile is kept for it.
 
 // offerJobs takes a waiting pop for each job of a group that may be handed
 // over, highest priority first then in submission order, and marks the
 // job with its worker. takers[i] is job i's, or nil.
 func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
+	if len(jobs) > store.MaxHandoffGroup {
+		return nil // a group this large goes by COPY: it hands nothing over
+	}
 	order := make([]int, 0, len(jobs))
 	for i, j := range jobs {
 		if j.RunAt.IsZero() {
@@ -26,9 +29,6 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[b].Priority, jobs[a].Priority) })
-	if len(jobs) > store.MaxHandoffGroup {
-		return nil // a group this large goes by COPY: it hands nothing over
-	}
 	for _, i := range order {
 		w := s.hub.TakeWaiter(jobs[i].Queue, jobs[i].Requires)
 		if w == nil {
