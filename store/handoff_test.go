@@ -63,9 +63,8 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 	if err := st.WorkerDrain(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
-	// q-fifo holds a claimable job (one "w" cannot run): a new one may
-	// not pass it.
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("older", "q-fifo", []string{"x"}, "")}); errs[0] != nil {
+	// q-fifo holds a claimable job "w" can run: a new one may not pass it.
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("older", "q-fifo", []string{"t"}, "")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	if err := st.QueueSetPaused(ctx, "q-paused", true); err != nil {
@@ -80,7 +79,7 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 		job  store.NewJob
 	}{
 		{"capabilities that do not cover it", handoffJob("caps", "q-caps", []string{"x"}, "w")},
-		{"a job claimable before it", handoffJob("fifo", "q-fifo", []string{"t"}, "w")},
+		{"a job the worker could claim before it", handoffJob("fifo", "q-fifo", []string{"t"}, "w")},
 		{"a draining worker", handoffJob("draining", "q-draining", []string{"t"}, "d")},
 		{"an unregistered worker", handoffJob("nobody", "q-nobody", []string{"t"}, "nobody")},
 		{"a paused queue", handoffJob("paused", "q-paused", []string{"t"}, "w")},
@@ -121,8 +120,9 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 	}
 }
 
-// Jobs that a claim would take after the offered one do not hold it back:
-// jobs scheduled for later, and jobs due now of a lower priority.
+// Jobs that the worker's claim would not take before the offered one do
+// not hold it back: jobs scheduled for later, jobs due now of a lower
+// priority, and jobs it cannot run.
 func TestJobsAfterTheOfferedOneDoNotHoldItBack(t *testing.T) {
 	ctx, st := handoffStore(t)
 	later := handoffJob("later", "q", []string{"t"}, "")
@@ -142,9 +142,17 @@ func TestJobsAfterTheOfferedOneDoNotHoldItBack(t *testing.T) {
 	if errs[0] != nil || res[0].Delivered == nil {
 		t.Fatalf("offered past later and lower jobs: %+v, %v", res[0], errs[0])
 	}
-	// At the lower job's priority, the job due now comes first.
+	// Nor does a job due now that the worker cannot run: its claim would
+	// pass it by too.
 	same := handoffJob("same", "q", []string{"t"}, "w")
-	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{same}); errs[0] != nil || res[0].Delivered != nil {
+	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{same}); errs[0] != nil || res[0].Delivered == nil {
+		t.Fatalf("offered behind a job the worker cannot run: %+v, %v", res[0], errs[0])
+	}
+	// A job due now that it can run comes first.
+	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("runnable", "q", []string{"t"}, "")}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("behind", "q", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("offered behind a job due now: %+v, %v", res[0], errs[0])
 	}
 }

@@ -178,10 +178,11 @@ const insertDueSQL = `
 // handDueSQL is insertDueSQL for a group with jobs to hand over (their
 // workers in $16, empty for the others). A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
-// with capabilities that cover it, nothing claimable in the queue before
-// it, neither queue nor job type limits, the queue not paused. A queue
-// with 64 jobs or more waiting at the job's priority or above (scheduled
-// ones included) hands nothing over: its jobs are claimed as usual.
+// with capabilities that cover it, nothing in the queue before it that
+// the worker could claim, neither queue nor job type limits, the queue not
+// paused. A queue with 64 jobs or more waiting at the job's priority or
+// above (scheduled ones, and ones for other workers, included) hands
+// nothing over: its jobs are claimed as usual.
 const handDueSQL = `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
@@ -191,24 +192,29 @@ const handDueSQL = `
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, ord, hand_to)
 		), h AS (
-			-- The worker's row by its key, one probe a job (a join would
-			-- read every ACTIVE worker under the generic plan).
 			SELECT i.ord, i.hand_to AS worker_id FROM i
+			-- The worker's row by its key, one probe a job (LIMIT keeps
+			-- it a probe: a join would read every ACTIVE worker under the
+			-- generic plan).
+			CROSS JOIN LATERAL (
+				SELECT w.capabilities AS caps FROM workers w
+				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' LIMIT 1) k
 			WHERE i.hand_to <> ''
-			  AND ($13::text[])[i.first:i.last] <@ (
-			      SELECT w.capabilities FROM workers w WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE')
+			  AND ($13::text[])[i.first:i.last] <@ k.caps
 			  AND NOT EXISTS (SELECT 1 FROM job_types)
 			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
 			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL))
-			  -- Nothing claimable ahead of it: among the queue's first waiting
-			  -- jobs of its priority or above, none due, and no more than
-			  -- those (jobs due later come after those due, priority by
-			  -- priority: a bounded look, however many are scheduled).
-			  AND (SELECT count(*) < 64 AND count(*) FILTER (WHERE a.run_at <= now()) = 0 FROM (
-			          SELECT c.run_at FROM jobs c
-			          WHERE c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
-			            AND c.priority >= i.priority
-			          ORDER BY c.priority DESC, c.run_at, c.seq LIMIT 64) a)
+			  -- Nothing the worker could claim ahead of it: among the
+			  -- queue's first waiting jobs of its priority or above, none
+			  -- due that the worker can run (those it cannot run it would
+			  -- not claim either), and no more than those (jobs due later
+			  -- come after those due, priority by priority: a bounded look,
+			  -- however many are scheduled).
+			  AND (SELECT count(*) < 64 AND count(*) FILTER (WHERE a.run_at <= now() AND a.requires <@ k.caps) = 0
+			       FROM (SELECT c.run_at, c.requires FROM jobs c
+			             WHERE c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
+			               AND c.priority >= i.priority
+			             ORDER BY c.priority DESC, c.run_at, c.seq LIMIT 64) a)
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key,
