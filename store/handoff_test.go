@@ -110,13 +110,24 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 	if errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("past 64 jobs scheduled for later: %+v, %v", res[0], errs[0])
 	}
-	// A job type with limits anywhere: no hand-off at all.
+	// Limits on another job type leave the hand-off alone; limits on the
+	// job's own type stop it, the job waiting for a claim that counts them.
 	if _, err := st.TypeConfigure(ctx, "other", store.LimitsChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
-	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed", []string{"t"}, "w")})
+	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("other-typed", "q-typed", []string{"t"}, "w")})
+	if errs[0] != nil || res[0].Delivered == nil {
+		t.Fatalf("with another type limited: %+v, %v", res[0], errs[0])
+	}
+	if _, err := st.TypeConfigure(ctx, "t", store.LimitsChange{MaxRunning: &one}); err != nil {
+		t.Fatal(err)
+	}
+	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed2", []string{"t"}, "w")})
 	if errs[0] != nil || res[0].Delivered != nil {
-		t.Fatalf("with a type limited: %+v, %v", res[0], errs[0])
+		t.Fatalf("with its own type limited: %+v, %v", res[0], errs[0])
+	}
+	if j, err := st.JobGet(ctx, "typed"); err != nil || j.Status != store.StatusQueued {
+		t.Fatalf("with its own type limited: stored %+v, %v", j, err)
 	}
 }
 

@@ -126,7 +126,7 @@ type NewJob struct {
 // Handoff offers a job due now to a worker waiting for one: the job is
 // inserted running for it, as a claim would leave it, when the worker may
 // take it there and then — ACTIVE, able to run it, the queue holding no
-// job claimable before it, no limits on the queue or on any job type, the
+// job claimable before it, no limits on the queue or on the job's type, the
 // queue not paused. Otherwise the job is inserted as usual. One
 // transaction instead of an insert and a claim.
 type Handoff struct {

@@ -179,8 +179,10 @@ const insertDueSQL = `
 // workers in $16, empty for the others). A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
 // with capabilities that cover it, nothing in the queue before it that
-// the worker could claim, neither queue nor job type limits, the queue not
-// paused. A queue with 64 jobs or more waiting at the job's priority or
+// the worker could claim, no limits on its queue or on its own type (a
+// type has a row only while it has limits; jobs of limited types ahead of
+// it count as jobs before it, so a full type never lets it pass them
+// either), the queue not paused. A queue with 64 jobs or more waiting at the job's priority or
 // above (scheduled ones, and ones for other workers, included) hands
 // nothing over: its jobs are claimed as usual.
 const handDueSQL = `
@@ -201,7 +203,7 @@ const handDueSQL = `
 				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' LIMIT 1) k
 			WHERE i.hand_to <> ''
 			  AND ($13::text[])[i.first:i.last] <@ k.caps
-			  AND NOT EXISTS (SELECT 1 FROM job_types)
+			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = i.type)
 			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
 			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL))
 			  -- Nothing the worker could claim ahead of it: among the

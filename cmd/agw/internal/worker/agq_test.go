@@ -90,18 +90,23 @@ func run(t *testing.T, a *agqtest.Agq, cfg Config) *testBundle {
 	}
 	go func() { b.done <- w.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-b.done:
-			b.done <- err
-		case <-time.After(20 * time.Second):
-			t.Error("the worker did not stop")
-		}
+		b.stopAtEnd(t)
 		if strings.Contains(logs.String(), cfg.Key) {
 			t.Error("the key appears in the log")
 		}
 	})
 	return b
+}
+
+// stopAtEnd drains the worker as a test ends and waits for Run to return.
+func (b *testBundle) stopAtEnd(t *testing.T) {
+	b.cancel()
+	select {
+	case err := <-b.done:
+		b.done <- err
+	case <-time.After(20 * time.Second):
+		t.Error("the worker did not stop")
+	}
 }
 
 // lockedBuffer collects the log of a worker, written from many goroutines.

@@ -33,8 +33,18 @@ func (b *testBundle) restart(t *testing.T, pause time.Duration) {
 		t.Fatal(err)
 	}
 	time.Sleep(pause)
+	b.startAgq(t, cfg)
+}
+
+// startAgq starts a node on cfg for b's worker, which stops before that
+// node does when the test ends: a report whose reply a closing node never
+// sent would otherwise be retried against no server until the worker's
+// shutdown gave up on it.
+func (b *testBundle) startAgq(t *testing.T, cfg config.Config) {
+	t.Helper()
 	b.agq = agqtest.StartConfig(t, cfg)
 	b.admin = b.agq.Admin(t)
+	t.Cleanup(func() { b.stopAtEnd(t) })
 }
 
 func TestWorkerRecovers(t *testing.T) {
@@ -96,8 +106,7 @@ func TestWorkerRecovers(t *testing.T) {
 			}
 			return nil
 		})
-		b.agq = agqtest.StartConfig(t, cfg)
-		b.admin = b.agq.Admin(t)
+		b.startAgq(t, cfg)
 		j := b.wait(t, id, 10*time.Second)
 		if j.Status != "completed" || j.Attempt != 1 || j.result(t).Status != "completed" {
 			t.Fatalf("job %+v, result %s", j, j.Result)
@@ -164,8 +173,7 @@ func TestWorkerStartup(t *testing.T) {
 			}
 			return nil
 		})
-		b.agq = agqtest.StartConfig(t, cfg)
-		b.admin = b.agq.Admin(t)
+		b.startAgq(t, cfg)
 		b.waitState(t, "ACTIVE")
 	})
 
