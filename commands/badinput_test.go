@@ -287,6 +287,24 @@ func TestBadArgumentsAnswerErrorsAndServingGoesOn(t *testing.T) {
 		{[]any{"JOB.SUBMIT", "\xff\xfe"}, "ERR *"},
 		{[]any{"WORKER.REGISTER", "{bad"}, "ERR *"},
 		{[]any{"WORKER.REGISTER", "[]"}, "ERR *"},
+		// Text PostgreSQL cannot store, and values of the wrong type, are
+		// named in the sender's terms.
+		{[]any{"WORKER.REGISTER", `{"worker_id":"w","hostname":"h` + "\xff\xfe" + `","agw_version":"1","capabilities":{"tools":["x"]}}`},
+			"ERR invalid registration: not valid UTF-8"},
+		{[]any{"WORKER.HEARTBEAT", "w", `{"active_jobs":"` + "\xff" + `"}`}, "ERR invalid stats: not valid UTF-8"},
+		{[]any{"WORKER.REGISTER", `{"worker_id":123,"hostname":"h","agw_version":"1","capabilities":{"tools":["x"]}}`},
+			"ERR invalid worker_id"},
+		{[]any{"WORKER.REGISTER", `{"worker_id":"w","hostname":"h","agw_version":"1","capabilities":{"tools":["x"]},"tags":[]}`},
+			"ERR invalid registration: tags must be an object, not array"},
+		{[]any{"WORKER.REGISTER", `{"worker_id":"w","hostname":"h","agw_version":"1","capabilities":{"tools":["x"]},"max_concurrent_jobs":"4"}`},
+			"ERR invalid registration: max_concurrent_jobs must be a whole number, not string"},
+		{[]any{"JOB.SUBMIT", `{"type":"x","priority":1e30}`}, "ERR invalid job: priority must be a whole number, not number 1e30"},
+		{[]any{"JOB.SUBMIT", `{"type":"x","plan":{"tasks":"x"}}`},
+			"ERR invalid job: plan must be an object whose tasks name their tool: tasks must be an array, not string"},
+		{[]any{"JOB.UPDATE", "nosuch", `{"status":"failed","retryable":"false"}`},
+			"ERR invalid update: retryable must be true or false, not string"},
+		{[]any{"SCHEDULE.CREATE", `{"name":"s","cron":"@daily","max_catchup":"5","job":{"type":"x"}}`},
+			"ERR invalid schedule: max_catchup must be a whole number, not string"},
 		// Not UTF-8: the name may come back with replacement characters.
 		{[]any{"\xc3\x28", "x"}, "ERR unknown command '*"},
 	}

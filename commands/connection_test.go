@@ -65,6 +65,22 @@ func TestGoRedisConnects(t *testing.T) {
 			t.Fatalf("PING with a wrong key: %v", err)
 		}
 	})
+	t.Run("AWorkerKeyLogsInAsAWorkerIDButNeverUnderAnotherPrincipalsName", func(t *testing.T) {
+		key := a.CreateKey(t, "worker", "fleet")
+		a.CreateKey(t, "producer", "someone")
+		for _, user := range []string{"fleet", "fleet-7", "default"} {
+			c := a.Client(t, redis.Options{Username: user, Password: key, MaxRetries: -1})
+			if got, err := c.Ping(ctx).Result(); err != nil || got != "PONG" {
+				t.Fatalf("PING as %s = %q, %v", user, got, err)
+			}
+		}
+		for _, user := range []string{"someone", "admin", "not a worker id"} {
+			c := a.Client(t, redis.Options{Username: user, Password: key, MaxRetries: -1})
+			if err := c.Ping(ctx).Err(); err == nil || err.Error() != "WRONGPASS invalid username-password pair or user is disabled." {
+				t.Fatalf("PING as %s with fleet's key: %v", user, err)
+			}
+		}
+	})
 	t.Run("WrongUserForAdminKeyFails", func(t *testing.T) {
 		c := a.Client(t, redis.Options{Username: "someone-else", Password: a.AdminKey, MaxRetries: -1})
 		if err := c.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {

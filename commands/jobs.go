@@ -13,6 +13,7 @@ import (
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/group"
+	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -151,6 +152,9 @@ const maxBatch = 10000
 
 // LPUSH queue:<name> json [json …] — answers the queue's ready depth.
 func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	if !bytes.HasPrefix(args[1], []byte("queue:")) {
+		return nil, resp.ErrReadOnlyKeys // a write to a key that is not a queue
+	}
 	queues, err := queueKeys(args[1:2])
 	if err != nil {
 		return nil, err
@@ -226,7 +230,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
 		var typeErr *json.UnmarshalTypeError
 		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
-			return report{}, resp.Errorf("invalid update: %s", strings.TrimPrefix(err.Error(), "json: "))
+			return report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
 		}
 		return report{}, resp.Errorf("invalid update: must be a JSON object")
 	}

@@ -371,6 +371,24 @@ func TestJobUpdateRules(t *testing.T) {
 			t.Fatalf("status = %s", got)
 		}
 	})
+	t.Run("AWorkersOwnCancellationTwiceIsOneTransition", func(t *testing.T) {
+		id4 := submit(t, admin, map[string]any{"type": "t"})
+		if _, d, ok := owner.pop(t, "1", "ready"); !ok || d.JobID != id4 {
+			t.Fatalf("pop: %+v %v", d, ok)
+		}
+		for i := 0; i < 2; i++ {
+			if err := owner.update(ctx, id4, map[string]any{"status": "cancelled"}); err != nil {
+				t.Fatalf("cancelled update %d: %v", i+1, err)
+			}
+		}
+		if got := getJob(t, admin, id4).Status; got != "cancelled" {
+			t.Fatalf("status = %s", got)
+		}
+		if err := owner.update(ctx, id4, map[string]any{"status": "completed"}); err == nil ||
+			err.Error() != fmt.Sprintf("CANCELLED job %s was cancelled", id4) {
+			t.Fatalf("completed after the worker's own cancellation: %v", err)
+		}
+	})
 	t.Run("QueuedJobIsCancelledAtOnce", func(t *testing.T) {
 		id3 := submit(t, admin, map[string]any{"type": "nobody-runs-this"})
 		if err := admin.Do(ctx, "JOB.CANCEL", id3).Err(); err != nil {
@@ -426,6 +444,23 @@ func TestRetriesWithBackoff(t *testing.T) {
 	}
 	if _, d, ok := w.pop(t, "5", "ready"); !ok || d.JobID != id || d.Attempt != 1 {
 		t.Fatalf("revived job: %+v ok=%v", d, ok)
+	}
+
+	// A backoff of 0 retries at once: the job is due again when the
+	// failure is answered.
+	now := submit(t, admin, map[string]any{"type": "t", "max_attempts": 2, "retry_backoff_seconds": 0})
+	if _, d, ok := w.pop(t, "5", "ready"); !ok || d.JobID != now {
+		t.Fatalf("pop: %+v ok=%v", d, ok)
+	}
+	if err := w.update(ctx, now, map[string]any{"status": "failed", "error": "boom", "retryable": true}); err != nil {
+		t.Fatal(err)
+	}
+	answered := time.Now()
+	if v := getJob(t, admin, now); (v.Status != "retrying" && v.Status != "queued") || v.RunAt.After(answered) {
+		t.Fatalf("after a failure with no backoff: status %s, due %v, the failure answered at %v", v.Status, v.RunAt, answered)
+	}
+	if _, d, ok := w.pop(t, "5", "ready"); !ok || d.JobID != now || d.Attempt != 2 {
+		t.Fatalf("retry: %+v ok=%v", d, ok)
 	}
 }
 

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -77,10 +77,7 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 		if errors.As(err, &typeErr) && typeErr.Field == "" {
 			return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
 		}
-		if errors.As(err, &typeErr) {
-			return store.NewJob{}, fmt.Errorf("%s must be %s, not %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
-		}
-		return store.NewJob{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "json: "))
+		return store.NewJob{}, fmt.Errorf("%s", jsonmsg.Reason(err))
 	}
 	if dec.More() {
 		return store.NewJob{}, fmt.Errorf("trailing data after the JSON object")
@@ -231,7 +228,7 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 	case len(spec.Plan) > 0 && string(spec.Plan) != "null":
 		var p planTools
 		if err := json.Unmarshal(spec.Plan, &p); err != nil {
-			return nil, fmt.Errorf("plan must be an object whose tasks name their tool: %s", strings.TrimPrefix(err.Error(), "json: "))
+			return nil, fmt.Errorf("plan must be an object whose tasks name their tool: %s", jsonmsg.Reason(err))
 		}
 		for i, t := range p.Tasks {
 			if t.Tool == "" {
@@ -334,19 +331,4 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return r
-}
-
-// jsonKind names a Go kind the way a JSON author thinks of it.
-func jsonKind(kind string) string {
-	switch kind {
-	case "int", "int64", "float64":
-		return "a number"
-	case "string":
-		return "a string"
-	case "slice":
-		return "an array"
-	case "ptr", "struct", "map":
-		return "an object or a value of the documented type"
-	}
-	return kind
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // unstorableText finds, in valid JSON, the first string that PostgreSQL
@@ -103,6 +104,9 @@ func scanString(raw []byte, start int) (end int, bad string) {
 
 // textError words unstorableText's finding for a reply, or is nil.
 func textError(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return fmt.Errorf("not valid UTF-8")
+	}
 	path, problem, found := unstorableText(raw)
 	if !found {
 		return nil

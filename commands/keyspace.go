@@ -149,9 +149,13 @@ var refusedWrites = []string{
 	"copy", "restore", "migrate", "move", "swapdb", "flushdb", "flushall",
 	"rpush", "lpushx", "rpushx", "lpop", "lset", "lrem", "ltrim", "linsert",
 	"rpoplpush", "brpoplpush", "lmove", "blmove", "blpop",
-	"sadd", "srem", "spop", "smove",
-	"hset", "hsetnx", "hmset", "hdel", "hincrby", "hincrbyfloat",
-	"zadd", "zrem", "zincrby",
+	"sadd", "srem", "spop", "smove", "sinterstore", "sunionstore", "sdiffstore",
+	"hset", "hsetnx", "hmset", "hdel", "hincrby", "hincrbyfloat", "hgetdel", "hgetex", "hsetex",
+	"zadd", "zrem", "zincrby", "zpopmin", "zpopmax", "bzpopmin", "bzpopmax", "zmpop", "bzmpop",
+	"zremrangebyscore", "zremrangebyrank", "zremrangebylex",
+	"zunionstore", "zinterstore", "zdiffstore", "zrangestore",
+	"setbit", "bitop", "bitfield", "pfadd", "pfmerge", "geoadd",
+	"xadd", "xdel", "xtrim", "xack", "xclaim", "xautoclaim", "xsetid", "xgroup",
 }
 
 // SET, DEL, EXPIRE… key … — every write but LPUSH queue:<name>.

@@ -328,7 +328,9 @@ func TestKeyspaceShowsJobsAndQueues(t *testing.T) {
 			t.Fatalf("redis-cli SET foo bar = %q, want %q", got, want)
 		}
 		for _, args := range [][]any{{"SET", "foo", "bar"}, {"DEL", "job:" + queued}, {"EXPIRE", "worker:w-1:alive", "1"},
-			{"RPUSH", "queue:ready", "{}"}, {"SADD", "capability:sort:workers", "x"}, {"FLUSHALL"}, {"SET"}} {
+			{"RPUSH", "queue:ready", "{}"}, {"SADD", "capability:sort:workers", "x"}, {"FLUSHALL"}, {"SET"},
+			{"LPUSH", "foo", "{}"}, {"LPUSH", "job:" + queued, "{}"}, {"SETBIT", "foo", "1", "1"}, {"PFADD", "h", "a"},
+			{"XADD", "s", "*", "a", "b"}, {"ZPOPMIN", "z"}, {"SINTERSTORE", "d", "a"}} {
 			if err := admin.Do(ctx, args...).Err(); err == nil || err.Error() != want {
 				t.Errorf("%v: %v, want %s", args, err, want)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/store"
@@ -110,7 +111,7 @@ func (s *Server) decodeScheduleDoc(raw []byte) (scheduleDoc, error) {
 	strict := json.NewDecoder(bytes.NewReader(b))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(&doc); err != nil {
-		return doc, scheduleError("%s", strings.TrimPrefix(err.Error(), "json: "))
+		return doc, scheduleError("%s", jsonmsg.Reason(err))
 	}
 	return doc, nil
 }

@@ -254,7 +254,7 @@ func TestScheduleBadInputIsAnErrorReply(t *testing.T) {
 		{"NotJSON", []any{"SCHEDULE.CREATE", `{"name":`}, `ERR invalid schedule: unexpected EOF`},
 		{"NotAnObject", []any{"SCHEDULE.CREATE", `["name"]`}, `ERR invalid schedule: must be a JSON object`},
 		{"WrongType", []any{"SCHEDULE.CREATE", `{"name":"s","cron":5}`},
-			`ERR invalid schedule: cannot unmarshal number into Go struct field scheduleDoc.cron of type string`},
+			`ERR invalid schedule: cron must be a string, not number`},
 		{"NotUTF8", []any{"SCHEDULE.CREATE", "{\"name\":\"s\xff\"}"}, `ERR invalid schedule: not valid UTF-8`},
 		{"UpdateBadCron", []any{"SCHEDULE.UPDATE", "exists", `{"cron":"61 * * * *"}`},
 			`ERR invalid schedule: cron "61 * * * *" is not valid: end of range (61) above maximum (59): 61`},

@@ -48,7 +48,7 @@ func TestASnoozedJobReturnsWithTheSameAttempt(t *testing.T) {
 		for doc, want := range map[string]string{
 			`{"status":"snoozed"}`:               "ERR invalid update: a snooze needs seconds, more than 0 and at most a year",
 			`{"status":"snoozed","seconds":0}`:   "ERR invalid update: a snooze needs seconds, more than 0 and at most a year",
-			`{"status":"snoozed","seconds":"1"}`: "ERR invalid update: cannot unmarshal string into Go struct field updateDoc.seconds of type float64",
+			`{"status":"snoozed","seconds":"1"}`: "ERR invalid update: seconds must be a number, not string",
 			`{"status":"snoozed","seconds":1e9}`: "ERR invalid update: a snooze needs seconds, more than 0 and at most a year",
 		} {
 			if err := w.c.Do(ctx, "JOB.UPDATE", id, doc).Err(); err == nil || err.Error() != want {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/store"
 )
 
@@ -60,7 +61,11 @@ func ParseRegistration(raw []byte) (store.Worker, []string, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&reg); err != nil {
-		return store.Worker{}, nil, &InvalidRegistrationError{Reason: jsonReason(err)}
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field == "worker_id" {
+			return store.Worker{}, nil, ErrInvalidWorkerID
+		}
+		return store.Worker{}, nil, &InvalidRegistrationError{Reason: jsonmsg.Reason(err)}
 	}
 	if dec.More() {
 		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "trailing data after the JSON object"}
@@ -130,11 +135,6 @@ func parseCapabilities(raw json.RawMessage) ([]string, error) {
 	}
 	slices.Sort(all)
 	return slices.Compact(all), nil
-}
-
-// jsonReason shortens encoding/json's messages for a reply line.
-func jsonReason(err error) string {
-	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 // HeartbeatReply renders +OK with the tokens the worker must act on.

@@ -141,8 +141,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 			         ELSE j.errors END,
 			worker_id = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE j.worker_id END,
 			run_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN now() + make_interval(secs => least(
-			              CASE WHEN j.retry_backoff_seconds > 0 THEN j.retry_backoff_seconds ELSE 1 END
-			              * 2 ^ greatest(j.attempt - 1, 0), 3600) * (0.8 + 0.4 * random()))
+			              greatest(j.retry_backoff_seconds, 0) * 2 ^ greatest(j.attempt - 1, 0), 3600) * (0.8 + 0.4 * random()))
 			         ELSE j.run_at END,
 			finished_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE now() END,
 			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()

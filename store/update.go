@@ -137,6 +137,8 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			return &StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
 		case IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
 			return &NotOwnerError{Owner: owner}
+		case cur.status == StatusCancelled && p.Status == StatusCancelled && !cur.cancelRequested:
+			return nil // the worker's own cancellation, reported again
 		case cur.status == StatusCancelled:
 			cancelled = true
 			return nil
@@ -263,10 +265,11 @@ func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMe
 }
 
 // RetryDelay is the wait before attempt+1: backoff × 2^(attempt−1), capped
-// at one hour, with ±20% jitter so failed jobs do not return in lockstep.
+// at one hour, with ±20% jitter so failed jobs do not return in lockstep. A
+// backoff of 0 retries at once.
 func RetryDelay(backoffSeconds float64, attempt int) time.Duration {
 	if backoffSeconds <= 0 {
-		backoffSeconds = 1
+		return 0
 	}
 	d := backoffSeconds * math.Pow(2, float64(max(attempt-1, 0)))
 	d = math.Min(d, 3600)

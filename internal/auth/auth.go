@@ -117,18 +117,32 @@ func (k *Keyring) HasStaticAdmin() bool {
 
 // Authenticate checks key, and user when it is given. user may be empty or
 // "default" (any principal), the principal's name, or — for worker keys — the
-// worker id the connection will act as.
+// worker id the connection will act as: a valid worker id that is not
+// another principal's name (a key never logs in under another's name).
 func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal, error) {
 	digest := Digest(key)
 	p, err := k.lookup(ctx, digest)
 	if err != nil {
 		return Principal{}, err
 	}
-	if user != "" && user != "default" && user != p.Name && p.Role != RoleWorker {
+	if user == "" || user == "default" || user == p.Name {
+		return p, nil
+	}
+	if p.Role != RoleWorker || !workerID.MatchString(user) {
+		return Principal{}, ErrBadCredentials
+	}
+	taken, err := k.IsPrincipal(ctx, user)
+	if err != nil {
+		return Principal{}, fmt.Errorf("looking up user: %w", err)
+	}
+	if taken {
 		return Principal{}, ErrBadCredentials
 	}
 	return p, nil
 }
+
+// workerID is what a worker id looks like (WORKER.REGISTER's rule).
+var workerID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (Principal, error) {
 	for _, s := range k.static {
