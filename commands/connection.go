@@ -238,18 +238,87 @@ func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (res
 	case "info":
 		return resp.BulkString(s.clientLine(sess) + "\n"), nil
 	case "list":
+		keep, err := clientFilter(args[2:])
+		if err != nil {
+			return nil, err
+		}
 		// Other principals' connections are an admin's business.
-		if r := sess.principal().Role; r != auth.RoleAdmin && r != auth.RoleViewer {
-			return resp.BulkString(s.clientLine(sess) + "\n"), nil
+		sessions := []*Session{sess}
+		if r := sess.principal().Role; r == auth.RoleAdmin || r == auth.RoleViewer {
+			sessions = s.sessionList()
 		}
 		var b strings.Builder
-		for _, other := range s.sessionList() {
-			b.WriteString(s.clientLine(other))
-			b.WriteByte('\n')
+		for _, other := range sessions {
+			if keep(other) {
+				b.WriteString(s.clientLine(other))
+				b.WriteByte('\n')
+			}
 		}
 		return resp.BulkString(b.String()), nil
+	case "help":
+		return helpReply(clientHelp), nil
 	}
 	return nil, resp.Errorf("unknown subcommand '%s'. Try CLIENT HELP.", args[1])
+}
+
+// clientFilter reads CLIENT LIST's filters, as Redis takes them:
+// ID id [id …] and TYPE normal|master|replica|pubsub.
+func clientFilter(args [][]byte) (func(*Session) bool, error) {
+	switch {
+	case len(args) == 0:
+		return func(*Session) bool { return true }, nil
+	case resp.Is(args[0], "ID") && len(args) > 1:
+		ids := map[int64]bool{}
+		for _, a := range args[1:] {
+			id, err := strconv.ParseInt(string(a), 10, 64)
+			if err != nil || id <= 0 {
+				return nil, resp.Errorf("Invalid client ID")
+			}
+			ids[id] = true
+		}
+		return func(sess *Session) bool { return ids[sess.ID] }, nil
+	case resp.Is(args[0], "TYPE") && len(args) == 2:
+		typ := strings.ToLower(string(args[1]))
+		switch typ {
+		case "normal", "pubsub":
+			return func(sess *Session) bool { return sess.subscribed() == (typ == "pubsub") }, nil
+		case "master", "replica", "slave":
+			return func(*Session) bool { return false }, nil
+		}
+		return nil, resp.Errorf("Unknown client type '%s'", args[1])
+	}
+	return nil, resp.ErrSyntax
+}
+
+// clientHelp is CLIENT HELP's text.
+var clientHelp = []string{
+	"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"GETNAME",
+	"    Return the name of the current connection.",
+	"ID",
+	"    Return the ID of the current connection.",
+	"INFO",
+	"    Return information about the current client connection.",
+	"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)]",
+	"    Return information about client connections (an admin's or viewer's: all of them).",
+	"LIST [ID <client-id> [<client-id> ...]]",
+	"    Return information about client connections with the given IDs.",
+	"SETINFO <option> <value>",
+	"    Set client meta attributes. Options are LIB-NAME and LIB-VER.",
+	"SETNAME <name>",
+	"    Assign the name <name> to the current connection.",
+	"HELP",
+	"    Print this help.",
+}
+
+// helpReply is a HELP subcommand's reply: its lines as status replies,
+// as Redis sends them.
+func helpReply(lines []string) resp.Reply {
+	out := make(resp.Array, len(lines))
+	for i, l := range lines {
+		out[i] = resp.SimpleString(l)
+	}
+	return out
 }
 
 func (s *Server) clientLine(sess *Session) string {

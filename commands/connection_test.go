@@ -159,6 +159,53 @@ func TestCompatibilityCommands(t *testing.T) {
 			t.Fatalf("CLIENT LIST = %q, %v", list, err)
 		}
 	})
+	t.Run("ClientListFilters", func(t *testing.T) {
+		other := a.Client(t, redis.Options{Password: a.AdminKey, PoolSize: 1})
+		otherID, err := other.ClientID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := other.Subscribe(ctx, "news")
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		count := func(args ...any) int {
+			t.Helper()
+			list, err := c.Do(ctx, append([]any{"CLIENT", "LIST"}, args...)...).Text()
+			if err != nil {
+				t.Fatalf("CLIENT LIST %v: %v", args, err)
+			}
+			return strings.Count(list, "\n")
+		}
+		all := count()
+		if n := count("ID", otherID); n != 1 {
+			t.Fatalf("CLIENT LIST ID %d: %d lines", otherID, n)
+		}
+		if n := count("ID", 999999); n != 0 {
+			t.Fatalf("CLIENT LIST ID 999999: %d lines", n)
+		}
+		if p, n := count("TYPE", "pubsub"), count("TYPE", "normal"); p != 1 || p+n != all {
+			t.Fatalf("pubsub %d + normal %d, of %d", p, n, all)
+		}
+		for args, want := range map[string]string{"ID x": "ERR Invalid client ID", "TYPE bogus": "ERR Unknown client type 'bogus'", "bogus": "ERR syntax error"} {
+			var cmd []any
+			for _, f := range strings.Fields("CLIENT LIST " + args) {
+				cmd = append(cmd, f)
+			}
+			if err := c.Do(ctx, cmd...).Err(); err == nil || err.Error() != want {
+				t.Fatalf("CLIENT LIST %s: %v, want %s", args, err, want)
+			}
+		}
+	})
+	t.Run("HelpListsTheSubcommands", func(t *testing.T) {
+		for _, cmd := range []string{"CLIENT", "COMMAND"} {
+			lines, err := c.Do(ctx, cmd, "HELP").StringSlice()
+			if err != nil || len(lines) < 3 || !strings.HasPrefix(lines[0], cmd+" <subcommand>") || lines[len(lines)-2] != "HELP" {
+				t.Fatalf("%s HELP = %q, %v", cmd, lines, err)
+			}
+		}
+	})
 }
 
 func TestRolesAndRevocation(t *testing.T) {

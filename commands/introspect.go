@@ -56,8 +56,31 @@ func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.
 			out = append(out, resp.KV{Key: n, Value: docsReply(s.table[n])})
 		}
 		return out, nil
+	case "help":
+		return helpReply(commandHelp), nil
 	}
 	return nil, resp.Errorf("unknown subcommand '%s'. Try COMMAND HELP.", args[1])
+}
+
+// commandHelp is COMMAND HELP's text.
+var commandHelp = []string{
+	"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"(no subcommand)",
+	"    Return details about all agq commands.",
+	"COUNT",
+	"    Return the total number of commands in this agq server.",
+	"LIST",
+	"    Return a list of all commands in this agq server.",
+	"INFO [<command-name> ...]",
+	"    Return details about multiple agq commands.",
+	"    If no command names are given, documentation details for all",
+	"    commands are returned.",
+	"DOCS [<command-name> ...]",
+	"    Return documentation details about multiple agq commands.",
+	"    If no command names are given, documentation details for all",
+	"    commands are returned.",
+	"HELP",
+	"    Print this help.",
 }
 
 func (s *Server) commandNames() []string {

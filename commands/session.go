@@ -106,6 +106,13 @@ func (s *Session) setBlocked(cancel context.CancelFunc) {
 	s.mu.Unlock()
 }
 
+// subscribed reports whether the connection entered pub/sub.
+func (s *Session) subscribed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sub != nil
+}
+
 // revoke ends the session's authentication at its next command, and its
 // blocking command now: a revoked key must not be handed a job.
 func (s *Session) revoke() {

@@ -73,7 +73,7 @@ var settings = []setting{
 		// Workers are told the interval in whole seconds (heartbeat_interval=N).
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second || d%time.Second != 0 {
-			return fmt.Errorf("must be a whole number of seconds, at least 1s")
+			return fmt.Errorf("must be a duration of whole seconds, at least 1s, such as 30s")
 		}
 		c.HeartbeatInterval = d
 		return nil
