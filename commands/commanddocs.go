@@ -45,8 +45,8 @@ var commandDocs = map[string]commandDoc{
 	"echo":    {group: groupConnection, syntax: "message", summary: "Answers its argument."},
 	"quit":    {group: groupConnection, syntax: "", summary: "Closes the connection."},
 	"select":  {group: groupConnection, syntax: "index", summary: "Chooses database 0, agq's only keyspace."},
-	"client":  {group: groupConnection, syntax: "subcommand [argument …]", summary: "Connection settings and introspection: SETNAME, GETNAME, ID, SETINFO, INFO, LIST."},
-	"command": {group: groupConnection, syntax: "[COUNT | LIST | INFO name … | DOCS [name …]]", summary: "Describes the commands agq knows, in Redis 7's shapes."},
+	"client":  {group: groupConnection, syntax: "subcommand [argument …]", summary: "Connection settings and introspection: SETNAME, GETNAME, ID, SETINFO, INFO, LIST, HELP."},
+	"command": {group: groupConnection, syntax: "[COUNT | LIST | INFO name … | DOCS [name …] | HELP]", summary: "Describes the commands agq knows, in Redis 7's shapes."},
 	"info":    {group: groupConnection, syntax: "[section …]", summary: "Server information: server, clients, leader, queues, workers, jobs."},
 	"time":    {group: groupConnection, syntax: "", summary: "The server's clock."},
 

@@ -331,6 +331,10 @@ func (s *Server) clientLine(sess *Session) string {
 	now := time.Now()
 	idle := now.Sub(time.Unix(0, sess.lastActive.Load()))
 	cmd, _ := sess.lastCommand.Load().(string)
-	return fmt.Sprintf("id=%d addr=%s name=%s age=%d idle=%d flags=N db=0 cmd=%s user=%s resp=%d lib-name=%s lib-ver=%s",
-		sess.ID, sess.addr, name, int(now.Sub(sess.created).Seconds()), int(idle.Seconds()), cmd, user, proto, lib, ver)
+	flags := "N"
+	if sess.subscribed() {
+		flags = "P"
+	}
+	return fmt.Sprintf("id=%d addr=%s name=%s age=%d idle=%d flags=%s db=0 cmd=%s user=%s resp=%d lib-name=%s lib-ver=%s",
+		sess.ID, sess.addr, name, int(now.Sub(sess.created).Seconds()), int(idle.Seconds()), flags, cmd, user, proto, lib, ver)
 }

@@ -65,20 +65,24 @@ func TestGoRedisConnects(t *testing.T) {
 			t.Fatalf("PING with a wrong key: %v", err)
 		}
 	})
-	t.Run("AWorkerKeyLogsInAsAWorkerIDButNeverUnderAnotherPrincipalsName", func(t *testing.T) {
+	t.Run("AWorkerKeyLogsInUnderAWorkerID", func(t *testing.T) {
 		key := a.CreateKey(t, "worker", "fleet")
 		a.CreateKey(t, "producer", "someone")
-		for _, user := range []string{"fleet", "fleet-7", "default"} {
+		for _, user := range []string{"fleet", "fleet-7", "default", "someone"} {
 			c := a.Client(t, redis.Options{Username: user, Password: key, MaxRetries: -1})
 			if got, err := c.Ping(ctx).Result(); err != nil || got != "PONG" {
 				t.Fatalf("PING as %s = %q, %v", user, got, err)
 			}
 		}
-		for _, user := range []string{"someone", "admin", "not a worker id"} {
-			c := a.Client(t, redis.Options{Username: user, Password: key, MaxRetries: -1})
-			if err := c.Ping(ctx).Err(); err == nil || err.Error() != "WRONGPASS invalid username-password pair or user is disabled." {
-				t.Fatalf("PING as %s with fleet's key: %v", user, err)
-			}
+		// Another principal's name is not fleet's to register.
+		c := a.Client(t, redis.Options{Username: "someone", Password: key, MaxRetries: -1})
+		err := c.Do(ctx, "WORKER.REGISTER", `{"worker_id":"someone","hostname":"h","agw_version":"1","capabilities":{"tools":["x"]}}`).Err()
+		if err == nil || err.Error() != "NOPERM Worker ID already registered by another principal" {
+			t.Fatalf("registering another principal's name: %v", err)
+		}
+		c = a.Client(t, redis.Options{Username: "not a worker id", Password: key, MaxRetries: -1})
+		if err := c.Ping(ctx).Err(); err == nil || err.Error() != "WRONGPASS invalid username-password pair or user is disabled." {
+			t.Fatalf("PING as a name no worker may have, with fleet's key: %v", err)
 		}
 	})
 	t.Run("WrongUserForAdminKeyFails", func(t *testing.T) {
@@ -188,6 +192,19 @@ func TestCompatibilityCommands(t *testing.T) {
 		if p, n := count("TYPE", "pubsub"), count("TYPE", "normal"); p != 1 || p+n != all {
 			t.Fatalf("pubsub %d + normal %d, of %d", p, n, all)
 		}
+		if list, _ := c.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text(); !strings.Contains(list, " flags=P ") {
+			t.Fatalf("a subscriber's line: %q", list)
+		}
+		// Unsubscribed from everything, the connection is a normal one again.
+		if err := sub.Unsubscribe(ctx, "news"); err != nil {
+			t.Fatal(err)
+		}
+		agqtest.Eventually(t, 5*time.Second, func() error {
+			if p := count("TYPE", "pubsub"); p != 0 {
+				return fmt.Errorf("%d subscribers listed after the unsubscribe", p)
+			}
+			return nil
+		})
 		for args, want := range map[string]string{"ID x": "ERR Invalid client ID", "TYPE bogus": "ERR Unknown client type 'bogus'", "bogus": "ERR syntax error"} {
 			var cmd []any
 			for _, f := range strings.Fields("CLIENT LIST " + args) {

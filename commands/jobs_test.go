@@ -388,6 +388,15 @@ func TestJobUpdateRules(t *testing.T) {
 			err.Error() != fmt.Sprintf("CANCELLED job %s was cancelled", id4) {
 			t.Fatalf("completed after the worker's own cancellation: %v", err)
 		}
+		// A job JOB.CANCEL ended is not a worker's to confirm.
+		id5 := submit(t, admin, map[string]any{"type": "nobody-runs-this"})
+		if err := admin.Do(ctx, "JOB.CANCEL", id5).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := owner.update(ctx, id5, map[string]any{"status": "cancelled"}); err == nil ||
+			err.Error() != fmt.Sprintf("CANCELLED job %s was cancelled", id5) {
+			t.Fatalf("cancelled report about a job JOB.CANCEL ended: %v", err)
+		}
 	})
 	t.Run("QueuedJobIsCancelledAtOnce", func(t *testing.T) {
 		id3 := submit(t, admin, map[string]any{"type": "nobody-runs-this"})

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"strconv"
@@ -106,6 +107,9 @@ func scanString(raw []byte, start int) (end int, bad string) {
 func textError(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("not valid UTF-8")
+	}
+	if !bytes.Contains(raw, []byte(`\u`)) {
+		return nil // only an escape can spell text PostgreSQL cannot store
 	}
 	path, problem, found := unstorableText(raw)
 	if !found {

@@ -106,11 +106,17 @@ func (s *Session) setBlocked(cancel context.CancelFunc) {
 	s.mu.Unlock()
 }
 
-// subscribed reports whether the connection entered pub/sub.
+// subscribed reports whether the connection is subscribed to anything.
 func (s *Session) subscribed() bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sub != nil
+	sub := s.sub
+	s.mu.Unlock()
+	if sub == nil {
+		return false
+	}
+	sub.b.mu.Lock()
+	defer sub.b.mu.Unlock()
+	return sub.count() > 0
 }
 
 // revoke ends the session's authentication at its next command, and its

@@ -137,8 +137,10 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			return &StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
 		case IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
 			return &NotOwnerError{Owner: owner}
-		case cur.status == StatusCancelled && p.Status == StatusCancelled && !cur.cancelRequested:
-			return nil // the worker's own cancellation, reported again
+		case cur.status == StatusCancelled && p.Status == StatusCancelled && !cur.cancelRequested && owner != "":
+			// The holder's own cancellation, reported again (a job
+			// JOB.CANCEL ended has its request set, or no holder).
+			return nil
 		case cur.status == StatusCancelled:
 			cancelled = true
 			return nil

@@ -117,8 +117,8 @@ func (k *Keyring) HasStaticAdmin() bool {
 
 // Authenticate checks key, and user when it is given. user may be empty or
 // "default" (any principal), the principal's name, or — for worker keys — the
-// worker id the connection will act as: a valid worker id that is not
-// another principal's name (a key never logs in under another's name).
+// worker id the connection will act as, which must look like one. Whose the
+// id is, WORKER.REGISTER says (NOPERM for another principal's).
 func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal, error) {
 	digest := Digest(key)
 	p, err := k.lookup(ctx, digest)
@@ -129,13 +129,6 @@ func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal
 		return p, nil
 	}
 	if p.Role != RoleWorker || !workerID.MatchString(user) {
-		return Principal{}, ErrBadCredentials
-	}
-	taken, err := k.IsPrincipal(ctx, user)
-	if err != nil {
-		return Principal{}, fmt.Errorf("looking up user: %w", err)
-	}
-	if taken {
 		return Principal{}, ErrBadCredentials
 	}
 	return p, nil
