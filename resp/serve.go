@@ -52,8 +52,13 @@ func Serve(ln net.Listener, handler func(redcon.Conn, redcon.Command),
 var errDetached = errors.New("detached")
 
 const (
-	// readSize is the pooled buffer a connection reads into.
+	// readSize is the pooled buffer a connection reads the rest of a
+	// command into, once its first read filled the small buffer.
 	readSize = 16 << 10
+	// smallRead is the connection's own buffer, that the first read of a
+	// command waits in: a command of the hot path fits, and a connection
+	// waiting for its next command holds no pooled buffer.
+	smallRead = 512
 	// keepOut is the largest reply buffer given back to the pool.
 	keepOut = 64 << 10
 )
@@ -79,6 +84,7 @@ type conn struct {
 	werr     error
 	detached bool
 	closed   bool
+	small    [smallRead]byte
 }
 
 // serve reads and serves the connection's commands until it closes, fails
@@ -135,14 +141,22 @@ type protocolError struct{ error }
 // detached connection's (the serve loop may still look at its own).
 func (c *conn) read(cmds *[]redcon.Command) error {
 	for len(*cmds) == 0 {
-		bp := readBufs.Get().(*[]byte)
-		n, err := c.nc.Read(*bp)
+		// The start of a command is awaited in the small buffer; the rest
+		// of one that did not fit is read into a pooled one.
+		buf, bp := c.small[:], (*[]byte)(nil)
+		if len(c.partial) > 0 {
+			bp = readBufs.Get().(*[]byte)
+			buf = *bp
+		}
+		n, err := c.nc.Read(buf)
 		if n > 0 {
 			// A copy of just what arrived: the commands' arguments point
 			// into it, and it is garbage once they are served.
-			c.partial = append(c.partial, (*bp)[:n]...)
+			c.partial = append(c.partial, buf[:n]...)
 		}
-		readBufs.Put(bp)
+		if bp != nil {
+			readBufs.Put(bp)
+		}
 		if n > 0 {
 			if err := c.parse(cmds); err != nil {
 				return protocolError{err}
