@@ -53,7 +53,7 @@ var errDetached = errors.New("detached")
 
 const (
 	// readSize is the pooled buffer a connection reads the rest of a
-	// command into, once its first read filled the small buffer.
+	// command into, when what it read so far did not complete one.
 	readSize = 16 << 10
 	// smallRead is the connection's own buffer, that the first read of a
 	// command waits in: a command of the hot path fits, and a connection
