@@ -301,12 +301,8 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 		// Stopped while it runs a job, it resumes after its heartbeats
 		// ran out and the job went to another: its report is then stale.
 		// The others carry on meanwhile.
-		i := round % len(r.workers)
-		for wait := time.Now(); !r.ledger.isHolding(i) && time.Since(wait) < 5*time.Second; {
-			time.Sleep(time.Millisecond)
-		}
-		w := r.workers[i]
-		w.signal(syscall.SIGSTOP)
+		w := r.workers[round%len(r.workers)]
+		r.stopHolding(ctx, round%len(r.workers))
 		start = time.Now()
 		after = func() {
 			time.Sleep(time.Until(start.Add(workerStopDuration)))
@@ -390,4 +386,44 @@ func freeAddrs(n int) []string {
 		out[i] = ln.Addr().String()
 	}
 	return out
+}
+
+// stopHolding stops worker i while it holds a job its report has not
+// finished yet: stopped a moment too late — its report already sent, or
+// its job already done by the time the signal landed — it goes on and is
+// stopped again at its next job, for up to ten seconds.
+func (r *run) stopHolding(ctx context.Context, i int) {
+	w := r.workers[i]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		h, ok := r.ledger.holdingNow(i)
+		for ; !ok && time.Now().Before(deadline); h, ok = r.ledger.holdingNow(i) {
+			time.Sleep(time.Millisecond)
+		}
+		w.signal(syscall.SIGSTOP)
+		if !ok || time.Now().After(deadline) {
+			return
+		}
+		// Whatever it printed before the stop reaches the ledger, and a
+		// report it sent reaches the database, meanwhile.
+		time.Sleep(100 * time.Millisecond)
+		if now, still := r.ledger.holdingNow(i); still && now == h && r.stillRunning(ctx, h) {
+			return
+		}
+		w.signal(syscall.SIGCONT)
+	}
+}
+
+// stillRunning reports whether the database still has h's job running for
+// that delivery (false also when it cannot tell).
+func (r *run) stillRunning(ctx context.Context, h held) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.db.url)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(ctx)
+	var running bool
+	err = conn.QueryRow(ctx, `SELECT status = 'running' AND delivery::text = $2 FROM jobs WHERE id = $1`, h.job, h.delivery).Scan(&running)
+	return err == nil && running
 }

@@ -23,13 +23,16 @@ type ledger struct {
 	refused  int
 	errs     map[string]int
 	doneAt   []time.Time  // per node: the last accepted completion by one of its workers
-	holding  map[int]bool // per worker: between its exec line and its done line
+	holding  map[int]held // per worker: the job between its exec line and its done line
 }
 
 func newLedger(nodes int) *ledger {
 	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
-		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]bool{}}
+		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}}
 }
+
+// held is a delivery a worker runs.
+type held struct{ job, delivery string }
 
 func (l *ledger) ack(id string) {
 	l.mu.Lock()
@@ -58,14 +61,14 @@ func (l *ledger) workerLine(worker, node int, line string) {
 	switch {
 	case f[0] == "exec" && len(f) == 4:
 		l.execs[f[1]]++
-		l.holding[worker] = true
+		l.holding[worker] = held{job: f[1], delivery: f[3]}
 	case f[0] == "done" && len(f) >= 4 && f[3] == "ok":
 		l.accepted[f[1]] = append(l.accepted[f[1]], f[2])
 		l.doneAt[node] = time.Now()
-		l.holding[worker] = false
+		delete(l.holding, worker)
 	case f[0] == "done":
 		l.refused++
-		l.holding[worker] = false
+		delete(l.holding, worker)
 	case f[0] == "err" && len(f) >= 3:
 		words := f[2:]
 		l.errs["worker "+f[1]+": "+strings.Join(words[:min(len(words), 4)], " ")]++
@@ -85,11 +88,12 @@ func (l *ledger) allNodesDoneSince(t time.Time) bool {
 	return true
 }
 
-// isHolding reports whether worker is running a job now.
-func (l *ledger) isHolding(worker int) bool {
+// holdingNow returns the delivery worker runs now, if any.
+func (l *ledger) holdingNow(worker int) (held, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.holding[worker]
+	h, ok := l.holding[worker]
+	return h, ok
 }
 
 func (l *ledger) ackedIDs() []string {
