@@ -2,7 +2,9 @@ package resp
 
 import (
 	"bufio"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -83,6 +85,24 @@ func TestServeReadsPipelinesSplitCommandsAndInlineLines(t *testing.T) {
 	}
 	if got := readBulk(t, rd); got != "ECHO|hello world" {
 		t.Fatalf("split command: got %q", got)
+	}
+	// Past the connection's own small buffer: one large argument, and a
+	// pipeline whose last command straddles the first read.
+	big := strings.Repeat("x", 100<<10)
+	var many strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&many, "*2\r\n$4\r\nECHO\r\n$%d\r\n%d\r\n", len(strconv.Itoa(i)), i)
+	}
+	if _, err := c.Write([]byte(fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n%s", len(big), big, many.String()))); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBulk(t, rd); got != "ECHO|"+big {
+		t.Fatalf("large argument: got %d bytes", len(got))
+	}
+	for i := range 40 {
+		if got, want := readBulk(t, rd), fmt.Sprintf("ECHO|%d", i); got != want {
+			t.Fatalf("pipelined after a large command: got %q, want %q", got, want)
+		}
 	}
 	if _, err := c.Write([]byte("ECHO \"quoted words\" b\r\n\r\n$x y\r\n")); err != nil {
 		t.Fatal(err)
