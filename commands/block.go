@@ -33,10 +33,19 @@ type blocking struct {
 	deadline time.Time // zero: no timeout
 	recheck  time.Duration
 	stopCtx  func() bool
+	// pending sends the replies of commands pipelined before this one
+	// when the wait begins, as Redis does, so that a client reading
+	// replies as they come has them while this one waits. nil once done.
+	pending flusher
 }
+
+type flusher interface{ Flush() error }
 
 func newBlocking(ctx context.Context, sess *Session, timeout, recheck time.Duration) *blocking {
 	b := &blocking{ctx: ctx, guard: sess.guard, recheck: recheck}
+	if f, ok := sess.conn.(flusher); ok {
+		b.pending = f
+	}
 	if timeout > 0 {
 		b.deadline = time.Now().Add(timeout)
 	}
@@ -110,6 +119,10 @@ func (b *blocking) out(onTimeout resp.Reply) (resp.Reply, error) {
 // left. Without a guarded socket (never in a served connection) it only
 // sleeps.
 func (b *blocking) park(until time.Time) bool {
+	if b.pending != nil {
+		b.pending.Flush() // a failed write shows as the client gone
+		b.pending = nil
+	}
 	if b.guard != nil {
 		return b.guard.Park(until)
 	}

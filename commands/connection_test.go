@@ -3,6 +3,7 @@ package commands_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
@@ -422,4 +423,107 @@ func registerWorkerForRevocation(t *testing.T, a *agqtest.Agq) *redis.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A blocking command sends the replies of the commands pipelined before it
+// as soon as it waits, as Redis does: a worker that pipelines its report
+// with its next pop reads the report's reply while the pop waits, and a
+// script reading replies as they come is not held up by a JOB.WAIT.
+func TestABlockedCommandFirstAnswersThosePipelinedBeforeIt(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	key := a.CreateKey(t, "worker", "pipe-w")
+	conn, err := net.Dial("tcp", a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	send := func(cmds ...[]string) {
+		t.Helper()
+		var b strings.Builder
+		for _, args := range cmds {
+			fmt.Fprintf(&b, "*%d\r\n", len(args))
+			for _, a := range args {
+				fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+			}
+		}
+		if _, err := conn.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// line reads one line of a reply within d.
+	line := func(d time.Duration) string {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(d))
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no reply within %v: %v", d, err)
+		}
+		return strings.TrimRight(l, "\r\n")
+	}
+	// job reads a BRPOP's reply: its job's id and delivery token.
+	job := func(d time.Duration) (id, delivery string) {
+		t.Helper()
+		for range 4 { // *2, $n, the key, $n
+			line(d)
+		}
+		var j struct {
+			ID       string `json:"job_id"`
+			Delivery string `json:"delivery"`
+		}
+		if err := json.Unmarshal([]byte(line(d)), &j); err != nil {
+			t.Fatal(err)
+		}
+		return j.ID, j.Delivery
+	}
+
+	send([]string{"AUTH", "pipe-w", key},
+		[]string{"WORKER.REGISTER", `{"worker_id":"pipe-w","hostname":"h","agw_version":"1","capabilities":{"tools":["t"]}}`})
+	if got := line(5 * time.Second); got != "+OK" {
+		t.Fatalf("AUTH: %q", got)
+	}
+	if got := line(5 * time.Second); !strings.HasPrefix(got, "+OK worker_id=pipe-w") {
+		t.Fatalf("WORKER.REGISTER: %q", got)
+	}
+	first := submit(t, admin, map[string]any{"queue": "pipe", "type": "t"})
+	send([]string{"BRPOP", "queue:pipe", "5"})
+	id, delivery := job(5 * time.Second)
+	if id != first {
+		t.Fatalf("popped %s, want %s", id, first)
+	}
+
+	// The report and the next pop in one pipeline, with nothing to pop.
+	send([]string{"JOB.UPDATE", id, `{"status":"completed","delivery":"` + delivery + `"}`},
+		[]string{"BRPOP", "queue:pipe", "0"})
+	if got := line(5 * time.Second); got != "+OK" {
+		t.Fatalf("the report pipelined before a waiting pop: %q", got)
+	}
+	if v := getJob(t, admin, id); v.Status != "completed" {
+		t.Fatalf("after its report: %+v", v)
+	}
+	second := submit(t, admin, map[string]any{"queue": "pipe", "type": "t"})
+	if got, _ := job(5 * time.Second); got != second {
+		t.Fatalf("the waiting pop got %s, want %s", got, second)
+	}
+
+	// A producer's JOB.WAIT behind a PING.
+	p := a.CreateKey(t, "producer", "pipe-p")
+	send([]string{"AUTH", "pipe-p", p}, []string{"PING"}, []string{"JOB.WAIT", second, "0"})
+	if got := line(5 * time.Second); got != "+OK" {
+		t.Fatalf("AUTH: %q", got)
+	}
+	if got := line(5 * time.Second); got != "+PONG" {
+		t.Fatalf("the PING pipelined before a waiting JOB.WAIT: %q", got)
+	}
+	if err := admin.Do(context.Background(), "JOB.UPDATE", second, `{"status":"completed"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := line(5 * time.Second); !strings.HasPrefix(got, "$") {
+		t.Fatalf("JOB.WAIT after the job ended: %q", got)
+	}
+	if got := line(5 * time.Second); !strings.Contains(got, `"status":"completed"`) {
+		t.Fatalf("JOB.WAIT after the job ended: %q", got)
+	}
 }

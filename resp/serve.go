@@ -232,6 +232,10 @@ func (c *conn) flush() error {
 	return c.werr
 }
 
+// Flush writes the replies of the commands served so far, before the end
+// of their read: a blocking command sends those pipelined before it first.
+func (c *conn) Flush() error { return c.flush() }
+
 // buf returns the reply buffer to append to.
 func (c *conn) buf() []byte {
 	if c.outp == nil {
