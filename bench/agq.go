@@ -201,6 +201,45 @@ func (w *worker) workWaiting(ctx context.Context, queue string, running bool, ti
 	return d, true, w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err()
 }
 
+// workPipelined reports the job the worker holds completed and takes the
+// next one in the same round trip (JOB.UPDATE and RPOP in one pipeline);
+// holding none, it waits for one in BRPOP, up to a second. It returns how
+// many jobs it completed.
+func (w *worker) workPipelined(ctx context.Context, queue string, held *delivered) (int, error) {
+	var pop *redis.StringCmd
+	var next []string
+	completed := 0
+	if held.ID == "" {
+		res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
+		if err != nil && err != redis.Nil {
+			return 0, err
+		}
+		next = res
+	} else {
+		doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, held.Attempt, held.Delivery)
+		pipe := w.c.Pipeline()
+		report := pipe.Do(ctx, "JOB.UPDATE", held.ID, doc)
+		pop = pipe.RPop(ctx, "queue:"+queue)
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return 0, err
+		}
+		if err := report.Err(); err != nil {
+			return 0, err
+		}
+		completed = 1
+		if v, err := pop.Result(); err == nil {
+			next = []string{"", v}
+		}
+	}
+	*held = delivered{}
+	if len(next) == 2 {
+		if err := json.Unmarshal([]byte(next[1]), held); err != nil {
+			return completed, err
+		}
+	}
+	return completed, nil
+}
+
 // workBatch pops up to count jobs from queue with BLMPOP, waiting up to a
 // second, and reports them all completed in one pipeline; it returns how
 // many it completed.

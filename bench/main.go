@@ -110,7 +110,7 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
 	if want("burn") {
-		var as, bs, ars, abs []measure
+		var as, bs, ars, aps, abs []measure
 		for i := range max(o.repeat, 1) {
 			statements := o.statements && i == 0
 			say("burn-down of %d jobs, %d agq worker connections (run %d of %d)", o.jobs, o.workers, i+1, max(o.repeat, 1))
@@ -137,6 +137,11 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 			if err != nil {
 				return r, fmt.Errorf("agq burn-down: %w", err)
 			}
+			say("burn-down with each report pipelined with the next RPOP")
+			ap, err := agqBurnDownPipelined(ctx, cl, s, ws, o.jobs, false)
+			if err != nil {
+				return r, fmt.Errorf("agq pipelined burn-down: %w", err)
+			}
 			say("burn-down with BLMPOP COUNT %d and pipelined reports", o.batch)
 			ab, err := agqBurnDownBatched(ctx, cl, s, ws, o.jobs, o.batch, statements)
 			if err != nil {
@@ -147,14 +152,17 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 					return r, err
 				}
 			}
-			say("jobs/s: agq %.0f, with running %.0f, batched %.0f; River %.0f", a.rate(), ar.rate(), ab.rate(), b.rate())
-			as, bs, ars, abs = append(as, a), append(bs, b), append(ars, ar), append(abs, ab)
+			say("jobs/s: agq %.0f, with running %.0f, report and next pop pipelined %.0f, batched %.0f; River %.0f", a.rate(), ar.rate(), ap.rate(), ab.rate(), b.rate())
+			as, bs, ars, aps, abs = append(as, a), append(bs, b), append(ars, ar), append(aps, ap), append(abs, ab)
 		}
-		a, b, ar, ab := median(as), median(bs), median(ars), median(abs)
+		a, b, ar, ap, ab := median(as), median(bs), median(ars), median(aps), median(abs)
 		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
 		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
 		r.costs("burn-down", a, b)
 		r.add("burn-down with running: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ar.cost.commits, ar.cost.walBytes), "", "")
+		r.rates("burn-down, JOB.UPDATE completed + the next RPOP in one pipeline", ap.rate(), b.rate())
+		r.add("burn-down report + next pop: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ap.cost.commits, ap.cost.walBytes), "", "")
+		r.add("burn-down report + next pop: CPU per job, agq / PostgreSQL / clients", micros(ap.cost.agqCPU)+" / "+micros(ap.cost.pgCPU)+" / "+micros(ap.cost.self), "", "")
 		r.rates(fmt.Sprintf("burn-down, BLMPOP COUNT %d + pipelined JOB.UPDATE completed", o.batch), ab.rate(), b.rate())
 		r.add("burn-down batched: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ab.cost.commits, ab.cost.walBytes), "", "")
 		r.add("burn-down batched: CPU per job, agq / PostgreSQL / clients", micros(ab.cost.agqCPU)+" / "+micros(ab.cost.pgCPU)+" / "+micros(ab.cost.self), "", "")

@@ -25,6 +25,19 @@ func agqBurnDown(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n
 	})
 }
 
+// agqBurnDownPipelined works off n pre-submitted jobs as a worker that runs
+// one job at a time and reports each in the round trip that takes the next.
+func agqBurnDownPipelined(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, statements bool) (measure, error) {
+	queue := "burn-pipelined"
+	held := make(map[*worker]*delivered, len(ws))
+	for _, w := range ws {
+		held[w] = &delivered{}
+	}
+	return burnDown(ctx, cl, s, ws, queue, n, statements, func(w *worker) (int, error) {
+		return w.workPipelined(ctx, queue, held[w])
+	})
+}
+
 // agqBurnDownBatched works off n pre-submitted jobs as workers with many
 // free slots would: each connection takes up to count jobs with BLMPOP and
 // reports them completed in one pipeline.
