@@ -248,3 +248,51 @@ func TestAJobNeverAcknowledgedEndsFailedInsteadOfCyclingForever(t *testing.T) {
 		return nil
 	})
 }
+
+// A worker's pops blocked on any node look again when it registers with
+// other capabilities (on another connection, on another node): a job only
+// the new ones cover reaches them at once, not at a periodic re-check.
+func TestBlockedPopsFollowTheirWorkersNewCapabilities(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	b := agqtest.Start(t, func(c *config.Config) { c.DatabaseURL = a.DatabaseURL })
+	admin := a.Admin(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ name, registerOn string }{{"same node", "a"}, {"other node", "b"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "newcaps-" + strings.ReplaceAll(tc.name, " ", "-")
+			key := a.CreateKey(t, "worker", id)
+			register := func(c *redis.Client, tools ...string) {
+				t.Helper()
+				doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":["%s"]}}`, id, strings.Join(tools, `","`))
+				if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A client that neither times out nor sends the pop again.
+			popper := a.Client(t, redis.Options{Username: id, Password: key, ReadTimeout: time.Minute, MaxRetries: -1})
+			register(popper, "old")
+			queue := "newcaps-" + tc.registerOn
+			popped := make(chan []string, 1)
+			go func() {
+				res, _ := popper.Do(ctx, "BRPOP", "queue:"+queue, "30").StringSlice()
+				popped <- res
+			}()
+			awaitBlockedPop(t, a)
+			other := a
+			if tc.registerOn == "b" {
+				other = b
+			}
+			register(other.Client(t, redis.Options{Username: id, Password: key}), "old", "new")
+			want := submit(t, admin, map[string]any{"queue": queue, "type": "new"})
+			select {
+			case res := <-popped:
+				if len(res) != 2 || !strings.Contains(res[1], want) {
+					t.Fatalf("the blocked pop answered %q, want job %s", res, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the blocked pop was not given the job its worker's new capabilities cover")
+			}
+		})
+	}
+}

@@ -115,4 +115,7 @@ type Moved struct {
 	Type       string `json:"t,omitempty"`
 	Attempt    int    `json:"a,omitempty"`
 	DeadWorker string `json:"dw,omitempty"`
+	// Registered is a worker that registered again with other
+	// capabilities: no job moved.
+	Registered string `json:"rw,omitempty"`
 }

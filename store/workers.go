@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,7 +82,9 @@ func scanWorker(row pgx.Row) (Worker, error) {
 func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
 	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var holder string
-		err := tx.QueryRow(ctx, `SELECT principal FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder)
+		var caps []string
+		err := tx.QueryRow(ctx, `SELECT principal, capabilities FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder, &caps)
+		existed := err == nil
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -117,6 +120,14 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 		}
 		if running != nil {
 			if err := requeueLost(ctx, tx, w.ID, running); err != nil {
+				return err
+			}
+		}
+		if existed && !sameSet(caps, w.Capabilities) {
+			// The worker's pops blocked on any node wait with the old
+			// capabilities: they look again (Moved.Registered).
+			b, _ := json.Marshal(Moved{Registered: w.ID})
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
 		}
@@ -286,4 +297,19 @@ func requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []stri
 	}
 	_, err = notifyMoved(ctx, tx, rows)
 	return err
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			return false
+		}
+	}
+	return true
 }

@@ -399,6 +399,26 @@ func (h *Hub) wakeAll() {
 	}
 }
 
+// WakeWorker has the pops of worker look at the database again: it
+// registered again, and they wait with the capabilities it had. (Rare: a
+// scan of every waiter is cheaper than a worker index kept on each wait.)
+func (h *Hub) WakeWorker(worker string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ws := range h.byQueue {
+		for _, w := range ws {
+			if w.worker != worker || w.taken {
+				continue // a taken waiter's hand-off is checked by the database
+			}
+			select {
+			case w.c <- store.ReadyNote{N: 0}: // as a hand-off's signal: no note to pass on
+				w.wake()
+			default: // a note is pending: it wakes the waiter as well
+			}
+		}
+	}
+}
+
 func covers(caps, requires []string) bool {
 	for _, r := range requires {
 		if !slices.Contains(caps, r) {
@@ -549,6 +569,10 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		case store.ChannelMoved:
 			var m store.Moved
 			if json.Unmarshal([]byte(n.Payload), &m) != nil {
+				continue
+			}
+			if m.Registered != "" {
+				h.WakeWorker(m.Registered)
 				continue
 			}
 			if m.ID != "" {
