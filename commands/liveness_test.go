@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/store"
@@ -180,5 +183,74 @@ func TestABlockedPopFindsAJobWhoseWakeUpWasLost(t *testing.T) {
 		t.Logf("the job reached the blocked pop %v after it blocked", time.Since(start).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatal("the blocked pop never got the job whose wake-up was lost")
+	}
+}
+
+// A report refused about a waiting job, or a JOB.RETRY of one, held the
+// job's row for a moment, while claims pass over locked rows: a pop that
+// looked then found nothing. Their end wakes the queue's pops, so the job
+// is not left waiting for the periodic re-check.
+func TestWhatHoldsAWaitingJobForAMomentWakesItsQueue(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "locked-w", "t")
+	popper := a.Client(t, redis.Options{Username: "locked-w", Password: w.c.Options().Password, ReadTimeout: time.Minute, MaxRetries: -1})
+	for _, tc := range []struct {
+		name  string
+		hold  func(id string) error
+		check func(error) bool
+	}{
+		{"a refused report", func(id string) error { return w.update(ctx, id, map[string]any{"status": "completed"}) },
+			func(err error) bool { return err != nil && strings.Contains(err.Error(), "queued") }},
+		{"JOB.RETRY", func(id string) error { return admin.Do(ctx, "JOB.RETRY", id).Err() },
+			func(err error) bool { return err == nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := submit(t, admin, map[string]any{"queue": "locked", "type": "t"})
+			db, err := pgx.Connect(ctx, a.DatabaseURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close(ctx)
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, id); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan string, 1)
+			go func() {
+				res, err := popper.Do(ctx, "BRPOP", "queue:locked", "30").StringSlice()
+				if err != nil {
+					got <- err.Error()
+					return
+				}
+				got <- res[1]
+			}()
+			awaitBlockedPop(t, a) // its claim passed over the locked job
+			held := make(chan error, 1)
+			go func() { held <- tc.hold(id) }()
+			time.Sleep(200 * time.Millisecond) // waiting for the row
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			released := time.Now()
+			if err := <-held; !tc.check(err) {
+				t.Fatalf("%s of a waiting job answered %v", tc.name, err)
+			}
+			select {
+			case job := <-got:
+				if !strings.Contains(job, `"job_id":"`+id+`"`) {
+					t.Fatalf("BRPOP = %s", job)
+				}
+				t.Logf("popped %v after the row was released", time.Since(released).Round(time.Millisecond))
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiting job did not reach the blocked pop once its row was let go")
+			}
+		})
 	}
 }

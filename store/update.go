@@ -86,6 +86,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		return freed, ErrNotFound
 	}
 	var cancelled, left bool
+	var waiting string // the queue of a waiting job the report locked
 	var snoozeLimit *SnoozeLimitError
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
@@ -108,8 +109,12 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			return err
 		}
 		// Past the checks below, a report that is not an acknowledgement
-		// or progress takes the job out of running.
+		// or progress takes the job out of running. A waiting job is never
+		// changed by a report.
 		left = cur.status == StatusRunning && p.Status != "" && p.Status != StatusRunning
+		if cur.status == StatusQueued {
+			waiting = cur.queue
+		}
 		freed = Freed{}
 		freed.Add(cur.queue, cur.typ, 1)
 		owner := ""
@@ -238,6 +243,14 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		}
 		return fmt.Errorf("unknown status %q", p.Status)
 	})
+	if waiting != "" {
+		// The report held a waiting job's row while claims skip locked
+		// rows: a pop woken for the job may have found nothing meanwhile.
+		b, _ := json.Marshal(ReadyNote{Queue: waiting, N: 1})
+		if nerr := s.Notify(ctx, ChannelJobs, []string{string(b)}); nerr != nil && err == nil {
+			err = nerr
+		}
+	}
 	if err != nil {
 		return Freed{}, interpretError(err)
 	}
@@ -322,6 +335,10 @@ func (s *Store) JobRetry(ctx context.Context, id string) error {
 		case StatusCompleted:
 			return &StateError{Status: status}
 		case StatusFailed, StatusCancelled:
+		case StatusQueued:
+			// Its row was held while claims skip locked rows: a pop woken
+			// for it may have found nothing meanwhile.
+			return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
 		default:
 			return nil
 		}
