@@ -132,14 +132,17 @@ func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs [
 func (s *Server) releaseClaimed(r claimRequest, res claimResult) {
 	for _, j := range res.jobs {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout)
-		rel, err := s.store.JobRelease(ctx, j.ID, r.worker)
-		cancel()
+		rel, err := s.store.JobRelease(ctx, j, r.worker)
 		if err != nil {
+			cancel()
 			s.log.Warn().Err(err).Str("job", j.ID).Msg("releasing a job claimed for a departed client")
 			continue
 		}
 		s.hub.Publish(rel, nil)
-		s.publishAsIs(context.Background(), func(store.JobState) string { return "released" }, j.ID)
+		if len(rel) > 0 {
+			s.publishAsIs(ctx, func(store.JobState) string { return "released" }, j.ID)
+		}
+		cancel()
 	}
 }
 

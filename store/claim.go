@@ -445,9 +445,10 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 
 // JobRelease gives back a just-claimed job whose delivery could not happen
-// (the client left): queued again, the attempt not counted. The note says
+// (the client left): queued again, the attempt not counted. Only that
+// delivery is given back, never a later one of the same job. The note says
 // whom it may wake; the caller publishes it.
-func (s *Store) JobRelease(ctx context.Context, id, workerID string) ([]ReadyNote, error) {
+func (s *Store) JobRelease(ctx context.Context, j Job, workerID string) ([]ReadyNote, error) {
 	var queue string
 	var requires []string
 	err := s.Pool.QueryRow(ctx, `
@@ -455,7 +456,8 @@ func (s *Store) JobRelease(ctx context.Context, id, workerID string) ([]ReadyNot
 			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
 			updated_at = now()
 		WHERE id = $1 AND worker_id = $2 AND status = 'running' AND ack_deadline IS NOT NULL
-		RETURNING queue, requires`, id, workerID).Scan(&queue, &requires)
+			AND delivery IS NOT DISTINCT FROM $3::uuid
+		RETURNING queue, requires`, j.ID, workerID, j.Delivery).Scan(&queue, &requires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil // already acknowledged or moved on
 	}
