@@ -241,6 +241,7 @@ type workerView struct {
 	MaxConcurrentJobs int             `json:"max_concurrent_jobs"`
 	RegisteredAt      time.Time       `json:"registered_at"`
 	LastHeartbeatAt   time.Time       `json:"last_heartbeat_at"`
+	StateChangedAt    time.Time       `json:"state_changed_at"`
 }
 
 func (b *testBundle) workerState(t *testing.T) workerView {

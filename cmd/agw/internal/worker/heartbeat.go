@@ -9,7 +9,7 @@ import (
 // retried on the backoff schedule, never later than the interval: three
 // missed intervals and the server declares this worker dead.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	b := w.newBackoff()
 	next := w.heartbeatInterval()
 	for sleep(ctx, next) {
 		next = w.heartbeatInterval()

@@ -13,7 +13,7 @@ func (w *Worker) popLoop(n int) {
 	for i, q := range w.cfg.Queues {
 		keys[i] = "queue:" + q
 	}
-	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	b := w.newBackoff()
 	for w.popCtx.Err() == nil {
 		if err := w.ensureRegistered(w.popCtx); err != nil {
 			return

@@ -113,6 +113,41 @@ func TestWorkerRecovers(t *testing.T) {
 		}
 	})
 
+	// agq down for longer than three heartbeat intervals: the worker's
+	// retries, on the production schedule (1s doubling to 60s), still come
+	// at least once an interval, so that once agq is back the worker
+	// registers before the watchdog's grace runs out. It is never declared
+	// dead, and the job it runs through the outage, on its last attempt,
+	// ends completed (declared dead, the worker would lose it: failed).
+	t.Run("IsNotDeclaredDeadAfterALongOutage", func(t *testing.T) {
+		t.Parallel()
+		cfg := restartableAgq(t)
+		cfg.HeartbeatInterval = time.Second
+		a := agqtest.StartConfig(t, cfg)
+		wcfg := testConfig(t, a.Addr, a.CreateKey(t, "worker", testWorkerID))
+		wcfg.BackoffMin, wcfg.BackoffMax = time.Second, time.Minute
+		b := run(t, a, wcfg)
+		active := b.waitState(t, "ACTIVE").StateChangedAt
+		id := b.submit(t, `{"max_attempts":1,"plan":{"tasks":[{"tool":"sleep","args":["24"]}]}}`)
+		b.waitStarted(t, id)
+		cfg = b.agq.Config
+		if err := b.agq.Node.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Past 1+2+4+8 s of retries: unlimited, the next would come 16 s
+		// later, well after the grace of three 1 s intervals.
+		time.Sleep(18 * time.Second)
+		b.startAgq(t, cfg)
+		j := b.wait(t, id, 30*time.Second)
+		if j.Status != "completed" || j.Attempt != 1 {
+			t.Fatalf("job %+v", j)
+		}
+		if w := b.workerState(t); w.State != "ACTIVE" || !w.StateChangedAt.Equal(active) {
+			t.Fatalf("worker %s since %v after the outage (ACTIVE since %v before it): it was declared dead meanwhile",
+				w.State, w.StateChangedAt, active)
+		}
+	})
+
 	t.Run("GivesUpOnARefusedReport", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)

@@ -43,7 +43,7 @@ func (w *Worker) markStale() { w.lost.Add(1) }
 func (w *Worker) isRegistered() bool { return w.registeredAt.Load() == w.lost.Load() }
 
 func (w *Worker) registerLocked(ctx context.Context, fatal func(error) bool) error {
-	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	b := w.newBackoff()
 	for {
 		// A connection lost while the registration is under way marks
 		// it stale again: it counts only from what it saw at its start.

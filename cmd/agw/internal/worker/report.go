@@ -24,7 +24,7 @@ var errJobCancelled = errors.New("the job was cancelled")
 // -CANCELLED, and when the shutdown abandons the last reports.
 func (w *Worker) report(jobID string, body []byte, log zerolog.Logger) error {
 	ctx := w.reportCtx
-	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	b := w.newBackoff()
 	for {
 		err := w.cmdUpdate(ctx, jobID, body)
 		switch classify(err) {

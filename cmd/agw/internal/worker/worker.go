@@ -255,7 +255,7 @@ func (w *Worker) shutdown(loops *sync.WaitGroup) {
 func (w *Worker) unregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.UnregisterTimeout)
 	defer cancel()
-	b := newBackoff(w.cfg.BackoffMin, w.cfg.BackoffMax)
+	b := w.newBackoff()
 	for {
 		err := w.cmdUnregister(ctx)
 		switch classify(err) {
