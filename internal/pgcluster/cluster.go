@@ -21,7 +21,10 @@ import (
 
 const logFileName = "postgres.log"
 
-var errClosed = errors.New("pgcluster: cluster is closed")
+var (
+	errClosed  = errors.New("pgcluster: cluster is closed")
+	errStopped = errors.New("pgcluster: cluster was stopped")
+)
 
 // managedSettings would move the socket away from ConnString or open a TCP
 // port, so Config.Settings may not override them.
@@ -68,6 +71,7 @@ type Cluster struct {
 	pm          *postmaster
 	cancelStart context.CancelFunc // set while Start runs
 	closed      bool
+	stops       int // Stops so far: a restart after a crash gives way to one
 }
 
 // Open validates cfg, finds the PostgreSQL binaries, creates the data dir
@@ -138,10 +142,14 @@ func dataDirMode(r *runAs) os.FileMode {
 // agq left running on it, starts postgres and waits until it accepts
 // connections. Without a deadline on ctx it waits at most 60 seconds. Start
 // may be called again after Stop.
-func (c *Cluster) Start(ctx context.Context) error {
+func (c *Cluster) Start(ctx context.Context) error { return c.start(ctx, -1) }
+
+// start is Start; with stops ≥ 0, only while no Stop came since the count
+// of stops was that.
+func (c *Cluster) start(ctx context.Context, stops int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := c.beginStart(cancel); err != nil {
+	if err := c.beginStart(cancel, stops); err != nil {
 		return err
 	}
 	defer c.endStart()
@@ -155,20 +163,24 @@ func (c *Cluster) Start(ctx context.Context) error {
 		return err
 	}
 	if err := c.waitReady(ctx, pm); err != nil {
-		stopErr := c.Stop()
+		stopErr := c.stop(syscall.SIGINT, false) // not a Stop: a restart may try again
 		return errors.Join(fmt.Errorf("%w; last lines of %s:\n%s",
 			err, c.logPath(), logTail(c.logPath(), logOffset)), stopErr)
 	}
 	c.log.Info().Int("pid", pm.pid()).Str("socket_dir", c.socketDir).
 		Dur("took", time.Since(began)).Msg("postgres is ready")
+	go c.watch(pm)
 	return nil
 }
 
-func (c *Cluster) beginStart(cancel context.CancelFunc) error {
+func (c *Cluster) beginStart(cancel context.CancelFunc, stops int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return errClosed
+	}
+	if stops >= 0 && c.stops != stops {
+		return errStopped
 	}
 	if c.pm != nil && c.pm.hasExited() {
 		c.pm = nil // it crashed or was killed behind our back
@@ -243,16 +255,21 @@ func (c *Cluster) launch(ctx context.Context) (*postmaster, int64, error) {
 // Stop shuts postgres down: a fast shutdown (SIGINT), then after 30 seconds
 // an immediate one (SIGQUIT). It also aborts a Start in progress. Stop is
 // idempotent and may be called from a signal handler's goroutine.
-func (c *Cluster) Stop() error { return c.stop(syscall.SIGINT) }
+func (c *Cluster) Stop() error { return c.stop(syscall.SIGINT, true) }
 
 // Crash stops postgres with an immediate shutdown: no checkpoint, and
 // whatever was not flushed to the WAL is lost, as in a crash; the next
 // Start recovers from the WAL. Tests use it.
-func (c *Cluster) Crash() error { return c.stop(syscall.SIGQUIT) }
+func (c *Cluster) Crash() error { return c.stop(syscall.SIGQUIT, true) }
 
-func (c *Cluster) stop(first syscall.Signal) error {
+// stop shuts postgres down; counted, it is a Stop, which ends the restarts
+// of a postgres that crashed (see watch).
+func (c *Cluster) stop(first syscall.Signal, counted bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if counted {
+		c.stops++
+	}
 	if c.cancelStart != nil {
 		c.cancelStart()
 	}

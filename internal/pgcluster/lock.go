@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -15,7 +16,8 @@ const lockFileName = "agq.lock"
 // dirLock is an exclusive flock on <DataDir>/agq.lock. The kernel drops it
 // when the process dies, so a crashed agq never leaves the data dir locked.
 type dirLock struct {
-	file *os.File
+	file     *os.File
+	released atomic.Bool
 }
 
 // lockDataDir takes the lock without waiting and records our pid in the
@@ -61,8 +63,12 @@ func lockHolder(path string) string {
 	return pid
 }
 
+// held reports whether the lock was not released.
+func (l *dirLock) held() bool { return !l.released.Load() }
+
 // release closes the file, which drops the flock. It is safe to call twice.
 func (l *dirLock) release() error {
+	l.released.Store(true)
 	if l.file == nil {
 		return nil
 	}

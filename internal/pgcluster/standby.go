@@ -98,6 +98,7 @@ func setSystem(ctx context.Context, conn *pgconn.PgConn, alter string) error {
 func (c *Cluster) Kill() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stops++ // as Stop: it stays down
 	if c.cancelStart != nil {
 		c.cancelStart()
 	}
