@@ -246,10 +246,9 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 	if waiting != "" {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
+		// (Should this fail, the nodes' periodic re-check finds the job.)
 		b, _ := json.Marshal(ReadyNote{Queue: waiting, N: 1})
-		if nerr := s.Notify(ctx, ChannelJobs, []string{string(b)}); nerr != nil && err == nil {
-			err = nerr
-		}
+		_ = s.Notify(ctx, ChannelJobs, []string{string(b)})
 	}
 	if err != nil {
 		return Freed{}, interpretError(err)
