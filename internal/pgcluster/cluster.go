@@ -1,7 +1,8 @@
 // Package pgcluster runs agq's private PostgreSQL server: it finds the
 // server binaries, creates a cluster in agq's data dir on first use, starts
-// postgres listening on a unix socket only, and stops it again. When agq
-// runs as root, postgres runs as the system user postgres. Linux only.
+// postgres listening on a unix socket only, starts it again should it die
+// behind agq's back, and stops it. When agq runs as root, postgres runs as
+// the system user postgres. Linux only.
 package pgcluster
 
 import (
