@@ -182,9 +182,9 @@ const insertDueSQL = `
 // the worker could claim, no limits on its queue or on its own type (a
 // type has a row only while it has limits; jobs of limited types ahead of
 // it count as jobs before it, so a full type never lets it pass them
-// either), the queue not paused. A queue with 64 jobs or more waiting at the job's priority or
-// above (scheduled ones, and ones for other workers, included) hands
-// nothing over: its jobs are claimed as usual.
+// either), the queue not paused. A queue with 64 jobs or more waiting at
+// the job's priority or above (scheduled ones, and ones for other
+// workers, included) hands nothing over: its jobs are claimed as usual.
 const handDueSQL = `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agq/agq/registry"
 	"github.com/agq/agq/store"
 )
 
@@ -128,14 +129,11 @@ func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal
 	if user == "" || user == "default" || user == p.Name {
 		return p, nil
 	}
-	if p.Role != RoleWorker || !workerID.MatchString(user) {
+	if p.Role != RoleWorker || !registry.ValidWorkerID(user) {
 		return Principal{}, ErrBadCredentials
 	}
 	return p, nil
 }
-
-// workerID is what a worker id looks like (WORKER.REGISTER's rule).
-var workerID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (Principal, error) {
 	for _, s := range k.static {
