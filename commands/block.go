@@ -2,23 +2,11 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/resp"
 )
-
-// How long a blocked command trusts wake-ups alone before it looks at the
-// database again. A pop's queues are re-checked by the hub every 15 s for
-// notes that were lost, so its own re-check is the last resort for a job
-// beyond what the hub reads; a JOB.WAIT has only its own (one lookup by
-// id) for a completion notice lost with the node that sent it.
-const (
-	popRecheck  = 5 * time.Minute
-	waitRecheck = 15 * time.Second
-)
-
-var errClientGone = errors.New("client disconnected while blocked")
 
 // blocking is the wait of a blocking command (BRPOP, JOB.WAIT): it ends at
 // its timeout, when the client leaves, when ctx ends (the key is revoked,
@@ -100,7 +88,7 @@ func next[T any](b *blocking, c <-chan T, onTimeout resp.Reply) (*T, resp.Reply,
 			until = b.deadline
 		}
 		if b.park(until) {
-			return nil, nil, errClientGone
+			return nil, nil, engine.ErrClientGone
 		}
 	}
 }
@@ -134,3 +122,29 @@ func (b *blocking) park(until time.Time) bool {
 	}
 	return false
 }
+
+// popWait is a blocked pop's wait, as the engine takes it.
+type popWait struct{ b *blocking }
+
+func (w popWait) Next(c <-chan engine.ReadyNote) (*engine.ReadyNote, bool, error) {
+	note, reply, err := next(w.b, c, resp.NilArray)
+	return note, reply != nil, err
+}
+
+func (w popWait) Out() error {
+	_, err := w.b.out(resp.NilArray)
+	return err
+}
+
+func (w popWait) Gone() bool     { return w.b.peerGone() }
+func (w popWait) OnWake() func() { return w.b.onWake() }
+
+// jobWait is a JOB.WAIT's wait, as the engine takes it.
+type jobWait struct{ b *blocking }
+
+func (w jobWait) Next(c <-chan struct{}) (bool, error) {
+	_, reply, err := next(w.b, c, resp.Nil)
+	return reply != nil, err
+}
+
+func (w jobWait) OnWake() func() { return w.b.onWake() }

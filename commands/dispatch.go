@@ -1,20 +1,18 @@
 package commands
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // Handler runs one command. args[0] is the command name as sent.
@@ -169,7 +167,7 @@ func notReport(cmd redcon.Command) bool { return !isReport(cmd) }
 // report.
 func (s *Server) dispatchReports(conn redcon.Conn, sess *Session, cmds []redcon.Command) {
 	for len(cmds) > 0 {
-		n := min(len(cmds), maxGroup)
+		n := min(len(cmds), engine.MaxGroup)
 		replies := make([]func() []byte, n)
 		for i, cmd := range cmds[:n] {
 			replies[i] = s.startReport(sess, cmd)
@@ -197,20 +195,27 @@ func (s *Server) startReport(sess *Session, cmd redcon.Command) (reply func() []
 	}
 	ctx, cancel := s.ctxForCommand(sess)
 	r, err := s.readReportSafely(ctx, sess, cmd.Args)
-	if err != nil || r.group == nil {
+	if err != nil {
 		cancel()
 		return alone
 	}
-	pending := r.group.Add(r.p)
+	wait, ok := s.eng.ReportLater(r)
+	if !ok {
+		cancel()
+		return alone
+	}
 	return func() []byte {
 		defer cancel()
-		res, gerr := pending.Wait(ctx)
-		if err := cmp.Or(gerr, res); err != nil && store.SafeToRetry(err) && ctx.Err() == nil {
+		err := wait(ctx)
+		if err != nil && engine.SafeToRetry(err) && ctx.Err() == nil {
 			return alone() // nothing reached the database: once more, as run does
 		}
-		out, err := reportReply(r.p.ID, res, gerr)
+		var out resp.Reply = resp.OK
 		if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
 			err = resp.ErrNoAuth
+		}
+		if err != nil {
+			out = nil
 		}
 		reply, _ := s.end(sess, c, name, start, out, err)
 		return reply
@@ -219,7 +224,7 @@ func (s *Server) startReport(sess *Session, cmd redcon.Command) (reply func() []
 
 // readReportSafely is readReport with a panic turned into an error (the
 // command then runs alone, where run reports it).
-func (s *Server) readReportSafely(ctx context.Context, sess *Session, args [][]byte) (r report, err error) {
+func (s *Server) readReportSafely(ctx context.Context, sess *Session, args [][]byte) (r engine.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("reading a report panicked: %v", p)
@@ -276,44 +281,19 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 	}
 	defer cancel()
 	reply, err = c.Handler(ctx, sess, args)
-	if err != nil && store.SafeToRetry(err) && ctx.Err() == nil {
+	if err != nil && engine.SafeToRetry(err) && ctx.Err() == nil {
 		// The command failed on a pooled connection that was broken
 		// before it was sent (the database restarted, a connection was
 		// killed): nothing reached the database, so it runs once more,
 		// on a fresh connection, rather than answering TRYAGAIN.
 		s.metrics.retried.Inc()
-		s.store.DropIdleConns()
+		s.eng.DropIdleConns()
 		reply, err = c.Handler(ctx, sess, args)
 	}
 	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
 		return nil, resp.ErrNoAuth
 	}
 	return reply, err
-}
-
-// errorReply turns a handler error into the reply the client sees. Only
-// errors that are already replies pass through verbatim; store errors get a
-// generic text, and anything else is logged and hidden.
-func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
-	if e, ok := resp.AsError(err); ok {
-		return e
-	}
-	switch {
-	case errors.Is(err, errClientGone):
-		return resp.Errorf("client disconnected")
-	case errors.Is(err, store.ErrInvalidInput):
-		return resp.Errorf("%s", strings.TrimPrefix(err.Error(), "invalid input: "))
-	case errors.Is(err, context.Canceled):
-		return resp.CodeErrorf("TRYAGAIN", "server shutting down")
-	case errors.Is(err, store.ErrUnavailable):
-		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
-		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
-	case errors.Is(err, context.DeadlineExceeded):
-		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("command timed out")
-		return resp.CodeErrorf("TRYAGAIN", "command timed out, retry later")
-	}
-	s.log.Error().Int64("conn", sess.ID).Str("principal", sess.principal().Name).Str("command", name).Err(err).Msg("command failed")
-	return resp.Errorf("internal error while running '%s'", name)
 }
 
 // unknownCommand formats Redis's own text for an unknown command: the name

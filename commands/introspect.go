@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // COMMAND [COUNT | LIST | INFO name… | DOCS [name…]]
@@ -217,8 +217,8 @@ func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
 	if s.opts.IsLeader != nil && s.opts.IsLeader() {
 		isLeader = "1"
 	}
-	node, since, err := s.store.Leader(ctx)
-	if errors.Is(err, store.ErrNotFound) {
+	node, since, err := s.eng.Leader(ctx)
+	if errors.Is(err, engine.ErrNotFound) {
 		node = ""
 	} else if err != nil {
 		return nil, err
@@ -231,45 +231,45 @@ func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
 }
 
 func (s *Server) infoQueues(ctx context.Context) ([][2]string, error) {
-	qs, err := s.store.QueueStats(ctx, "")
+	qs, err := s.eng.QueueStats(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	fields := [][2]string{{"queues", fmt.Sprint(len(qs))}}
 	for _, q := range qs {
 		fields = append(fields, [2]string{"queue_" + q.Name, fmt.Sprintf("queued=%d,scheduled=%d,running=%d,retrying=%d,paused=%t",
-			q.Counts[store.StatusQueued], q.Counts[store.StatusScheduled], q.Counts[store.StatusRunning], q.Counts[store.StatusRetrying], q.Paused)})
+			q.Counts[engine.StatusQueued], q.Counts[engine.StatusScheduled], q.Counts[engine.StatusRunning], q.Counts[engine.StatusRetrying], q.Paused)})
 	}
 	return fields, nil
 }
 
 func (s *Server) infoWorkers(ctx context.Context) ([][2]string, error) {
-	counts, err := s.store.WorkerCounts(ctx)
+	counts, err := s.eng.WorkerCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var fields [][2]string
-	for _, st := range []string{store.WorkerActive, store.WorkerDraining, store.WorkerDead, store.WorkerUnregistered} {
+	for _, st := range []string{engine.WorkerActive, engine.WorkerDraining, engine.WorkerDead, engine.WorkerUnregistered} {
 		fields = append(fields, [2]string{"workers_" + strings.ToLower(st), fmt.Sprint(counts[st])})
 	}
 	return fields, nil
 }
 
 func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
-	counts, err := s.store.JobCounts(ctx)
+	counts, err := s.eng.JobCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var fields [][2]string
-	for _, st := range []string{store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
-		store.StatusCompleted, store.StatusFailed, store.StatusCancelled} {
+	for _, st := range []string{engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
+		engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled} {
 		fields = append(fields, [2]string{"jobs_" + st, fmt.Sprint(counts[st])})
 	}
 	return fields, nil
 }
 
 func errorText(err error) string {
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, engine.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return "database unavailable"
 	}
 	return "internal error"

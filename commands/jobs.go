@@ -11,11 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/internal/group"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 func (s *Server) jobCommands() []*Command {
@@ -37,21 +36,29 @@ func (s *Server) jobCommands() []*Command {
 	}
 }
 
-// submit validates every job, then inserts them all in one transaction:
-// a bad element rejects the whole batch, naming its index.
-// keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]store.SubmitResult, error) {
+// submit validates every job, then stores them: several in one
+// transaction (a bad element rejects the whole batch, naming its index),
+// a single one with the node's next group of submissions. keyQueue is the
+// queue of LPUSH's key, "" for JOB.SUBMIT.
+func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]engine.SubmitResult, error) {
 	jobs, err := s.parseJobs(docs, keyQueue, batch)
 	if err != nil {
 		return nil, err
 	}
-	return s.submitJobs(ctx, jobs, batch)
+	if batch {
+		return s.eng.SubmitBatch(ctx, jobs)
+	}
+	r, err := s.eng.Submit(ctx, jobs[0])
+	if err != nil {
+		return nil, err
+	}
+	return []engine.SubmitResult{r}, nil
 }
 
 // parseJobs validates the documents, naming the first that is not a valid
 // job. keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]store.NewJob, error) {
-	jobs := make([]store.NewJob, len(docs))
+func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]engine.NewJob, error) {
+	jobs := make([]engine.NewJob, len(docs))
 	for i, d := range docs {
 		j, err := s.parseJob(d, cmp.Or(keyQueue, "ready"))
 		if err != nil {
@@ -69,38 +76,6 @@ func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]store.
 		jobs[i] = j
 	}
 	return jobs, nil
-}
-
-// submitJobs inserts validated jobs: a batch in one transaction, a single
-// job with the node's next group of submissions.
-func (s *Server) submitJobs(ctx context.Context, jobs []store.NewJob, batch bool) ([]store.SubmitResult, error) {
-	var res []store.SubmitResult
-	var err error
-	if batch {
-		var notes []store.ReadyNote
-		res, notes, err = s.store.JobsSubmit(ctx, jobs)
-		if err == nil {
-			s.hub.Publish(notes, nil)
-			s.publishSubmitted(jobs, res, nil)
-		}
-	} else {
-		// A single job joins the node's next group of submissions: it
-		// shares that group's commit, and its reply still waits for it.
-		var out submitOutcome
-		out, err = s.groups.submits.Do(ctx, jobs[0])
-		if err == nil {
-			res, err = []store.SubmitResult{out.res}, out.err
-		}
-	}
-	if errors.Is(err, store.ErrConflict) {
-		return nil, resp.CodeErrorf("TRYAGAIN", "%s", err)
-	}
-	if exists := (*store.JobExistsError)(nil); errors.As(err, &exists) {
-		// An id is one job: submitting it again is idempotent only
-		// with the same contents.
-		return nil, resp.Errorf("%s", err)
-	}
-	return res, err
 }
 
 // JOB.SUBMIT json — one job object, or an array of them submitted together.
@@ -130,7 +105,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (r
 				return nil, err
 			}
 		}
-		res, err := s.submitJobs(ctx, jobs, true)
+		res, err := s.eng.SubmitBatch(ctx, jobs)
 		if err != nil {
 			return nil, err
 		}
@@ -163,17 +138,7 @@ func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.submitJobs(ctx, jobs, len(args) > 3)
-	if err != nil {
-		return nil, err
-	}
-	ready, now := int64(0), time.Now()
-	for i, r := range res {
-		if r.Created && r.Delivered == nil && !jobs[i].RunAt.After(now) {
-			ready++
-		}
-	}
-	n, err := s.pushedDepth(ctx, queues[0], ready)
+	n, err := s.eng.Push(ctx, queues[0], jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -201,28 +166,18 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 	if err != nil {
 		return nil, err
 	}
-	if r.group == nil {
-		return s.snooze(ctx, r.p)
+	if err := s.eng.Report(ctx, r); err != nil {
+		return nil, err
 	}
-	// The report joins the node's next group of its kind: a final one
-	// shares that group's commit, and its reply waits for it.
-	err, gerr := r.group.Do(ctx, r.p)
-	return reportReply(r.p.ID, err, gerr)
-}
-
-// report is a JOB.UPDATE read and checked: what the store is to apply, and
-// the group it joins (none for a snooze, which takes the careful path).
-type report struct {
-	p     store.JobUpdateParams
-	group *group.Runner[store.JobUpdateParams, error]
+	return resp.OK, nil
 }
 
 // readReport reads and checks a JOB.UPDATE's arguments and finds the
 // reporting worker.
-func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (report, error) {
+func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (engine.Report, error) {
 	id := string(args[1])
 	if int64(len(args[2])) > s.opts.MaxPayload {
-		return report{}, resp.ErrPayloadTooBig
+		return engine.Report{}, resp.ErrPayloadTooBig
 	}
 	// One decoding: the document must be an object, checked by its first
 	// byte, since decoding null or an array into a struct would not fail.
@@ -230,39 +185,39 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
 		var typeErr *json.UnmarshalTypeError
 		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
-			return report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
+			return engine.Report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
 		}
-		return report{}, resp.Errorf("invalid update: must be a JSON object")
+		return engine.Report{}, resp.Errorf("invalid update: must be a JSON object")
 	}
 	switch doc.Status {
-	case "", store.StatusRunning, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
-	case store.StatusSnoozed:
+	case "", engine.StatusRunning, engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled:
+	case engine.StatusSnoozed:
 		if doc.Seconds == nil || !(*doc.Seconds > 0) || time.Duration(*doc.Seconds*float64(time.Second)) > maxSnooze {
-			return report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
+			return engine.Report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
 		}
 	default:
-		return report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
+		return engine.Report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
 	}
 	if err := textError(args[2]); err != nil {
-		return report{}, resp.Errorf("invalid update: %s", err)
+		return engine.Report{}, resp.Errorf("invalid update: %s", err)
 	}
 	if doc.Delivery != "" {
 		u, err := uuid.Parse(doc.Delivery)
 		if err != nil {
-			return report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
+			return engine.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
 		// In the form the store compares (any case, braces or urn: name the same token).
 		doc.Delivery = u.String()
 	}
-	p := store.JobUpdateParams{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
-		Delivery: doc.Delivery, Raw: args[2], MaxSnoozes: s.opts.MaxSnoozes}
+	p := engine.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
+		Delivery: doc.Delivery, Raw: args[2]}
 	if doc.Seconds != nil {
 		p.SnoozeFor = time.Duration(*doc.Seconds * float64(time.Second))
 	}
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
-	if doc.Status == store.StatusFailed && p.Error == "" {
+	if doc.Status == engine.StatusFailed && p.Error == "" {
 		p.Error = "failed without an error message"
 	}
 	if sess.principal().Role == auth.RoleAdmin {
@@ -270,68 +225,17 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	} else {
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
-			return report{}, err
+			return engine.Report{}, err
 		}
 		p.WorkerID = w.ID
 	}
-	switch doc.Status {
-	case store.StatusSnoozed:
-		return report{p: p}, nil
-	case "", store.StatusRunning:
-		return report{p: p, group: s.groups.acks}, nil
-	}
-	return report{p: p, group: s.groups.finishes}, nil
-}
-
-// snooze applies a snooze: rare, on the careful path, on its own.
-func (s *Server) snooze(ctx context.Context, p store.JobUpdateParams) (resp.Reply, error) {
-	freed, err := s.store.JobUpdate(ctx, p)
-	s.hub.Free(freed) // the snooze, or a failure past the snooze limit
-	if err != nil {
-		return nil, jobError(p.ID, err)
-	}
-	s.publishAsIs(ctx, func(store.JobState) string { return store.StatusSnoozed }, p.ID)
-	return resp.OK, nil
-}
-
-// reportReply is a grouped report's reply: err is the report's own
-// refusal, gerr the group's failure.
-func reportReply(id string, err, gerr error) (resp.Reply, error) {
-	if err = cmp.Or(gerr, err); err != nil {
-		return nil, jobError(id, err)
-	}
-	return resp.OK, nil
-}
-
-// jobError words store errors about one job for the client.
-func jobError(id string, err error) error {
-	var owner *store.NotOwnerError
-	var state *store.StateError
-	var stale *store.StaleDeliveryError
-	var snoozes *store.SnoozeLimitError
-	switch {
-	case errors.As(err, &snoozes):
-		return resp.Errorf("job %s was %s", id, snoozes)
-	case errors.Is(err, store.ErrNotFound):
-		return resp.Errorf("no such job %s", id)
-	case errors.Is(err, store.ErrConflict):
-		return resp.Errorf("job %s cannot be queued again: its unique_key is held by another unfinished job", id)
-	case errors.Is(err, store.ErrJobCancelled):
-		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
-	case errors.As(err, &stale):
-		return resp.Errorf("job %s was delivered again (attempt %d): this report is about an earlier delivery", id, stale.Attempt)
-	case errors.As(err, &owner):
-		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
-	case errors.As(err, &state):
-		return resp.Errorf("job %s is %s", id, state.Status)
-	}
-	return err
+	return p, nil
 }
 
 // JOB.GET job_id
 func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	j, err := s.store.JobGet(ctx, string(args[1]))
-	if errors.Is(err, store.ErrNotFound) {
+	j, err := s.eng.JobGet(ctx, string(args[1]))
+	if errors.Is(err, engine.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -348,33 +252,19 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	b := newBlocking(ctx, sess, timeout, waitRecheck)
+	b := newBlocking(ctx, sess, timeout, engine.WaitRecheck)
 	defer b.close()
-	jw := s.hub.NewJobWaiter(id, b.onWake())
-	defer jw.Close()
-	for {
-		getCtx, cancel := s.ctxForCommand(sess)
-		j, err := s.store.JobGet(getCtx, id)
-		cancel()
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, resp.Errorf("no such job %s", id)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if store.IsTerminal(j.Status) {
-			return resp.Bulk(jobJSON(j)), nil
-		}
-		if _, reply, err := next(b, jw.C(), resp.Nil); reply != nil || err != nil {
-			return reply, err
-		}
+	j, ended, err := s.eng.WaitJob(ctx, id, jobWait{b})
+	if err != nil || !ended {
+		return resp.Nil, err
 	}
+	return resp.Bulk(jobJSON(j)), nil
 }
 
 // JOB.LIST [QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]
 // Answers [next_cursor, [job json …]] like SCAN; cursor "0" starts and ends.
 func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	p := store.JobListParams{Limit: 100}
+	p := engine.JobListParams{Limit: 100}
 	for i := 1; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			return nil, resp.ErrSyntax
@@ -386,8 +276,8 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 		case "STATUS":
 			p.Status = strings.ToLower(v)
 			switch p.Status {
-			case store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
-				store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+			case engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
+				engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled:
 			default:
 				return nil, resp.Errorf("unknown status '%s'", v)
 			}
@@ -407,7 +297,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 			return nil, resp.ErrSyntax
 		}
 	}
-	jobs, err := s.store.JobList(ctx, p)
+	jobs, err := s.eng.JobList(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +314,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 
 // JOB.CANCEL job_id
 func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.CancelJob(ctx, string(args[1])); err != nil {
+	if err := s.eng.CancelJob(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
@@ -432,7 +322,7 @@ func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (r
 
 // JOB.RETRY job_id
 func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.RetryJob(ctx, string(args[1])); err != nil {
+	if err := s.eng.RetryJob(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil

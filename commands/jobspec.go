@@ -13,30 +13,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
-
-// Job ids and queue names are 1 to 128 letters, digits, '_', '-' or '.'
-// (^[A-Za-z0-9_.-]{1,128}$), checked without a regular expression: every
-// submitted job is checked.
-var jobIDPattern, queuePattern namePattern
-
-type namePattern struct{}
-
-func (namePattern) MatchString(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 // jobSpec is the JOB.SUBMIT document. Unknown fields are refused: a typo in
 // a field name must not silently change what runs.
@@ -65,9 +46,9 @@ type planTools struct {
 }
 
 // parseJob validates one job document. defaultQueue applies when it names none.
-func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error) {
+func (s *Server) parseJob(raw []byte, defaultQueue string) (engine.NewJob, error) {
 	if err := s.checkDoc(raw); err != nil {
-		return store.NewJob{}, err
+		return engine.NewJob{}, err
 	}
 	var spec jobSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -75,12 +56,12 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (store.NewJob, error)
 	if err := dec.Decode(&spec); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field == "" {
-			return store.NewJob{}, fmt.Errorf("a job must be a JSON object")
+			return engine.NewJob{}, fmt.Errorf("a job must be a JSON object")
 		}
-		return store.NewJob{}, fmt.Errorf("%s", jsonmsg.Reason(err))
+		return engine.NewJob{}, fmt.Errorf("%s", jsonmsg.Reason(err))
 	}
 	if dec.More() {
-		return store.NewJob{}, fmt.Errorf("trailing data after the JSON object")
+		return engine.NewJob{}, fmt.Errorf("trailing data after the JSON object")
 	}
 	return s.jobFromSpec(spec, defaultQueue)
 }
@@ -110,7 +91,7 @@ func (s *Server) checkDoc(raw []byte) error {
 // checked and validated as parseJob does it. ok is false when any element
 // is not a valid job, or the array is not a valid batch: the caller then
 // parses the documents one by one, to word the first error found.
-func (s *Server) parseBatch(body []byte) (jobs []store.NewJob, ok bool) {
+func (s *Server) parseBatch(body []byte) (jobs []engine.NewJob, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
@@ -146,8 +127,8 @@ func (s *Server) parseBatch(body []byte) (jobs []store.NewJob, ok bool) {
 
 // jobFromSpec validates a decoded job document. defaultQueue applies when
 // it names none.
-func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (store.NewJob, error) {
-	j := store.NewJob{
+func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (engine.NewJob, error) {
+	j := engine.NewJob{
 		ID:                  spec.JobID,
 		Queue:               cmp.Or(spec.Queue, defaultQueue),
 		Type:                spec.Type,
@@ -163,56 +144,56 @@ func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (store.NewJob, e
 	if j.ID == "" {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return store.NewJob{}, err
+			return engine.NewJob{}, err
 		}
 		j.ID = id.String()
-	} else if !jobIDPattern.MatchString(j.ID) {
-		return store.NewJob{}, fmt.Errorf("job_id must be 1-128 letters, digits, '_', '-' or '.'")
+	} else if !names.JobID(j.ID) {
+		return engine.NewJob{}, fmt.Errorf("job_id must be %s", names.Rule)
 	}
-	if !queuePattern.MatchString(j.Queue) {
-		return store.NewJob{}, fmt.Errorf("queue must be 1-128 letters, digits, '_', '-' or '.'")
+	if !names.Queue(j.Queue) {
+		return engine.NewJob{}, fmt.Errorf("queue must be %s", names.Rule)
 	}
 	if len(j.Type) > 128 {
-		return store.NewJob{}, fmt.Errorf("type is longer than 128 bytes")
+		return engine.NewJob{}, fmt.Errorf("type is longer than 128 bytes")
 	}
 	if len(j.UniqueKey) > 256 {
-		return store.NewJob{}, fmt.Errorf("unique_key is longer than 256 bytes")
+		return engine.NewJob{}, fmt.Errorf("unique_key is longer than 256 bytes")
 	}
 	if j.Priority < -1_000_000 || j.Priority > 1_000_000 {
-		return store.NewJob{}, fmt.Errorf("priority must be between -1000000 and 1000000")
+		return engine.NewJob{}, fmt.Errorf("priority must be between -1000000 and 1000000")
 	}
 	if spec.MaxAttempts != nil {
 		if *spec.MaxAttempts < 1 || *spec.MaxAttempts > 1000 {
-			return store.NewJob{}, fmt.Errorf("max_attempts must be between 1 and 1000")
+			return engine.NewJob{}, fmt.Errorf("max_attempts must be between 1 and 1000")
 		}
 		j.MaxAttempts = *spec.MaxAttempts
 	}
 	if spec.RetryBackoffSeconds != nil {
 		if *spec.RetryBackoffSeconds < 0 || *spec.RetryBackoffSeconds > 86400 {
-			return store.NewJob{}, fmt.Errorf("retry_backoff_seconds must be between 0 and 86400")
+			return engine.NewJob{}, fmt.Errorf("retry_backoff_seconds must be between 0 and 86400")
 		}
 		j.RetryBackoffSeconds = *spec.RetryBackoffSeconds
 	}
 	if spec.TimeoutSeconds != nil {
 		if *spec.TimeoutSeconds < 1 || *spec.TimeoutSeconds > 30*86400 {
-			return store.NewJob{}, fmt.Errorf("timeout_seconds must be between 1 and 2592000")
+			return engine.NewJob{}, fmt.Errorf("timeout_seconds must be between 1 and 2592000")
 		}
 		j.TimeoutSeconds = *spec.TimeoutSeconds
 	}
 	switch {
 	case spec.RunAt != nil && spec.DelaySeconds != nil:
-		return store.NewJob{}, fmt.Errorf("give run_at or delay_seconds, not both")
+		return engine.NewJob{}, fmt.Errorf("give run_at or delay_seconds, not both")
 	case spec.RunAt != nil:
 		j.RunAt = *spec.RunAt
 	case spec.DelaySeconds != nil:
 		if *spec.DelaySeconds < 0 || *spec.DelaySeconds > 366*86400 {
-			return store.NewJob{}, fmt.Errorf("delay_seconds must be between 0 and 31622400")
+			return engine.NewJob{}, fmt.Errorf("delay_seconds must be between 0 and 31622400")
 		}
 		j.RunAt = time.Now().Add(time.Duration(*spec.DelaySeconds * float64(time.Second)))
 	}
 	requires, err := deriveRequires(spec)
 	if err != nil {
-		return store.NewJob{}, err
+		return engine.NewJob{}, err
 	}
 	j.Requires = requires
 	return j, nil
@@ -279,13 +260,13 @@ type delivery struct {
 
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
 // shows a waiting one. A delivery carries its token.
-func deliveryJSON(j store.Job) []byte {
+func deliveryJSON(j engine.Job) []byte {
 	d := delivery{
 		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
 		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
 		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
 	}
-	if j.Status == store.StatusRunning && j.Delivery != nil {
+	if j.Status == engine.StatusRunning && j.Delivery != nil {
 		d.Delivery = *j.Delivery
 	}
 	b, _ := json.Marshal(d)
@@ -293,7 +274,7 @@ func deliveryJSON(j store.Job) []byte {
 }
 
 // jobJSON is the full record JOB.GET, JOB.WAIT and JOB.LIST answer.
-func jobJSON(j store.Job) []byte {
+func jobJSON(j engine.Job) []byte {
 	m := map[string]any{
 		"job_id":                j.ID,
 		"queue":                 j.Queue,

@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // The keyspace is a read-only view of the tables, shaped like the keys of
@@ -262,7 +262,7 @@ func (ks *keyspace) lookup(ctx context.Context, key string, withValue bool) (key
 	if !ok {
 		return keyValue{}, nil
 	}
-	st := ks.s.store
+	st := ks.s.eng
 	switch kind {
 	case kindCapability:
 		ids, err := st.KeyspaceCapabilityMembers(ctx, name)
@@ -319,24 +319,24 @@ func (ks *keyspace) lookup(ctx context.Context, key string, withValue bool) (key
 
 // workerKeyTTL says whether a worker has the key of the given kind now,
 // and its time to live.
-func (ks *keyspace) workerKeyTTL(w store.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
-	interval := ks.s.opts.HeartbeatInterval
-	live := w.State == store.WorkerActive || w.State == store.WorkerDraining
+func (ks *keyspace) workerKeyTTL(w engine.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
+	interval := ks.s.eng.HeartbeatInterval()
+	live := w.State == engine.WorkerActive || w.State == engine.WorkerDraining
 	switch kind {
 	case kindWorkerAlive:
 		left := aliveIntervals*interval - w.SinceHeartbeat
 		return left, live && left > 0
 	case kindWorkerStats:
 		left := statsIntervals*interval - w.SinceHeartbeat
-		return left, w.State != store.WorkerUnregistered && w.HasStats && left > 0
+		return left, w.State != engine.WorkerUnregistered && w.HasStats && left > 0
 	default: // kindWorkerMetadata
-		return noExpiry, w.State != store.WorkerUnregistered
+		return noExpiry, w.State != engine.WorkerUnregistered
 	}
 }
 
 // holderTTL is the time a job:<id>:worker key has left: until the job's
 // deadline, its timeout.
-func holderTTL(j store.KeyspaceJob) time.Duration {
+func holderTTL(j engine.KeyspaceJob) time.Duration {
 	if j.UntilDeadline == nil {
 		return noExpiry
 	}
@@ -344,7 +344,7 @@ func holderTTL(j store.KeyspaceJob) time.Duration {
 }
 
 func notFoundIsMissing(err error) error {
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, engine.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // KEYS and SCAN walk the keyspace region by region, each region listed from
@@ -156,7 +156,7 @@ type regionRow struct {
 // smallRegion lists every row of the capabilities, workers or queues region
 // in name order; these tables hold one row per worker or queue.
 func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) ([]regionRow, error) {
-	st := ks.s.store
+	st := ks.s.eng
 	switch r {
 	case regionQueues:
 		names, err := st.KeyspaceQueues(ctx, q.namePrefix(regionQueues))
@@ -183,7 +183,7 @@ func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) (
 		var rows []regionRow
 		for _, w := range workers {
 			for _, c := range w.Capabilities {
-				if w.State == store.WorkerActive && !seen[c] {
+				if w.State == engine.WorkerActive && !seen[c] {
 					seen[c] = true
 					rows = append(rows, regionRow{name: c, kinds: []keyKind{kindCapability}})
 				}
@@ -197,7 +197,7 @@ func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) (
 // jobsPage reads a page of job ids: only running jobs when the query can
 // match nothing but job:<id>:worker keys.
 func (ks *keyspace) jobsPage(ctx context.Context, q *keyQuery, pos int64, after string, limit int) (regionPage, error) {
-	jobs, err := ks.s.store.KeyspaceJobs(ctx, store.KeyspaceJobsParams{
+	jobs, err := ks.s.eng.KeyspaceJobs(ctx, engine.KeyspaceJobsParams{
 		IDPrefix: q.namePrefix(regionJobs), RunningOnly: !q.possible[kindJob],
 		After: after, Offset: pos, Limit: limit + 1,
 	})
@@ -335,7 +335,7 @@ func (ks *keyspace) cmdDBSize(ctx context.Context, _ *Session, _ [][]byte) (resp
 			n += len(row.kinds)
 		}
 	}
-	jobs, held, err := ks.s.store.KeyspaceJobCounts(ctx)
+	jobs, held, err := ks.s.eng.KeyspaceJobCounts(ctx)
 	if err != nil {
 		return nil, err
 	}

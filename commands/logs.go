@@ -8,10 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // maxLogLine bounds one published log line.
@@ -43,14 +42,10 @@ func (s *Server) cmdPublish(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := s.store.JobLogAppend(ctx, id, w.ID, string(line)); err != nil {
-		if errors.Is(err, store.ErrNotHolder) {
-			return nil, resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
-		}
+	n := s.broker.receivers(channel)
+	if err := s.eng.AppendLog(ctx, id, w.ID, channel, line); err != nil {
 		return nil, err
 	}
-	n := s.broker.receivers(channel)
-	s.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
 	return resp.Int(n), nil
 }
 
@@ -66,8 +61,8 @@ func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (res
 		}
 		attempt = n
 	}
-	lines, _, err := s.store.JobLogs(ctx, id, attempt)
-	if errors.Is(err, store.ErrNotFound) {
+	lines, _, err := s.eng.JobLogs(ctx, id, attempt)
+	if errors.Is(err, engine.ErrNotFound) {
 		return nil, resp.Errorf("no such job %s", id)
 	}
 	if err != nil {

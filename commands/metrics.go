@@ -14,8 +14,6 @@ type metrics struct {
 	panics           prometheus.Counter
 	retried          prometheus.Counter
 	slowSubscribers  prometheus.Counter
-	groupSize        *prometheus.HistogramVec
-	handoffs         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,14 +45,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retried: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_retries_total", Help: "Commands run again because their database connection was broken before they were sent.",
 		}),
-		groupSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "agq_group_size",
-			Help:    "Requests served together by one statement: submissions, final reports, acknowledgements, pops.",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 500},
-		}, []string{"kind"}),
-		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "agq_handoffs_total", Help: "Submitted jobs handed straight to a worker waiting in a pop, in the submission's own transaction.",
-		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_command_panics_total", Help: "Command handlers that panicked (answered with an error).",
 		}),
@@ -63,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejectedConns.WithLabelValues(reason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.groupSize, m.slowSubscribers, m.handoffs)
+		reg.MustRegister(m.connections, m.connectionsTotal, m.rejectedConns, m.commands, m.latency, m.authFailures, m.panics, m.retried, m.slowSubscribers)
 	}
 	return m
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 func (s *Server) queueCommands() []*Command {
@@ -30,7 +30,7 @@ func (s *Server) cmdLLen(ctx context.Context, _ *Session, args [][]byte) (resp.R
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.store.QueueDepth(ctx, q[0])
+	n, err := s.eng.QueueDepth(ctx, q[0])
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 	if err1 != nil || err2 != nil {
 		return nil, resp.ErrNotInteger
 	}
-	total, err := s.store.QueueDepth(ctx, q[0])
+	total, err := s.eng.QueueDepth(ctx, q[0])
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 	// List index i is pop position total-1-i.
 	first := total - 1 - stop
 	n := stop - start + 1
-	jobs, err := s.store.QueuePeek(ctx, q[0], first, min(n, 10000))
+	jobs, err := s.eng.QueuePeek(ctx, q[0], first, min(n, 10000))
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 
 // QUEUE.LIST
 func (s *Server) cmdQueueList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
-	qs, err := s.store.QueueStats(ctx, "")
+	qs, err := s.eng.QueueStats(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (s *Server) cmdQueueStats(ctx context.Context, _ *Session, args [][]byte) (
 	if len(args) == 2 {
 		name = strings.TrimPrefix(string(args[1]), "queue:")
 	}
-	qs, err := s.store.QueueStats(ctx, name)
+	qs, err := s.eng.QueueStats(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -118,15 +118,15 @@ func (s *Server) cmdQueueStats(ctx context.Context, _ *Session, args [][]byte) (
 	return out, nil
 }
 
-func queueStatsMap(q store.Queue) resp.Map {
+func queueStatsMap(q engine.Queue) resp.Map {
 	m := resp.Map{{Key: "name", Value: resp.BulkString(q.Name)}}
 	paused := int64(0)
 	if q.Paused {
 		paused = 1
 	}
 	m = append(m, resp.KV{Key: "paused", Value: resp.Int(paused)})
-	for _, st := range []string{store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
-		store.StatusCompleted, store.StatusFailed, store.StatusCancelled} {
+	for _, st := range []string{engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
+		engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled} {
 		m = append(m, resp.KV{Key: st, Value: resp.Int(q.Counts[st])})
 	}
 	m = append(m, resp.KV{Key: "oldest_queued_age_ms", Value: resp.Int(q.OldestAge.Milliseconds())})
@@ -144,7 +144,7 @@ func (s *Server) cmdQueueResume(ctx context.Context, _ *Session, args [][]byte) 
 }
 
 func (s *Server) setPaused(ctx context.Context, arg []byte, paused bool) (resp.Reply, error) {
-	if err := s.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused); err != nil {
+	if err := s.eng.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil

@@ -7,19 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/scheduler"
-	"github.com/agq/agq/store"
 )
-
-var scheduleNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // maxCatchupLimit bounds max_catchup: one sweep may submit that many jobs
 // for one schedule.
@@ -127,34 +124,34 @@ var (
 
 // parseTemplate validates a job template as JOB.SUBMIT would and returns
 // it with its defaults filled in, and the queue it names, if any.
-func (s *Server) parseTemplate(raw json.RawMessage) (store.JobTemplate, string, error) {
+func (s *Server) parseTemplate(raw json.RawMessage) (engine.JobTemplate, string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return store.JobTemplate{}, "", scheduleError("job is missing: give the job each fire submits, with the fields of JOB.SUBMIT")
+		return engine.JobTemplate{}, "", scheduleError("job is missing: give the job each fire submits, with the fields of JOB.SUBMIT")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return store.JobTemplate{}, "", scheduleError("job must be a JSON object")
+		return engine.JobTemplate{}, "", scheduleError("job must be a JSON object")
 	}
 	if len(fields) == 0 {
-		return store.JobTemplate{}, "", scheduleError("job is empty: give the job each fire submits, with the fields of JOB.SUBMIT")
+		return engine.JobTemplate{}, "", scheduleError("job is empty: give the job each fire submits, with the fields of JOB.SUBMIT")
 	}
 	for _, r := range templateRefused {
 		if _, ok := fields[r.field]; ok {
-			return store.JobTemplate{}, "", scheduleError("job may not set %s: %s", r.field, r.why)
+			return engine.JobTemplate{}, "", scheduleError("job may not set %s: %s", r.field, r.why)
 		}
 	}
 	j, err := s.parseJob(raw, "ready")
 	if errors.Is(err, resp.ErrPayloadTooBig) {
-		return store.JobTemplate{}, "", err
+		return engine.JobTemplate{}, "", err
 	}
 	if err != nil {
-		return store.JobTemplate{}, "", scheduleError("job: %s", err)
+		return engine.JobTemplate{}, "", scheduleError("job: %s", err)
 	}
 	queue := ""
 	if _, ok := fields["queue"]; ok {
 		queue = j.Queue
 	}
-	return store.JobTemplate{
+	return engine.JobTemplate{
 		Type:                j.Type,
 		Requires:            j.Requires,
 		Plan:                nonNull(j.Plan),
@@ -178,15 +175,15 @@ func nonNull(r json.RawMessage) json.RawMessage {
 // result, and sets the next fire: from now when the schedule is new, its
 // cron or timezone changed, or it was enabled with its next fire passed
 // (fires missed while it was disabled are not replayed).
-func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating bool, now time.Time) error {
+func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *engine.Schedule, creating bool, now time.Time) error {
 	if doc.Name != nil && *doc.Name != sc.Name {
 		if !creating {
 			return scheduleError("a schedule cannot be renamed: create the new one and delete this one")
 		}
 		sc.Name = *doc.Name
 	}
-	if !scheduleNamePattern.MatchString(sc.Name) {
-		return scheduleError("name must be 1-64 letters, digits, '_', '-' or '.'")
+	if !names.Schedule(sc.Name) {
+		return scheduleError("name must be %s", names.ScheduleRule)
 	}
 	// A schedule without a next fire (its spec had stopped parsing) gets one.
 	retime := creating || sc.NextFireAt == nil
@@ -227,8 +224,8 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating 
 		sc.Queue = *doc.Queue
 	}
 	sc.Queue = cmp.Or(sc.Queue, "ready")
-	if !queuePattern.MatchString(sc.Queue) {
-		return scheduleError("queue must be 1-128 letters, digits, '_', '-' or '.'")
+	if !names.Queue(sc.Queue) {
+		return scheduleError("queue must be %s", names.Rule)
 	}
 	if doc.Enabled != nil {
 		if *doc.Enabled && !sc.Enabled && (sc.NextFireAt == nil || !sc.NextFireAt.After(now)) {
@@ -236,7 +233,7 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating 
 		}
 		sc.Enabled = *doc.Enabled
 	}
-	spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
+	spec, err := engine.ParseCron(sc.Cron, sc.Timezone)
 	if err != nil {
 		return scheduleError("%s", err)
 	}
@@ -248,7 +245,7 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *store.Schedule, creating 
 }
 
 // scheduleJSON is a schedule as SCHEDULE.GET and SCHEDULE.LIST answer it.
-func scheduleJSON(sc store.Schedule) []byte {
+func scheduleJSON(sc engine.Schedule) []byte {
 	utc := func(t *time.Time) *time.Time {
 		if t == nil {
 			return nil
@@ -257,30 +254,22 @@ func scheduleJSON(sc store.Schedule) []byte {
 		return &u
 	}
 	b, _ := json.Marshal(struct {
-		Name       string            `json:"name"`
-		Cron       string            `json:"cron"`
-		Timezone   string            `json:"timezone"`
-		Queue      string            `json:"queue"`
-		Job        store.JobTemplate `json:"job"`
-		Enabled    bool              `json:"enabled"`
-		MaxCatchup int               `json:"max_catchup"`
-		NextFireAt *time.Time        `json:"next_fire_at"`
-		LastFireAt *time.Time        `json:"last_fire_at"`
-		Fires      int64             `json:"fires"`
-		Skipped    int64             `json:"skipped"`
-		CreatedAt  time.Time         `json:"created_at"`
-		UpdatedAt  time.Time         `json:"updated_at"`
+		Name       string             `json:"name"`
+		Cron       string             `json:"cron"`
+		Timezone   string             `json:"timezone"`
+		Queue      string             `json:"queue"`
+		Job        engine.JobTemplate `json:"job"`
+		Enabled    bool               `json:"enabled"`
+		MaxCatchup int                `json:"max_catchup"`
+		NextFireAt *time.Time         `json:"next_fire_at"`
+		LastFireAt *time.Time         `json:"last_fire_at"`
+		Fires      int64              `json:"fires"`
+		Skipped    int64              `json:"skipped"`
+		CreatedAt  time.Time          `json:"created_at"`
+		UpdatedAt  time.Time          `json:"updated_at"`
 	}{sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
 		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC()})
 	return b
-}
-
-// scheduleNotFound words a missing schedule for the client.
-func scheduleNotFound(name string, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return resp.Errorf("no such schedule '%s'", name)
-	}
-	return err
 }
 
 // SCHEDULE.CREATE json
@@ -289,17 +278,14 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	sc := store.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+	sc := engine.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
 	if doc.Name == nil {
 		return nil, scheduleError("name is missing")
 	}
 	if err := s.applyScheduleDoc(doc, &sc, true, time.Now()); err != nil {
 		return nil, err
 	}
-	if _, err := s.store.ScheduleCreate(ctx, sc); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil, resp.Errorf("schedule '%s' exists with another definition: change it with SCHEDULE.UPDATE", sc.Name)
-		}
+	if err := s.eng.CreateSchedule(ctx, sc); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
@@ -307,8 +293,8 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 
 // SCHEDULE.GET name
 func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	sc, err := s.store.ScheduleGet(ctx, string(args[1]))
-	if errors.Is(err, store.ErrNotFound) {
+	sc, err := s.eng.ScheduleGet(ctx, string(args[1]))
+	if errors.Is(err, engine.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -319,7 +305,7 @@ func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) 
 
 // SCHEDULE.LIST
 func (s *Server) cmdScheduleList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
-	all, err := s.store.ScheduleList(ctx)
+	all, err := s.eng.ScheduleList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -337,18 +323,18 @@ func (s *Server) cmdScheduleUpdate(ctx context.Context, _ *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	_, err = s.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+	err = s.eng.UpdateSchedule(ctx, name, func(sc *engine.Schedule) error {
 		return s.applyScheduleDoc(doc, sc, false, time.Now())
 	})
 	if err != nil {
-		return nil, scheduleNotFound(name, err)
+		return nil, err
 	}
 	return resp.OK, nil
 }
 
 // SCHEDULE.DELETE name
 func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if _, err := s.store.ScheduleDelete(ctx, string(args[1])); err != nil {
+	if err := s.eng.DeleteSchedule(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
@@ -356,7 +342,7 @@ func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byt
 
 // SCHEDULE.PAUSE name
 func (s *Server) cmdSchedulePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.PauseSchedule(ctx, string(args[1])); err != nil {
+	if err := s.eng.PauseSchedule(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
@@ -372,39 +358,16 @@ func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byt
 	case len(args) > 2:
 		return nil, resp.ErrSyntax
 	}
-	if err := s.ResumeSchedule(ctx, name, catchup); err != nil {
+	if err := s.eng.ResumeSchedule(ctx, name, catchup); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
 }
 
-// ResumeSchedule is SCHEDULE.RESUME: the schedule fires again, from its next
-// fire after now, or replaying what it missed when catchup is set.
-func (s *Server) ResumeSchedule(ctx context.Context, name string, catchup bool) error {
-	now := time.Now()
-	_, err := s.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
-		if sc.Enabled {
-			return nil
-		}
-		sc.Enabled = true
-		if sc.NextFireAt != nil && (catchup || sc.NextFireAt.After(now)) {
-			return nil // the sweep replays what was missed, up to max_catchup
-		}
-		spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
-		if err != nil {
-			return resp.Errorf("schedule '%s' cannot fire: %s; fix it with SCHEDULE.UPDATE", name, err)
-		}
-		next := spec.Next(now)
-		sc.NextFireAt = &next
-		return nil
-	})
-	return scheduleNotFound(name, err)
-}
-
 // SCHEDULE.TRIGGER name — fires the schedule now, whether it is paused or
 // not; answers the job's id.
 func (s *Server) cmdScheduleTrigger(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	id, err := s.TriggerSchedule(ctx, string(args[1]))
+	id, err := s.eng.TriggerSchedule(ctx, string(args[1]))
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/store"
@@ -57,7 +58,7 @@ func FuzzScheduleDoc(f *testing.F) {
 			if sc.NextFireAt == nil || !sc.NextFireAt.After(now) && creating {
 				t.Fatalf("%q: next fire %v", raw, sc.NextFireAt)
 			}
-			if !scheduleNamePattern.MatchString(sc.Name) || !queuePattern.MatchString(sc.Queue) ||
+			if !names.Schedule(sc.Name) || !names.Queue(sc.Queue) ||
 				sc.MaxCatchup < 0 || sc.MaxCatchup > maxCatchupLimit || sc.Job.MaxAttempts < 1 {
 				t.Fatalf("%q was accepted as %+v", raw, sc)
 			}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +16,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // Version is agq's version, reported by HELLO and INFO.
@@ -26,15 +27,11 @@ const Version = "0.1.0"
 
 // Options configure the front door.
 type Options struct {
-	NodeID            string
-	HeartbeatInterval time.Duration
-	JobTimeout        time.Duration
-	AckTimeout        time.Duration
-	MaxPayload        int64
-	MaxAttempts       int
-	// MaxSnoozes is how often a job may be snoozed; the next snooze fails it.
-	MaxSnoozes int
-	MaxClients int
+	NodeID      string
+	JobTimeout  time.Duration
+	MaxPayload  int64
+	MaxAttempts int
+	MaxClients  int
 	// MaxUnauthenticated and MaxUnauthenticatedPerAddress cap the
 	// connections that have not authenticated yet (0: the defaults).
 	MaxUnauthenticated           int
@@ -50,22 +47,17 @@ type Options struct {
 // Server serves RESP clients.
 type Server struct {
 	opts    Options
-	store   *store.Store
+	eng     *engine.Engine
 	keys    *auth.Keyring
 	hub     *wakeup.Hub
 	log     zerolog.Logger
 	metrics *metrics
 	table   map[string]*Command
 	started time.Time
-	groups  groups
 	broker  *broker
-	// limited remembers the queues with limits this node's claims saw.
-	limited limitedPops
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu
-	// deep remembers the queues too deep for LPUSH to count on every push.
-	deep deepQueues
 
 	nextID   atomic.Int64
 	mu       sync.Mutex
@@ -75,22 +67,19 @@ type Server struct {
 }
 
 // New builds a server; Serve starts it.
-func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log zerolog.Logger, reg prometheus.Registerer) *Server {
+func New(opts Options, eng *engine.Engine, keys *auth.Keyring, hub *wakeup.Hub, log zerolog.Logger, reg prometheus.Registerer) *Server {
 	if opts.CommandTimeout == 0 {
 		opts.CommandTimeout = 10 * time.Second
 	}
 	if opts.MaxClients == 0 {
 		opts.MaxClients = 10000
 	}
-	if opts.MaxSnoozes == 0 {
-		opts.MaxSnoozes = 100
-	}
 	if opts.AuthTimeout == 0 {
 		opts.AuthTimeout = 10 * time.Second
 	}
 	s := &Server{
 		opts:     opts,
-		store:    st,
+		eng:      eng,
 		keys:     keys,
 		hub:      hub,
 		log:      log,
@@ -99,10 +88,10 @@ func New(opts Options, st *store.Store, keys *auth.Keyring, hub *wakeup.Hub, log
 		sessions: map[int64]*Session{},
 	}
 	s.table = s.buildTable()
-	s.groups = s.newGroups()
 	s.broker = newBroker(s)
 	s.authLimit = newAuthLimiter(log)
 	s.admission = newAdmission(opts.MaxClients, opts.MaxUnauthenticated, opts.MaxUnauthenticatedPerAddress, opts.AuthTimeout)
+	s.listen()
 	return s
 }
 
@@ -216,6 +205,24 @@ func (s *Server) RevokeSessions(principal, liveDigest string) {
 // ctxForCommand is the context a non-blocking command runs under.
 func (s *Server) ctxForCommand(sess *Session) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(sess.ctx, s.opts.CommandTimeout)
+}
+
+// listen subscribes the server to what the hub hears from every node:
+// messages and moved jobs for its subscribers, revoked keys for its
+// sessions, and a LISTEN connection restored, after which revocations may
+// have been missed.
+func (s *Server) listen() {
+	wakeup.Listen(s.hub, wakeup.Messages, s.Deliver)
+	wakeup.Listen(s.hub, wakeup.Moved, s.DeliverMoved)
+	wakeup.Listen(s.hub, wakeup.KeyRevoked, func(note string) {
+		principal, liveDigest, _ := strings.Cut(note, " ")
+		s.RevokeSessions(principal, liveDigest)
+	})
+	wakeup.Listen(s.hub, wakeup.Reconnected, func(struct{}) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.RecheckKeys(ctx)
+	})
 }
 
 // RecheckKeys ends the authentication of every session whose key is no

@@ -9,9 +9,9 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 // Session is the state of one client connection. Only the connection's own
@@ -42,7 +42,7 @@ type Session struct {
 	authUser string // the user named in AUTH, "" when none
 	workerID string // set by WORKER.REGISTER on this connection
 	// worker is the worker this session acts as, kept for the hot path.
-	worker *store.Worker
+	worker *engine.Worker
 	// unblock ends the blocking command running now, if any.
 	unblock context.CancelFunc
 

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/registry"
 	"github.com/agq/agq/resp"
-	"github.com/agq/agq/store"
 )
 
 func (s *Server) workerCommands() []*Command {
@@ -25,9 +23,6 @@ func (s *Server) workerCommands() []*Command {
 	}
 }
 
-// lease is how long a held job survives without a heartbeat.
-func (s *Server) lease() time.Duration { return 3 * s.opts.HeartbeatInterval }
-
 // WORKER.REGISTER json
 func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	raw := args[1]
@@ -36,13 +31,9 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 			return nil, resp.Errorf("invalid registration: %s", err)
 		}
 	}
-	w, running, err := registry.ParseRegistration(raw)
+	w, running, err := engine.ParseRegistration(raw)
 	if err != nil {
-		var inv *registry.InvalidRegistrationError
-		if errors.As(err, &inv) {
-			return nil, resp.Errorf("%s", inv.Error())
-		}
-		return nil, resp.Errorf("%s", err.Error())
+		return nil, err
 	}
 	w.Principal = sess.principal().Name
 	if w.ID != w.Principal {
@@ -55,10 +46,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 			return nil, errWorkerTaken
 		}
 	}
-	if err := s.store.WorkerRegister(ctx, w, s.lease(), running); err != nil {
-		if errors.Is(err, store.ErrWorkerTaken) {
-			return nil, errWorkerTaken
-		}
+	if err := s.eng.RegisterWorker(ctx, w, running); err != nil {
 		return nil, err
 	}
 	sess.mu.Lock()
@@ -66,30 +54,14 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	sess.mu.Unlock()
 	s.forgetWorkers(w.Principal, w.ID)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
-	s.publishWorkerEvent(w.ID, "registered")
-	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.opts.HeartbeatInterval.Seconds()))), nil
+	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.eng.HeartbeatInterval().Seconds()))), nil
 }
-
-var errWorkerTaken = resp.CodeErrorf("NOPERM", "%s by another principal", registry.ErrWorkerTaken)
 
 // checkWorkerAccess refuses a worker principal acting on another
 // principal's worker; admins may act on any.
 func (s *Server) checkWorkerAccess(ctx context.Context, sess *Session, id string) error {
 	who := sess.principal()
-	if who.Role == auth.RoleAdmin {
-		return nil
-	}
-	w, err := s.store.WorkerGet(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return resp.Errorf("Worker not registered: %s", id)
-	}
-	if err != nil {
-		return err
-	}
-	if w.Principal != who.Name {
-		return resp.CodeErrorf("NOPERM", "worker %s belongs to another principal", id)
-	}
-	return nil
+	return s.eng.CheckWorkerAccess(ctx, who.Name, who.Role == auth.RoleAdmin, id)
 }
 
 // WORKER.HEARTBEAT worker_id [stats_json]
@@ -112,14 +84,23 @@ func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err
 	}
-	res, err := s.store.WorkerHeartbeat(ctx, id, stats, s.lease())
-	if errors.Is(err, store.ErrWorkerUnknown) {
-		return nil, resp.Errorf("Worker not registered: %s", id)
-	}
+	res, err := s.eng.Heartbeat(ctx, id, stats)
 	if err != nil {
 		return nil, err
 	}
-	return resp.SimpleString(registry.HeartbeatReply(res)), nil
+	return resp.SimpleString(heartbeatReply(res)), nil
+}
+
+// heartbeatReply is +OK with the tokens the worker must act on.
+func heartbeatReply(res engine.HeartbeatResult) string {
+	out := "OK"
+	if res.Drain {
+		out += " drain=true"
+	}
+	if len(res.Cancels) > 0 {
+		out += " cancel=" + strings.Join(res.Cancels, ",")
+	}
+	return out
 }
 
 // WORKER.UNREGISTER worker_id
@@ -128,15 +109,11 @@ func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args []
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err
 	}
-	if err := s.store.WorkerUnregister(ctx, id); err != nil {
-		if errors.Is(err, store.ErrWorkerUnknown) {
-			return nil, resp.Errorf("Worker not registered: %s", id)
-		}
+	if err := s.eng.UnregisterWorker(ctx, id); err != nil {
 		return nil, err
 	}
 	s.forgetWorkers("", id)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", id).Msg("worker unregistered")
-	s.publishWorkerEvent(id, "unregistered")
 	return resp.OK, nil
 }
 
@@ -149,12 +126,12 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 	if len(args) == 2 {
 		state = strings.ToUpper(string(args[1]))
 		switch state {
-		case store.WorkerActive, store.WorkerDraining, store.WorkerDead, store.WorkerUnregistered:
+		case engine.WorkerActive, engine.WorkerDraining, engine.WorkerDead, engine.WorkerUnregistered:
 		default:
 			return nil, resp.Errorf("state must be ACTIVE, DRAINING, DEAD or UNREGISTERED")
 		}
 	}
-	workers, err := s.store.WorkerList(ctx, state)
+	workers, err := s.eng.WorkerList(ctx, state)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +144,8 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 
 // WORKER.GET worker_id
 func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	w, err := s.store.WorkerGet(ctx, string(args[1]))
-	if errors.Is(err, store.ErrNotFound) {
+	w, err := s.eng.WorkerGet(ctx, string(args[1]))
+	if errors.Is(err, engine.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -179,13 +156,13 @@ func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (r
 
 // WORKER.DRAIN worker_id
 func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.DrainWorker(ctx, string(args[1])); err != nil {
+	if err := s.eng.DrainWorker(ctx, string(args[1])); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
 }
 
-func workerJSON(w store.Worker) []byte {
+func workerJSON(w engine.Worker) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"worker_id":           w.ID,
 		"principal":           w.Principal,
@@ -210,23 +187,23 @@ func workerJSON(w store.Worker) []byte {
 // else the worker id it authenticated as, else its principal's most recent
 // live worker. A connection authenticated with a worker's key acts as that
 // worker on every pooled connection.
-func (s *Server) sessionWorker(ctx context.Context, sess *Session) (store.Worker, error) {
+func (s *Server) sessionWorker(ctx context.Context, sess *Session) (engine.Worker, error) {
 	sess.mu.Lock()
 	id, user, who := sess.workerID, sess.authUser, sess.who
 	sess.mu.Unlock()
 	if id == "" && user != "" && user != "default" && user != who.Name {
 		id = user
 	}
-	var w store.Worker
+	var w engine.Worker
 	var err error
 	if id != "" {
-		w, err = s.store.WorkerGet(ctx, id)
+		w, err = s.eng.WorkerGet(ctx, id)
 	} else {
-		w, err = s.store.WorkerOfPrincipal(ctx, who.Name)
+		w, err = s.eng.WorkerOfPrincipal(ctx, who.Name)
 		id = who.Name
 	}
-	if errors.Is(err, store.ErrNotFound) || (err == nil && w.Principal != who.Name) {
-		return store.Worker{}, resp.Errorf("Worker not registered: %s", id)
+	if errors.Is(err, engine.ErrNotFound) || (err == nil && w.Principal != who.Name) {
+		return engine.Worker{}, &engine.WorkerNotRegisteredError{ID: id}
 	}
 	return w, err
 }

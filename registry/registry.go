@@ -7,11 +7,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/store"
 )
 
@@ -27,10 +27,8 @@ type InvalidRegistrationError struct{ Reason string }
 
 func (e *InvalidRegistrationError) Error() string { return "invalid registration: " + e.Reason }
 
-var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // ValidWorkerID reports whether id is 1-64 letters, digits, '_' or '-'.
-func ValidWorkerID(id string) bool { return workerIDPattern.MatchString(id) }
+func ValidWorkerID(id string) bool { return names.Worker(id) }
 
 // Registration is the WORKER.REGISTER document.
 type Registration struct {

@@ -11,11 +11,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/agq/agq/registry"
+	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/store"
 )
 
@@ -46,8 +45,6 @@ var (
 	// ErrUnknownPrincipal means no such principal exists.
 	ErrUnknownPrincipal = errors.New("no such principal")
 )
-
-var principalName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
 // Principal is an authenticated identity.
 type Principal struct {
@@ -87,7 +84,7 @@ func NewKeyring(st *store.Store, static StaticKeys, source map[string]string) (*
 			return nil, fmt.Errorf("%w: %q", ErrBadRole, role)
 		}
 		for name, spec := range entries {
-			if !principalName.MatchString(name) || name == "default" {
+			if !names.Principal(name) {
 				return nil, fmt.Errorf("principal %q: %w", name, ErrBadPrincipal)
 			}
 			digest, err := ParseKeySpec(spec)
@@ -129,7 +126,7 @@ func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal
 	if user == "" || user == "default" || user == p.Name {
 		return p, nil
 	}
-	if p.Role != RoleWorker || !registry.ValidWorkerID(user) {
+	if p.Role != RoleWorker || !names.Worker(user) {
 		return Principal{}, ErrBadCredentials
 	}
 	return p, nil
@@ -164,7 +161,7 @@ func (k *Keyring) Create(ctx context.Context, role, name string) (string, error)
 	if !validRole(role) {
 		return "", ErrBadRole
 	}
-	if !principalName.MatchString(name) || name == "default" {
+	if !names.Principal(name) {
 		return "", ErrBadPrincipal
 	}
 	if k.isStatic(name) {

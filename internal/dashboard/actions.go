@@ -6,14 +6,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-
-	"github.com/agq/agq/resp"
 )
 
 // maxBulk bounds the jobs one "retry all shown" may name: one page.
 const maxBulk = pageSize
 
-// action runs one operation from a form, through the same Server methods
+// action runs one operation from a form, through the same engine methods
 // the RESP commands call, and sends the browser back where it came from
 // with the outcome. Only admins may act; a viewer's session is refused.
 func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, sess session) {
@@ -28,26 +26,26 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, sess session)
 	var notice string
 	switch name {
 	case "retry":
-		err = d.actions.RetryJob(ctx, target)
+		err = d.eng.RetryJob(ctx, target)
 		notice = "Job " + target + " is queued again."
 	case "cancel":
-		err = d.actions.CancelJob(ctx, target)
+		err = d.eng.CancelJob(ctx, target)
 		notice = "Job " + target + " is cancelled (a running job's worker is told to stop)."
 	case "pause-queue", "resume-queue":
-		err = d.actions.PauseQueue(ctx, target, name == "pause-queue")
+		err = d.eng.PauseQueue(ctx, target, name == "pause-queue")
 		notice = "Queue " + target + " is " + map[bool]string{true: "paused", false: "resumed"}[name == "pause-queue"] + "."
 	case "drain":
-		err = d.actions.DrainWorker(ctx, target)
+		err = d.eng.DrainWorker(ctx, target)
 		notice = "Worker " + target + " is draining: it takes no new jobs."
 	case "pause-schedule":
-		err = d.actions.PauseSchedule(ctx, target)
+		err = d.eng.PauseSchedule(ctx, target)
 		notice = "Schedule " + target + " is paused."
 	case "resume-schedule":
-		err = d.actions.ResumeSchedule(ctx, target, false)
+		err = d.eng.ResumeSchedule(ctx, target, false)
 		notice = "Schedule " + target + " is resumed."
 	case "trigger-schedule":
 		var id string
-		id, err = d.actions.TriggerSchedule(ctx, target)
+		id, err = d.eng.TriggerSchedule(ctx, target)
 		notice = "Schedule " + target + " fired job " + id + "."
 	case "retry-many":
 		d.retryMany(w, r, sess)
@@ -76,7 +74,7 @@ func (d *Dashboard) retryMany(w http.ResponseWriter, r *http.Request, sess sessi
 	}
 	done, failed := 0, []string{}
 	for _, id := range ids {
-		if err := d.actions.RetryJob(r.Context(), id); err != nil {
+		if err := d.eng.RetryJob(r.Context(), id); err != nil {
 			failed = append(failed, d.actionError("retry", err))
 			continue
 		}
@@ -98,8 +96,8 @@ func (d *Dashboard) actionError(name string, err error) string {
 	if err == nil {
 		return ""
 	}
-	if e, ok := resp.AsError(err); ok {
-		return e.Error()
+	if text, ok := d.cfg.Explain(err); ok {
+		return text
 	}
 	if err == context.Canceled {
 		return "cancelled"

@@ -20,8 +20,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/store"
 )
 
 //go:embed templates/*.html
@@ -29,18 +29,6 @@ var templateFiles embed.FS
 
 //go:embed static
 var staticFiles embed.FS
-
-// Actions are the operations that change state, with the rules and events
-// of their commands; *commands.Server provides them.
-type Actions interface {
-	CancelJob(ctx context.Context, id string) error
-	RetryJob(ctx context.Context, id string) error
-	PauseQueue(ctx context.Context, name string, paused bool) error
-	DrainWorker(ctx context.Context, id string) error
-	PauseSchedule(ctx context.Context, name string) error
-	ResumeSchedule(ctx context.Context, name string, catchup bool) error
-	TriggerSchedule(ctx context.Context, name string) (string, error)
-}
 
 // Config configures the dashboard.
 type Config struct {
@@ -54,28 +42,32 @@ type Config struct {
 	// SessionTTL is how long a sign-in lasts (default 12 h).
 	SessionTTL time.Duration
 	Logger     zerolog.Logger
+	// Explain words a refused action as the RESP command's error reply
+	// words it; false for an error that is not a refusal.
+	Explain func(error) (string, bool)
 }
 
 // Dashboard serves the pages.
 type Dashboard struct {
 	cfg       Config
 	prefix    string
-	store     *store.Store
+	eng       *engine.Engine
 	keys      *auth.Keyring
-	actions   Actions
 	signer    signer
 	keyCheck  *keyCheck
 	pages     map[string]*template.Template
 	mux       *http.ServeMux
 	overview  cached[overviewData]
-	summaries cached[[]store.QueueSummary]
+	summaries cached[[]engine.QueueSummary]
 	chart     chartCache
 	log       zerolog.Logger
 }
 
 // New builds the dashboard. The signing secret is read from the database
 // (created there by the first node), so every node honours every session.
-func New(ctx context.Context, cfg Config, st *store.Store, keys *auth.Keyring, actions Actions) (*Dashboard, error) {
+// Every change it makes goes through the engine's operations, with the
+// rules and events of the RESP commands.
+func New(ctx context.Context, cfg Config, st *engine.Engine, keys *auth.Keyring) (*Dashboard, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/"
 	}
@@ -84,6 +76,9 @@ func New(ctx context.Context, cfg Config, st *store.Store, keys *auth.Keyring, a
 	}
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.Explain == nil {
+		cfg.Explain = func(error) (string, bool) { return "", false }
 	}
 	if cfg.IsLeader == nil {
 		cfg.IsLeader = func() bool { return false }
@@ -99,14 +94,13 @@ func New(ctx context.Context, cfg Config, st *store.Store, keys *auth.Keyring, a
 	d := &Dashboard{
 		cfg:       cfg,
 		prefix:    cfg.Prefix,
-		store:     st,
+		eng:       st,
 		keys:      keys,
-		actions:   actions,
 		signer:    signer{secret: secret},
 		keyCheck:  &keyCheck{keys: keys, seen: map[string]time.Time{}},
 		log:       cfg.Logger,
 		overview:  cached[overviewData]{ttl: 2 * time.Second},
-		summaries: cached[[]store.QueueSummary]{ttl: 2 * time.Second},
+		summaries: cached[[]engine.QueueSummary]{ttl: 2 * time.Second},
 	}
 	if d.pages, err = parsePages(d.funcs()); err != nil {
 		return nil, err

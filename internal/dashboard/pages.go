@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/engine"
 )
 
 // pageSize is the rows of one page of jobs or workers.
@@ -16,14 +16,14 @@ const pageSize = 50
 
 // queueRow is one queue on the overview.
 type queueRow struct {
-	store.QueueSummary
+	engine.QueueSummary
 	Waiting int64 // queued and scheduled
 }
 
 type overviewData struct {
 	Queues   []queueRow
 	Workers  map[string]int64
-	Running  []store.Job
+	Running  []engine.Job
 	Leader   string
 	Since    time.Time
 	IsLeader bool
@@ -44,20 +44,20 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 			return o, err
 		}
 		for _, q := range qs {
-			o.Queues = append(o.Queues, queueRow{QueueSummary: q, Waiting: min(countCap, q.Counts[store.StatusQueued]+q.Counts[store.StatusScheduled])})
+			o.Queues = append(o.Queues, queueRow{QueueSummary: q, Waiting: min(countCap, q.Counts[engine.StatusQueued]+q.Counts[engine.StatusScheduled])})
 		}
-		if o.Workers, err = d.store.WorkerCounts(r.Context()); err != nil {
+		if o.Workers, err = d.eng.WorkerCounts(r.Context()); err != nil {
 			return o, err
 		}
-		if o.Running, err = d.store.RunningJobs(r.Context(), 20); err != nil {
+		if o.Running, err = d.eng.RunningJobs(r.Context(), 20); err != nil {
 			return o, err
 		}
-		o.Leader, o.Since, err = d.store.Leader(r.Context())
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		o.Leader, o.Since, err = d.eng.Leader(r.Context())
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return o, err
 		}
 		o.NodeID, o.IsLeader = d.cfg.NodeID, d.cfg.IsLeader()
-		minutes, err := d.chart.get(r.Context(), d.store)
+		minutes, err := d.chart.get(r.Context(), d.eng)
 		if err != nil {
 			return o, err
 		}
@@ -77,15 +77,15 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 
 // queueSummaries are every queue's capped counts, shared by the overview
 // and the queue pages for a couple of seconds.
-func (d *Dashboard) queueSummaries(r *http.Request) ([]store.QueueSummary, error) {
-	return d.summaries.get(func() ([]store.QueueSummary, error) {
-		return d.store.QueueSummaries(r.Context(), 500, countCap)
+func (d *Dashboard) queueSummaries(r *http.Request) ([]engine.QueueSummary, error) {
+	return d.summaries.get(func() ([]engine.QueueSummary, error) {
+		return d.eng.QueueSummaries(r.Context(), 500, countCap)
 	})
 }
 
 // queueStatuses are the queue page's tabs.
-var queueStatuses = []string{store.StatusQueued, store.StatusScheduled, store.StatusRunning, store.StatusRetrying,
-	store.StatusCompleted, store.StatusFailed, store.StatusCancelled}
+var queueStatuses = []string{engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
+	engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled}
 
 type queueData struct {
 	Name     string
@@ -94,7 +94,7 @@ type queueData struct {
 	Counts   map[string]int64
 	Statuses []string
 	Status   string
-	Jobs     []store.Job
+	Jobs     []engine.Job
 	Before   string
 	Next     string // the cursor of the next page, "" on the last
 }
@@ -103,7 +103,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 	q := r.URL.Query()
 	data := queueData{Name: q.Get("name"), Status: q.Get("status"), Before: q.Get("before"), Statuses: queueStatuses}
 	if data.Status == "" {
-		data.Status = store.StatusQueued
+		data.Status = engine.StatusQueued
 	}
 	known := false
 	for _, s := range queueStatuses {
@@ -127,7 +127,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such queue", Data: "queue " + data.Name})
 		return
 	}
-	data.Jobs, err = d.store.QueueJobs(r.Context(), store.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
+	data.Jobs, err = d.eng.QueueJobs(r.Context(), engine.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
 	if err != nil {
 		d.fail(w, "queue", err)
 		return
@@ -150,7 +150,7 @@ type jobError struct {
 }
 
 type jobData struct {
-	Job      store.Job
+	Job      engine.Job
 	Errors   []jobError
 	Logs     []string
 	Terminal bool
@@ -159,8 +159,8 @@ type jobData struct {
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
-	j, err := d.store.JobGet(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
+	j, err := d.eng.JobGet(r.Context(), id)
+	if errors.Is(err, engine.ErrNotFound) {
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such job", Data: "job " + id})
 		return
 	}
@@ -168,10 +168,10 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 		d.fail(w, "job", err)
 		return
 	}
-	data := jobData{Job: j, Terminal: store.IsTerminal(j.Status),
-		Retry: j.Status == store.StatusFailed || j.Status == store.StatusCancelled}
+	data := jobData{Job: j, Terminal: engine.IsTerminal(j.Status),
+		Retry: j.Status == engine.StatusFailed || j.Status == engine.StatusCancelled}
 	_ = json.Unmarshal(j.Errors, &data.Errors)
-	if logs, _, err := d.store.JobLogs(r.Context(), id, 0); err == nil {
+	if logs, _, err := d.eng.JobLogs(r.Context(), id, 0); err == nil {
 		data.Logs = logs
 	}
 	refresh := 2
@@ -182,7 +182,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 }
 
 type failedData struct {
-	Jobs      []store.Job
+	Jobs      []engine.Job
 	NextT     string
 	NextID    string
 	FirstPage bool
@@ -190,7 +190,7 @@ type failedData struct {
 
 func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess session) {
 	q := r.URL.Query()
-	p := store.FailedJobsParams{BeforeID: q.Get("before_id"), Limit: pageSize}
+	p := engine.FailedJobsParams{BeforeID: q.Get("before_id"), Limit: pageSize}
 	if t := q.Get("before_t"); t != "" {
 		var err error
 		if p.BeforeFinished, err = time.Parse(time.RFC3339Nano, t); err != nil {
@@ -198,7 +198,7 @@ func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess sess
 			return
 		}
 	}
-	jobs, err := d.store.FailedJobs(r.Context(), p)
+	jobs, err := d.eng.FailedJobs(r.Context(), p)
 	if err != nil {
 		d.fail(w, "failed", err)
 		return
@@ -212,7 +212,7 @@ func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess sess
 }
 
 type workerRow struct {
-	store.Worker
+	engine.Worker
 	Stats map[string]any
 	Jobs  []string
 }
@@ -229,21 +229,21 @@ type workersData struct {
 func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess session) {
 	q := r.URL.Query()
 	data := workersData{State: q.Get("state"), After: q.Get("after"),
-		States: []string{"live", store.WorkerDead, store.WorkerUnregistered, "all"}}
-	p := store.WorkerPageParams{After: data.After, Limit: pageSize}
+		States: []string{"live", engine.WorkerDead, engine.WorkerUnregistered, "all"}}
+	p := engine.WorkerPageParams{After: data.After, Limit: pageSize}
 	switch data.State {
 	case "", "live":
 		data.State, p.Live = "live", true
-	case store.WorkerDead, store.WorkerUnregistered:
+	case engine.WorkerDead, engine.WorkerUnregistered:
 		p.State = data.State
 	case "all":
 	default:
 		http.Error(w, "unknown state", http.StatusBadRequest)
 		return
 	}
-	workers, err := d.store.WorkerPage(r.Context(), p)
+	workers, err := d.eng.WorkerPage(r.Context(), p)
 	if err == nil {
-		data.Counts, err = d.store.WorkerCounts(r.Context())
+		data.Counts, err = d.eng.WorkerCounts(r.Context())
 	}
 	var held map[string][]string
 	if err == nil && len(workers) > 0 {
@@ -251,7 +251,7 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess ses
 		for i, wk := range workers {
 			ids[i] = wk.ID
 		}
-		held, err = d.store.WorkersHeldJobs(r.Context(), ids, 20)
+		held, err = d.eng.WorkersHeldJobs(r.Context(), ids, 20)
 	}
 	if err != nil {
 		d.fail(w, "workers", err)
@@ -269,7 +269,7 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess ses
 }
 
 func (d *Dashboard) schedulesPage(w http.ResponseWriter, r *http.Request, sess session) {
-	all, err := d.store.ScheduleList(r.Context())
+	all, err := d.eng.ScheduleList(r.Context())
 	if err != nil {
 		d.fail(w, "schedules", err)
 		return
@@ -280,10 +280,10 @@ func (d *Dashboard) schedulesPage(w http.ResponseWriter, r *http.Request, sess s
 // search finds a job by its id.
 func (d *Dashboard) search(w http.ResponseWriter, r *http.Request, sess session) {
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
-	if _, err := d.store.JobGet(r.Context(), id); err == nil {
+	if _, err := d.eng.JobGet(r.Context(), id); err == nil {
 		http.Redirect(w, r, d.prefix+"job"+query("id", id), http.StatusSeeOther)
 		return
-	} else if !errors.Is(err, store.ErrNotFound) {
+	} else if !errors.Is(err, engine.ErrNotFound) {
 		d.fail(w, "search", err)
 		return
 	}

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/commands"
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/internal/dashboard"
@@ -40,6 +40,7 @@ type Node struct {
 	log      zerolog.Logger
 	cluster  *pgcluster.Cluster
 	store    *store.Store
+	engine   *engine.Engine
 	server   *commands.Server
 	respLn   net.Listener
 	httpSrv  *http.Server
@@ -172,34 +173,26 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		NodeID:     n.ID,
 		Send:       n.store.Notify,
 		Logger:     n.log.With().Str("component", "listen").Logger(),
-		OnReconnect: func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			n.server.RecheckKeys(ctx)
-		},
-		OnKeyRevoked: func(note string) {
-			principal, liveDigest, _ := strings.Cut(note, " ")
-			n.server.RevokeSessions(principal, liveDigest)
-		},
-		OnMessage: func(m wakeup.Message) { n.server.Deliver(m) },
-		OnMoved:   func(m store.Moved) { n.server.DeliverMoved(m) },
-		Room:      func(f store.Freed) []store.ReadyNote { return n.server.RoomNotes(f) },
 	})
+	n.engine = engine.New(engine.Config{
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		AckTimeout:        cfg.AckTimeout,
+		MaxSnoozes:        cfg.MaxSnoozes,
+		Logger:            n.log,
+		Registerer:        n.registry,
+	}, n.store, n.hub)
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,
-		HeartbeatInterval:            cfg.HeartbeatInterval,
 		JobTimeout:                   cfg.JobTimeout,
-		AckTimeout:                   cfg.AckTimeout,
 		MaxPayload:                   cfg.MaxPayload,
 		Limits:                       inputLimits(cfg),
 		MaxAttempts:                  cfg.MaxAttempts,
 		MaxClients:                   cfg.MaxClients,
-		MaxSnoozes:                   cfg.MaxSnoozes,
 		MaxUnauthenticated:           cfg.MaxUnauth,
 		MaxUnauthenticatedPerAddress: cfg.MaxUnauthPerAddr,
 		AuthTimeout:                  cfg.AuthTimeout,
 		IsLeader:                     n.IsLeader,
-	}, n.store, keys, n.hub, n.log, n.registry)
+	}, n.engine, keys, n.hub, n.log, n.registry)
 	n.hub.Start(bg)
 	if err := n.startElector(bg); err != nil {
 		return nil, err
@@ -249,7 +242,8 @@ func (n *Node) httpHandler(ctx context.Context, keys *auth.Keyring) (http.Handle
 		NodeID:   n.ID,
 		IsLeader: n.IsLeader,
 		Logger:   n.log.With().Str("component", "dashboard").Logger(),
-	}, n.store, keys, n.server)
+		Explain:  commands.Explain,
+	}, n.engine, keys)
 	if err != nil {
 		return nil, err
 	}

@@ -36,13 +36,6 @@ type Config struct {
 	// ConnString is the database the LISTEN connection opens.
 	ConnString string
 	Logger     zerolog.Logger
-	// OnKeyRevoked is called with "<principal> <live key digest hex>" for every
-	// revoked (no digest) or replaced key.
-	OnKeyRevoked func(principal string)
-	// OnReconnect is called each time the LISTEN connection is
-	// established: notifications sent before (key revocations among them)
-	// were not heard.
-	OnReconnect func()
 	// ReconnectDelay is the pause between LISTEN reconnection attempts.
 	ReconnectDelay time.Duration
 	// NodeID names this node in the events it sends, so that it skips its
@@ -51,15 +44,6 @@ type Config struct {
 	// Send delivers events to the other nodes (NOTIFY channel, payloads);
 	// nil keeps Publish local.
 	Send func(ctx context.Context, channel string, payloads []string) error
-	// OnMessage delivers a pub/sub message to this node's subscribers.
-	OnMessage func(Message)
-	// OnMoved tells this node's subscribers of a job moved out of running
-	// by any node (every node hears it: it is delivered here only).
-	OnMoved func(store.Moved)
-	// Room turns jobs that left running on any node into wake-ups for
-	// this node's pops that limits held back: each node knows which of
-	// its pops a queue's or a type's limits held.
-	Room func(store.Freed) []store.ReadyNote
 }
 
 // Hub routes notifications to waiters.
@@ -86,7 +70,8 @@ type Hub struct {
 	interestEcho []chan struct{}
 	outSig       chan struct{}
 
-	interest interest
+	interest  interest
+	listeners listeners
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -138,7 +123,7 @@ type Waiter struct {
 	// closed, and the job handed over and not yet picked up.
 	taken, closed bool
 	missed        store.ReadyNote
-	handed        any
+	handed        *store.Job
 }
 
 // C receives a note when a job the waiter can run may be claimable.
@@ -226,7 +211,7 @@ func (w *Waiter) Worker() string { return w.worker }
 // closed meanwhile (the job is the caller's to give back). A waiter handed
 // a job waits no more: it leaves its queues' lists, and a wake-up it
 // missed goes to another.
-func (w *Waiter) Hand(job any) bool {
+func (w *Waiter) Hand(job *store.Job) bool {
 	h := w.h
 	h.mu.Lock()
 	if w.closed {
@@ -251,7 +236,7 @@ func (w *Waiter) Hand(job any) bool {
 }
 
 // Handed picks up the job handed to the waiter, if any.
-func (w *Waiter) Handed() (any, bool) {
+func (w *Waiter) Handed() (*store.Job, bool) {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -526,9 +511,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 	// while clients were already served — are lost: everyone re-checks.
 	h.wakeAll()
 	h.heardOwnInterest()
-	if h.cfg.OnReconnect != nil {
-		h.cfg.OnReconnect()
-	}
+	emit(h, Reconnected, struct{}{})
 	if reconnect {
 		h.cfg.Logger.Info().Msg("LISTEN connection restored")
 	}
@@ -580,15 +563,13 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 				// registration): room for the pops limits held back.
 				var f store.Freed
 				f.Add(m.Queue, m.Type, 1)
-				h.wakeHeld(f)
+				emit(h, Freed, f)
 			}
-			if h.cfg.OnMoved != nil && h.interest.local.Load() {
-				h.cfg.OnMoved(m)
+			if h.interest.local.Load() {
+				emit(h, Moved, m)
 			}
 		case store.ChannelKeys:
-			if h.cfg.OnKeyRevoked != nil {
-				h.cfg.OnKeyRevoked(n.Payload)
-			}
+			emit(h, KeyRevoked, n.Payload)
 		}
 	}
 }

@@ -90,13 +90,13 @@ func TestWakeUps(t *testing.T) {
 		// type-77's cap held back, and hears of it through a's notices.
 		a := New(Config{NodeID: "a"})
 		var asked []store.Freed
-		b := New(Config{NodeID: "b", Room: func(f store.Freed) []store.ReadyNote {
+		b := New(Config{NodeID: "b"})
+		Listen(b, Freed, func(f store.Freed) {
 			asked = append(asked, f)
 			if n := f.Types["type-77"]; n > 0 {
-				return []store.ReadyNote{{Queue: "held", N: n}}
+				b.Wake(store.ReadyNote{Queue: "held", N: n})
 			}
-			return nil
-		}})
+		})
 		w := b.NewWaiter([]string{"held"}, nil, nil)
 		defer w.Close()
 		var freed store.Freed
@@ -159,13 +159,13 @@ func TestHandOffs(t *testing.T) {
 		if n, ok := received(w); ok {
 			t.Fatalf("a taken waiter heard %+v", n)
 		}
-		if !w.Hand("job") {
+		if !w.Hand(testJob) {
 			t.Fatal("an open waiter refused its job")
 		}
 		if n, ok := received(w); !ok || n.N != 0 {
 			t.Fatalf("the hand-off did not wake the waiter: %+v %v", n, ok)
 		}
-		if job, ok := w.Handed(); !ok || job != "job" {
+		if job, ok := w.Handed(); !ok || job != testJob {
 			t.Fatalf("handed %v %v", job, ok)
 		}
 		if _, ok := w.Handed(); ok {
@@ -222,7 +222,7 @@ func TestHandOffs(t *testing.T) {
 		h.TakeWaiter("q", nil)
 		h.deliver(store.ReadyNote{Queue: "q", N: 1})
 		next := h.NewWaiter([]string{"q"}, nil, nil)
-		w.Hand("job")
+		w.Hand(testJob)
 		if _, ok := received(next); !ok {
 			t.Fatal("the wake-up a waiter handed a job missed was lost")
 		}
@@ -237,7 +237,7 @@ func TestHandOffs(t *testing.T) {
 		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
 		h.TakeWaiter("q", nil)
 		w.Close()
-		if w.Hand("job") {
+		if w.Hand(testJob) {
 			t.Fatal("a closed waiter took a job")
 		}
 		w.Untake()
@@ -249,15 +249,18 @@ func TestHandOffs(t *testing.T) {
 		h := New(Config{})
 		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
 		h.TakeWaiter("q", nil)
-		w.Hand("job")
+		w.Hand(testJob)
 		next := h.NewWaiter([]string{"q"}, nil, nil)
 		w.Close() // the hand-off's signal is not a wake-up to pass on
 		if n, ok := received(next); ok {
 			t.Fatalf("the hand-off's signal was passed on: %+v", n)
 		}
-		if job, ok := w.Handed(); !ok || job != "job" {
+		if job, ok := w.Handed(); !ok || job != testJob {
 			t.Fatalf("handed %v %v", job, ok)
 		}
 		next.Close()
 	})
 }
+
+// testJob is the job tests hand to waiters.
+var testJob = &store.Job{ID: "job"}

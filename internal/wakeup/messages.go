@@ -59,9 +59,9 @@ func (h *Hub) PublishMessages(msgs []Message) {
 	if len(msgs) == 0 {
 		return
 	}
-	if h.cfg.OnMessage != nil && h.interest.local.Load() {
+	if h.interest.local.Load() {
 		for _, m := range msgs {
-			h.cfg.OnMessage(m)
+			emit(h, Messages, m)
 		}
 	}
 	if h.cfg.Send == nil || time.Now().UnixNano() >= h.interest.remote.Load() {

@@ -52,10 +52,10 @@ func (h *Hub) Publish(ready []store.ReadyNote, done []string) {
 // that jobs left running: this node's at once, the others' with the next
 // notice. Call it after the commit returned.
 func (h *Hub) Free(f store.Freed) {
-	if f.Empty() || h.cfg.Room == nil {
+	if f.Empty() || !listened(h, Freed) {
 		return
 	}
-	h.wakeHeld(f)
+	emit(h, Freed, f)
 	if h.cfg.Send == nil {
 		return
 	}
@@ -65,17 +65,6 @@ func (h *Hub) Free(f store.Freed) {
 	select {
 	case h.outSig <- struct{}{}:
 	default:
-	}
-}
-
-// wakeHeld wakes this node's pops that limits held back on the queues and
-// types f says jobs left.
-func (h *Hub) wakeHeld(f store.Freed) {
-	if h.cfg.Room == nil {
-		return
-	}
-	for _, note := range h.cfg.Room(f) {
-		h.deliver(note)
 	}
 }
 
@@ -245,14 +234,14 @@ func (h *Hub) receiveEvent(payload string) {
 		h.jobDone(id)
 	}
 	if ev.Freed != nil {
-		h.wakeHeld(*ev.Freed)
+		emit(h, Freed, *ev.Freed)
 	}
 	if ev.Interest {
 		h.heardInterest()
 	}
-	if h.cfg.OnMessage != nil && h.interest.local.Load() {
+	if h.interest.local.Load() {
 		for _, m := range ev.Msgs {
-			h.cfg.OnMessage(m)
+			emit(h, Messages, m)
 		}
 	}
 }

@@ -1,8 +1,7 @@
-package commands
+package engine
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -30,7 +29,7 @@ type claimResult struct {
 // capabilities share one statement per queue, in the order the queues were
 // given, the longest-waiting pop first; each takes from the first queue
 // that has a job for it.
-func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResult {
+func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResult {
 	out := make([]claimResult, len(reqs))
 	kinds := map[string][]int{}
 	var order []string
@@ -51,11 +50,11 @@ func (s *Server) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 			// waiting are woken to try again.
 			for round := 0; len(waiting) > 0; round++ {
 				var again bool
-				if waiting, again = s.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
+				if waiting, again = e.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
 					break
 				}
 				if round == maxClaimRounds-1 {
-					s.hub.Publish([]store.ReadyNote{{Queue: q, N: len(waiting)}}, nil)
+					e.publish(ctx, Effects{Ready: []store.ReadyNote{{Queue: q, N: len(waiting)}}})
 					break
 				}
 			}
@@ -70,15 +69,15 @@ const maxClaimRounds = 16
 // claimQueue runs one claim of queue q for the waiting pops, fills in
 // their results, and returns those still waiting, and whether to claim
 // again at once (ClaimOutcome.Again).
-func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
+func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
 	var workers []string
 	for _, i := range waiting {
 		for range reqs[i].limit {
 			workers = append(workers, reqs[i].worker)
 		}
 	}
-	outcome, err := s.store.JobsClaim(ctx, store.JobsClaimParams{
-		Queue: q, Workers: workers, Capabilities: caps, AckTimeout: s.opts.AckTimeout, Lease: s.lease(),
+	outcome, err := e.store.JobsClaim(ctx, store.JobsClaimParams{
+		Queue: q, Workers: workers, Capabilities: caps, AckTimeout: e.cfg.AckTimeout, Lease: e.Lease(),
 	})
 	if err != nil {
 		for _, i := range waiting {
@@ -88,21 +87,22 @@ func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	}
 	claimed, refused := outcome.Claimed, outcome.Refused
 	if outcome.Limited {
-		s.limited.sawQueue(q)
+		e.limited.sawQueue(q)
 	}
 	held := len(workers) - len(claimed)
+	fx := Effects{Started: claimed}
 	if !outcome.RateLimited.IsZero() {
 		// The queue's rate held jobs back: wake its waiters when the
 		// next start is allowed.
-		s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
+		fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
 	}
 	for _, h := range outcome.Types {
-		s.limited.sawType(h.Type, q)
+		e.limited.sawType(h.Type, q)
 		if !h.RateLimited.IsZero() && held > 0 {
-			s.hub.Publish([]store.ReadyNote{{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()}}, nil)
+			fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
 		}
 	}
-	s.publishStarted(claimed)
+	e.publish(ctx, fx)
 	// A worker popping on several connections at once appears in several
 	// requests: its jobs go to them in arrival order.
 	byWorker := map[string][]store.Job{}
@@ -128,36 +128,27 @@ func (s *Server) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	return next, outcome.Again
 }
 
-// releaseClaimed gives back jobs claimed for a pop that stopped waiting.
-func (s *Server) releaseClaimed(r claimRequest, res claimResult) {
-	for _, j := range res.jobs {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout)
-		rel, err := s.store.JobRelease(ctx, j, r.worker)
+// giveBackNow gives back jobs claimed for a pop that stopped waiting:
+// each is released only for the delivery it was claimed with.
+func (e *Engine) giveBackNow(worker string, jobs []store.Job) {
+	for _, j := range jobs {
+		ctx, cancel := e.offPath()
+		rel, err := e.store.JobRelease(ctx, j, worker)
 		if err != nil {
 			cancel()
-			s.log.Warn().Err(err).Str("job", j.ID).Msg("releasing a job claimed for a departed client")
+			e.log.Warn().Err(err).Str("job", j.ID).Msg("releasing a job claimed for a departed client")
 			continue
 		}
-		s.hub.Publish(rel, nil)
+		fx := Effects{Ready: rel}
 		if len(rel) > 0 {
-			s.publishAsIs(ctx, func(store.JobState) string { return "released" }, j.ID)
+			fx.AsIs = []AsIs{named("released", j.ID)}
 		}
+		e.publish(ctx, fx)
 		cancel()
 	}
 }
 
-// claim runs one pop through the node's claim groups.
-func (s *Server) claim(ctx context.Context, sess *Session, w store.Worker, queues []string, limit int) (string, []store.Job, error) {
-	res, err := s.groups.claims.Do(ctx, claimRequest{worker: w.ID, caps: w.Capabilities, queues: queues, limit: limit})
-	if err == nil {
-		err = res.err
-	}
-	if err != nil {
-		var inactive *store.WorkerNotActiveError
-		if errors.As(err, &inactive) || errors.Is(err, store.ErrCapabilitiesChanged) {
-			sess.forgetWorker()
-		}
-		return "", nil, err
-	}
-	return res.queue, res.jobs, nil
+// giveBack gives back jobs handed over to no pop, off the caller's path.
+func (e *Engine) giveBack(worker string, jobs ...store.Job) {
+	go e.giveBackNow(worker, jobs)
 }

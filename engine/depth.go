@@ -1,4 +1,4 @@
-package commands
+package engine
 
 import (
 	"context"
@@ -44,20 +44,20 @@ func (q *deepQueue) forgotten(now time.Time) bool {
 
 // pushedDepth answers LPUSH: the queue's ready depth once its push of
 // ready jobs committed.
-func (s *Server) pushedDepth(ctx context.Context, queue string, ready int64) (int64, error) {
-	if n, ok := s.deep.pushed(queue, ready, s.recount); ok {
+func (e *Engine) pushedDepth(ctx context.Context, queue string, ready int64) (int64, error) {
+	if n, ok := e.deep.pushed(queue, ready, e.recount); ok {
 		return n, nil
 	}
-	n, err := s.store.QueueDepthUpTo(ctx, queue, depthExact+1)
+	n, err := e.store.QueueDepthUpTo(ctx, queue, depthExact+1)
 	if err != nil || n <= depthExact {
 		return n, err
 	}
 	start := time.Now()
-	n, err = s.store.QueueDepth(ctx, queue)
+	n, err = e.store.QueueDepth(ctx, queue)
 	if err != nil {
 		return 0, err
 	}
-	s.deep.counted(queue, nil, n, 0, start, time.Since(start))
+	e.deep.counted(queue, nil, n, 0, start, time.Since(start))
 	return n, nil
 }
 
@@ -117,14 +117,14 @@ func (d *deepQueues) failed(queue string, q *deepQueue) {
 }
 
 // recount counts a deep queue again, off any client's path.
-func (s *Server) recount(queue string, q *deepQueue, pushedBefore int64) {
+func (e *Engine) recount(queue string, q *deepQueue, pushedBefore int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	n, err := s.store.QueueDepth(ctx, queue)
+	n, err := e.store.QueueDepth(ctx, queue)
 	if err != nil {
-		s.deep.failed(queue, q)
+		e.deep.failed(queue, q)
 		return
 	}
-	s.deep.counted(queue, q, n, pushedBefore, start, time.Since(start))
+	e.deep.counted(queue, q, n, pushedBefore, start, time.Since(start))
 }

@@ -1,4 +1,4 @@
-package commands
+package engine
 
 import (
 	"cmp"
@@ -18,7 +18,7 @@ import (
 // offerJobs takes a waiting pop for each job of a group that may be handed
 // over, highest priority first then in submission order, and marks the
 // job with its worker. takers[i] is job i's, or nil.
-func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
+func (e *Engine) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 	if len(jobs) > store.MaxHandoffGroup {
 		return nil // a group this large goes by COPY: it hands nothing over
 	}
@@ -30,7 +30,7 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[b].Priority, jobs[a].Priority) })
 	for _, i := range order {
-		w := s.hub.TakeWaiter(jobs[i].Queue, jobs[i].Requires)
+		w := e.hub.TakeWaiter(jobs[i].Queue, jobs[i].Requires)
 		if w == nil {
 			continue
 		}
@@ -38,7 +38,7 @@ func (s *Server) offerJobs(jobs []store.NewJob) (takers []*wakeup.Waiter) {
 			takers = make([]*wakeup.Waiter, len(jobs))
 		}
 		takers[i] = w
-		jobs[i].Hand = &store.Handoff{Worker: w.Worker(), AckTimeout: s.opts.AckTimeout, Lease: s.lease()}
+		jobs[i].Hand = &store.Handoff{Worker: w.Worker(), AckTimeout: e.cfg.AckTimeout, Lease: e.Lease()}
 	}
 	return takers
 }
@@ -64,33 +64,28 @@ func settleOffers(takers []*wakeup.Waiter, res []store.SubmitResult, errs []erro
 
 // handJobs gives each handed job to its pop; a pop that ended meanwhile
 // leaves its job to be given back.
-func (s *Server) handJobs(takers []*wakeup.Waiter, res []store.SubmitResult) {
+func (e *Engine) handJobs(takers []*wakeup.Waiter, res []store.SubmitResult) {
 	for i, w := range takers {
 		if w == nil {
 			continue
 		}
 		takers[i] = nil
 		if !w.Hand(res[i].Delivered) {
-			s.giveBack(w.Worker(), res[i].Delivered)
+			e.giveBack(w.Worker(), *res[i].Delivered)
 		}
 	}
 }
 
 // endOffers ends the hand-offs a group left open, having failed midway:
 // their pops wait as before, and jobs already running for them go back.
-func (s *Server) endOffers(takers []*wakeup.Waiter, res []store.SubmitResult) {
+func (e *Engine) endOffers(takers []*wakeup.Waiter, res []store.SubmitResult) {
 	for i, w := range takers {
 		if w == nil {
 			continue
 		}
 		w.Untake()
 		if i < len(res) && res[i].Delivered != nil {
-			s.giveBack(w.Worker(), res[i].Delivered)
+			e.giveBack(w.Worker(), *res[i].Delivered)
 		}
 	}
-}
-
-// giveBack returns a job handed over to no pop, off the group's path.
-func (s *Server) giveBack(worker string, job *store.Job) {
-	go s.releaseClaimed(claimRequest{worker: worker}, claimResult{jobs: []store.Job{*job}})
 }

@@ -1,0 +1,121 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/agq/agq/engine"
+	"github.com/agq/agq/resp"
+)
+
+// errorReply turns a handler's error into the reply the client sees: the
+// one table from the engine's errors to RESP error codes and texts. An
+// error that is already a reply passes through; a failure that is not a
+// refusal is logged and hidden behind a generic text.
+func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
+	if e, ok := resp.AsError(err); ok {
+		return e
+	}
+	if e := refusalReply(err); e != nil {
+		return e
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return resp.CodeErrorf("TRYAGAIN", "server shutting down")
+	case errors.Is(err, engine.ErrUnavailable):
+		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
+		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("command timed out")
+		return resp.CodeErrorf("TRYAGAIN", "command timed out, retry later")
+	}
+	s.log.Error().Int64("conn", sess.ID).Str("principal", sess.principal().Name).Str("command", name).Err(err).Msg("command failed")
+	return resp.Errorf("internal error while running '%s'", name)
+}
+
+// Explain words a refusal of the engine as its error reply, for the
+// dashboard to say what redis-cli would; false for any other error.
+func Explain(err error) (string, bool) {
+	if e, ok := resp.AsError(err); ok {
+		return e.Error(), true
+	}
+	if e := refusalReply(err); e != nil {
+		return e.Error(), true
+	}
+	return "", false
+}
+
+// refusalReply words the engine's refusals; nil for any other error.
+func refusalReply(err error) *resp.Error {
+	var (
+		job        *engine.JobError
+		notWorker  *engine.WorkerNotRegisteredError
+		otherOwner *engine.WorkerOfAnotherPrincipalError
+		badReg     *engine.InvalidRegistrationError
+		noSchedule *engine.ScheduleNotFoundError
+		cannotFire *engine.ScheduleCannotFireError
+		scheduleEx *engine.ScheduleExistsError
+		badName    *engine.InvalidNameError
+		exists     *engine.JobExistsError
+	)
+	switch {
+	case errors.As(err, &job):
+		return jobRefusal(job.JobID, job.Err)
+	case errors.As(err, &notWorker):
+		return resp.Errorf("Worker not registered: %s", notWorker.ID)
+	case errors.As(err, &otherOwner):
+		return resp.CodeErrorf("NOPERM", "worker %s belongs to another principal", otherOwner.ID)
+	case errors.Is(err, engine.ErrWorkerTaken):
+		return errWorkerTaken
+	case errors.As(err, &badReg), errors.Is(err, engine.ErrInvalidCapabilities), errors.Is(err, engine.ErrInvalidWorkerID):
+		return resp.Errorf("%s", err.Error())
+	case errors.As(err, &noSchedule):
+		return resp.Errorf("no such schedule '%s'", noSchedule.Name)
+	case errors.As(err, &cannotFire), errors.As(err, &scheduleEx), errors.As(err, &badName):
+		return resp.Errorf("%s", err.Error())
+	case errors.As(err, &exists):
+		// An id is one job: submitting it again is idempotent only with
+		// the same contents.
+		return resp.Errorf("%s", err.Error())
+	case errors.Is(err, engine.ErrSubmitConflict):
+		return resp.CodeErrorf("TRYAGAIN", "%s", err)
+	case errors.Is(err, engine.ErrClientGone):
+		return resp.Errorf("client disconnected")
+	case errors.Is(err, engine.ErrInvalidInput):
+		return resp.Errorf("%s", strings.TrimPrefix(err.Error(), "invalid input: "))
+	}
+	return nil
+}
+
+// jobRefusal words a refusal about job id.
+func jobRefusal(id string, err error) *resp.Error {
+	var (
+		owner   *engine.NotOwnerError
+		state   *engine.StateError
+		stale   *engine.StaleDeliveryError
+		snoozes *engine.SnoozeLimitError
+	)
+	switch {
+	case errors.As(err, &snoozes):
+		return resp.Errorf("job %s was %s", id, snoozes)
+	case errors.Is(err, engine.ErrNotFound):
+		return resp.Errorf("no such job %s", id)
+	case errors.Is(err, engine.ErrUniqueKeyHeld):
+		return resp.Errorf("job %s cannot be queued again: %s", id, engine.ErrUniqueKeyHeld)
+	case errors.Is(err, engine.ErrJobCancelled):
+		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
+	case errors.As(err, &stale):
+		return resp.Errorf("job %s was delivered again (attempt %d): this report is about an earlier delivery", id, stale.Attempt)
+	case errors.As(err, &owner):
+		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
+	case errors.As(err, &state):
+		return resp.Errorf("job %s is %s", id, state.Status)
+	case errors.Is(err, engine.ErrNotHolder):
+		return resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
+	}
+	return resp.Errorf("job %s: %s", id, err)
+}
+
+// errWorkerTaken keeps the seed's words.
+var errWorkerTaken = resp.CodeErrorf("NOPERM", "Worker ID already registered by another principal")

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/scheduler"
+	"github.com/agq/agq/store"
+)
+
+// The operations of operators — the RESP commands and the dashboard act
+// through exactly these, with the same rules and the same events.
+
+// CancelJob is JOB.CANCEL: a waiting job is cancelled at once; a running
+// one is marked, and its worker told through its heartbeat reply, its next
+// JOB.UPDATE and job.cancel.
+func (e *Engine) CancelJob(ctx context.Context, id string) error {
+	if err := e.store.JobCancel(ctx, id); err != nil {
+		return jobError(id, err)
+	}
+	var told []wakeup.Message
+	e.publish(ctx, Effects{AsIs: []AsIs{{IDs: []string{id}, Event: func(j store.JobState) string {
+		if j.Status == store.StatusRunning {
+			told = append(told, wakeup.Message{Channel: "job.cancel", Payload: j.ID})
+			return "cancel_requested"
+		}
+		return j.Status
+	}}}})
+	if len(told) > 0 {
+		e.hub.PublishMessages(told)
+	}
+	return nil
+}
+
+// RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued.
+func (e *Engine) RetryJob(ctx context.Context, id string) error {
+	if err := e.store.JobRetry(ctx, id); err != nil {
+		return jobError(id, err)
+	}
+	e.publish(ctx, Effects{AsIs: []AsIs{named("retried", id)}})
+	return nil
+}
+
+// PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).
+func (e *Engine) PauseQueue(ctx context.Context, name string, paused bool) error {
+	if !names.Queue(name) {
+		return &InvalidNameError{What: "queue", Rule: names.Rule}
+	}
+	return e.store.QueueSetPaused(ctx, name, paused)
+}
+
+// DrainWorker is WORKER.DRAIN: the worker gets no more work, and its next
+// heartbeat says drain=true.
+func (e *Engine) DrainWorker(ctx context.Context, id string) error {
+	if err := e.store.WorkerDrain(ctx, id); err != nil {
+		return workerError(id, err)
+	}
+	e.publish(ctx, Effects{Messages: e.workerEvents(id, "draining")})
+	return nil
+}
+
+// PauseSchedule is SCHEDULE.PAUSE.
+func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
+	return scheduleError(name, e.store.SchedulePause(ctx, name))
+}
+
+// TriggerSchedule is SCHEDULE.TRIGGER: it fires the schedule now, paused or
+// not, and returns the job's id.
+func (e *Engine) TriggerSchedule(ctx context.Context, name string) (string, error) {
+	id, err := e.store.ScheduleTrigger(ctx, name, time.Now())
+	if err != nil {
+		return "", scheduleError(name, err)
+	}
+	return id, nil
+}
+
+// ResumeSchedule is SCHEDULE.RESUME: the schedule fires again, from its
+// next fire after now, or replaying what it missed when catchup is set.
+func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) error {
+	now := time.Now()
+	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+		if sc.Enabled {
+			return nil
+		}
+		sc.Enabled = true
+		if sc.NextFireAt != nil && (catchup || sc.NextFireAt.After(now)) {
+			return nil // the sweep replays what was missed, up to max_catchup
+		}
+		spec, err := ParseCron(sc.Cron, sc.Timezone)
+		if err != nil {
+			return &ScheduleCannotFireError{Name: name, Err: err}
+		}
+		next := spec.Next(now)
+		sc.NextFireAt = &next
+		return nil
+	})
+	return scheduleError(name, err)
+}
+
+// CreateSchedule stores a new schedule; the same definition again is
+// accepted, another one under its name is ScheduleExistsError.
+func (e *Engine) CreateSchedule(ctx context.Context, sc Schedule) error {
+	_, err := e.store.ScheduleCreate(ctx, sc)
+	if errors.Is(err, store.ErrConflict) {
+		return &ScheduleExistsError{Name: sc.Name}
+	}
+	return err
+}
+
+// UpdateSchedule lets change edit the named schedule under its lock.
+func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*Schedule) error) error {
+	_, err := e.store.ScheduleUpdate(ctx, name, change)
+	return scheduleError(name, err)
+}
+
+// DeleteSchedule deletes a schedule; deleting a missing one succeeds.
+func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
+	_, err := e.store.ScheduleDelete(ctx, name)
+	return err
+}
+
+// ParseCron reads a schedule's cron text in its time zone.
+func ParseCron(text, timezone string) (*scheduler.Spec, error) {
+	return scheduler.Parse(text, timezone)
+}
+
+// ScheduleCannotFireError: a resumed schedule's cron or time zone no
+// longer parses.
+type ScheduleCannotFireError struct {
+	Name string
+	Err  error
+}
+
+func (e *ScheduleCannotFireError) Error() string {
+	return fmt.Sprintf("schedule '%s' cannot fire: %s; fix it with SCHEDULE.UPDATE", e.Name, e.Err)
+}
+
+// ScheduleExistsError: a schedule of this name exists with another
+// definition.
+type ScheduleExistsError struct{ Name string }
+
+func (e *ScheduleExistsError) Error() string {
+	return fmt.Sprintf("schedule '%s' exists with another definition: change it with SCHEDULE.UPDATE", e.Name)
+}

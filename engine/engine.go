@@ -1,0 +1,124 @@
+// Package engine is the life of a job: every transition (submit, claim,
+// acknowledge, report, snooze, cancel, retry, what becomes of a worker's
+// jobs when it registers or leaves), the rules that decide them, the
+// groups that let many clients share one statement, the hand-offs to
+// waiting pops, the limits on running jobs, and the events each transition
+// publishes. The RESP commands and the dashboard both call it; neither
+// knows SQL. Each transition collects its Effects and the engine publishes
+// them after the commit, in one place (publish).
+package engine
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/store"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// HeartbeatInterval is the workers' interval: a held job's lease is
+	// three of them.
+	HeartbeatInterval time.Duration
+	// AckTimeout is how long a delivery may stay unacknowledged.
+	AckTimeout time.Duration
+	// MaxSnoozes is how often a job may be snoozed; the next snooze fails it.
+	MaxSnoozes int
+	// CommandTimeout bounds the database work of one transition run off a
+	// client's path (a group, a give-back).
+	CommandTimeout time.Duration
+	Logger         zerolog.Logger
+	// Registerer takes the engine's metrics; nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Engine runs the transitions of jobs and workers.
+type Engine struct {
+	// Reads are the queries that change nothing, open to the wire layer
+	// and the dashboard as they are.
+	Reads
+
+	cfg     Config
+	store   *store.Store
+	hub     *wakeup.Hub
+	log     zerolog.Logger
+	metrics *metrics
+	groups  groups
+	// limited remembers the queues with limits this node's claims saw.
+	limited limitedPops
+	// deep remembers the queues too deep for LPUSH to count on every push.
+	deep deepQueues
+}
+
+// New builds an engine over st, publishing through hub.
+func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
+	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
+	cfg.MaxSnoozes = cmp.Or(cfg.MaxSnoozes, 100)
+	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
+	e := &Engine{
+		Reads:   st,
+		cfg:     cfg,
+		store:   st,
+		hub:     hub,
+		log:     cfg.Logger,
+		metrics: newMetrics(cfg.Registerer),
+	}
+	e.groups = e.newGroups()
+	// Jobs that left running, on any node, make room for this node's
+	// pops that limits held back.
+	wakeup.Listen(hub, wakeup.Freed, func(f store.Freed) {
+		for _, note := range e.RoomNotes(f) {
+			hub.Wake(note)
+		}
+	})
+	return e
+}
+
+// Lease is how long a held job survives without a heartbeat.
+func (e *Engine) Lease() time.Duration { return 3 * e.cfg.HeartbeatInterval }
+
+// HeartbeatInterval is the interval workers are told to heartbeat at.
+func (e *Engine) HeartbeatInterval() time.Duration { return e.cfg.HeartbeatInterval }
+
+// offPath is a context for work done off any client's path.
+func (e *Engine) offPath() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.cfg.CommandTimeout)
+}
+
+// DashboardSecret is the dashboard's signing secret, shared by every
+// node: the one stored, or fresh when none is.
+func (e *Engine) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
+	return e.store.DashboardSecret(ctx, fresh)
+}
+
+// DropIdleConns closes the pool's idle connections: a command that failed
+// on a broken one runs again on a fresh one.
+func (e *Engine) DropIdleConns() { e.store.DropIdleConns() }
+
+type metrics struct {
+	groupSize *prometheus.HistogramVec
+	handoffs  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		groupSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agq_group_size",
+			Help:    "Requests served together by one statement: submissions, final reports, acknowledgements, pops.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 500},
+		}, []string{"kind"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agq_handoffs_total", Help: "Submitted jobs handed straight to a worker waiting in a pop, in the submission's own transaction.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.groupSize, m.handoffs)
+	}
+	return m
+}

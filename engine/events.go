@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/store"
+)
+
+// Effects is what a committed transition means to the rest of agq. Every
+// transition fills one and hands it to publish once its commit returned:
+// no transition wakes, frees or announces anything itself.
+type Effects struct {
+	// Ready are jobs claimable now or at their note's time: pops to wake,
+	// on every node.
+	Ready []store.ReadyNote
+	// Done are jobs that ended: JOB.WAIT waiters to wake.
+	Done []string
+	// Freed counts the jobs that left running: pops that limits held back.
+	Freed store.Freed
+	// Started are deliveries, announced as "started".
+	Started []store.Claimed
+	// Events are transitions whose outcome the transition knows.
+	Events []StatusEvent
+	// AsIs are transitions announced as the database has the job once
+	// committed (a failure retried or final, a cancellation done or only
+	// asked): read only while someone listens.
+	AsIs []AsIs
+	// Messages are other pub/sub messages (job.cancel, worker events).
+	Messages []wakeup.Message
+}
+
+// AsIs announces jobs by their status after the commit: Event names the
+// transition from it.
+type AsIs struct {
+	IDs   []string
+	Event func(store.JobState) string
+}
+
+// StatusEvent is one transition of one job, as job.<id>.status carries it.
+type StatusEvent struct {
+	JobID    string    `json:"job_id"`
+	Queue    string    `json:"queue"`
+	Event    string    `json:"event"`
+	Status   string    `json:"status"`
+	Attempt  int       `json:"attempt"`
+	WorkerID string    `json:"worker_id,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// queueEvent is a transition as queue.<name>.events carries it.
+type queueEvent struct {
+	Event   string    `json:"event"`
+	JobID   string    `json:"job_id"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+}
+
+// publish tells the rest of agq what a committed transition changed: the
+// waiting pops and JOB.WAITs of every node, the pops that limits held
+// back, then the pub/sub subscribers of job.<id>.status,
+// queue.<name>.events and the other channels — these only while some
+// node has a subscriber, so that nobody listening costs the job flow
+// nothing.
+func (e *Engine) publish(ctx context.Context, fx Effects) {
+	e.hub.Publish(fx.Ready, fx.Done)
+	e.hub.Free(fx.Freed)
+	if !e.hub.Wanted() {
+		return
+	}
+	evs := fx.Events
+	for _, c := range fx.Started {
+		evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: store.StatusRunning,
+			Attempt: c.Job.Attempt, WorkerID: c.Worker})
+	}
+	for _, a := range fx.AsIs {
+		evs = append(evs, e.asIs(ctx, a)...)
+	}
+	msgs := fx.Messages
+	now := time.Now().UTC()
+	for _, ev := range evs {
+		msgs = append(msgs, statusMessages(ev, now)...)
+	}
+	if len(msgs) > 0 {
+		e.hub.PublishMessages(msgs)
+	}
+}
+
+// asIs reads the jobs of a for their events.
+func (e *Engine) asIs(ctx context.Context, a AsIs) []StatusEvent {
+	if len(a.IDs) == 0 {
+		return nil
+	}
+	states, err := e.store.JobStates(ctx, a.IDs)
+	if err != nil {
+		e.log.Warn().Err(err).Msg("reading jobs for their status messages")
+		return nil
+	}
+	evs := make([]StatusEvent, len(states))
+	for i, j := range states {
+		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt}
+		if j.WorkerID != nil {
+			evs[i].WorkerID = *j.WorkerID
+		}
+	}
+	return evs
+}
+
+// statusMessages are ev's messages on job.<id>.status and
+// queue.<name>.events, at now.
+func statusMessages(ev StatusEvent, now time.Time) []wakeup.Message {
+	ev.At = now
+	st, _ := json.Marshal(ev)
+	qe, _ := json.Marshal(queueEvent{Event: ev.Event, JobID: ev.JobID, Attempt: ev.Attempt, At: now})
+	return []wakeup.Message{
+		{Channel: "job." + ev.JobID + ".status", Payload: string(st)},
+		{Channel: "queue." + ev.Queue + ".events", Payload: string(qe)},
+	}
+}
+
+// submittedEvents are the events of the jobs a submission created.
+func submittedEvents(jobs []store.NewJob, res []store.SubmitResult, errs []error) []StatusEvent {
+	now := time.Now()
+	var evs []StatusEvent
+	for i, r := range res {
+		if (errs != nil && errs[i] != nil) || !r.Created {
+			continue
+		}
+		status := store.StatusQueued
+		if jobs[i].RunAt.After(now) {
+			status = store.StatusScheduled
+		}
+		evs = append(evs, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: "submitted", Status: status})
+	}
+	return evs
+}
+
+// finishedAsIs announces the final reports a group applied: a failure that
+// left the job waiting is a retry.
+func finishedAsIs(reports []store.JobUpdateParams, errs []error) AsIs {
+	var ids []string
+	for i, p := range reports {
+		if errs[i] == nil || errors.Is(errs[i], store.ErrJobCancelled) {
+			ids = append(ids, p.ID)
+		}
+	}
+	return AsIs{IDs: ids, Event: func(j store.JobState) string {
+		if !store.IsTerminal(j.Status) {
+			return store.StatusRetrying
+		}
+		return j.Status
+	}}
+}
+
+// named is an AsIs whose event is the same for every job.
+func named(event string, ids ...string) AsIs {
+	return AsIs{IDs: ids, Event: func(store.JobState) string { return event }}
+}
+
+// workerEvent is worker.<id>.events's message for event.
+func workerEvent(id, event string) wakeup.Message {
+	b, _ := json.Marshal(struct {
+		Event    string    `json:"event"`
+		WorkerID string    `json:"worker_id"`
+		At       time.Time `json:"at"`
+	}{event, id, time.Now().UTC()})
+	return wakeup.Message{Channel: "worker." + id + ".events", Payload: string(b)}
+}
+
+// MovedMessages are the messages for this node's own subscribers of a job
+// moved out of running by the leader's watchdog or a worker's
+// (re-)registration, on any node, or of a worker the watchdog declared
+// dead: each node hears the move itself, so they are delivered locally only.
+func MovedMessages(m store.Moved) []wakeup.Message {
+	if m.DeadWorker != "" {
+		return []wakeup.Message{workerEvent(m.DeadWorker, "dead")}
+	}
+	event := m.Status
+	if m.Status == store.StatusQueued {
+		event = "requeued"
+	}
+	return statusMessages(StatusEvent{JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt}, time.Now().UTC())
+}

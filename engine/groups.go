@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/agq/agq/internal/group"
+	"github.com/agq/agq/store"
+)
+
+// The node's groups: single submissions and final reports from all
+// connections share commits; acknowledgements and pops share statements.
+type groups struct {
+	submits  *group.Runner[store.NewJob, submitOutcome]
+	finishes *group.Runner[store.JobUpdateParams, error]
+	acks     *group.Runner[store.JobUpdateParams, error]
+	claims   *group.Runner[claimRequest, claimResult]
+}
+
+type submitOutcome struct {
+	res store.SubmitResult
+	err error
+}
+
+// MaxGroup bounds a group: its arrays and its reply fan-out (for pops, the
+// jobs they ask for).
+const MaxGroup = 500
+
+// parallelGroups bounds the groups of a kind in flight at once. The second
+// runs only while a whole group waits behind the first — workers taking
+// and reporting batches — so that a backlog keeps more than one of the
+// database's cores busy; one-at-a-time clients keep sharing one group.
+const parallelGroups = 2
+
+func (e *Engine) newGroups() groups {
+	observe := func(kind string) func(int) {
+		h := e.metrics.groupSize.WithLabelValues(kind)
+		return func(n int) { h.Observe(float64(n)) }
+	}
+	return groups{
+		submits: group.New(group.Config[store.NewJob, submitOutcome]{
+			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("submit"),
+			Run: e.runSubmits,
+		}),
+		finishes: group.New(group.Config[store.JobUpdateParams, error]{
+			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
+			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+				errs, rfx := e.store.JobsFinish(ctx, reports)
+				e.publish(ctx, Effects{Ready: rfx.Ready, Done: rfx.Done, Freed: rfx.Freed, AsIs: []AsIs{finishedAsIs(reports, errs)}})
+				return errs
+			},
+		}),
+		acks: group.New(group.Config[store.JobUpdateParams, error]{
+			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
+			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+				errs, freed := e.store.JobsAck(ctx, reports)
+				e.publish(ctx, Effects{Freed: freed})
+				return errs
+			},
+		}),
+		claims: group.New(group.Config[claimRequest, claimResult]{
+			// One claim at a time: two on one queue would each skip,
+			// row by row, what the other has locked.
+			MaxSize: MaxGroup, Timeout: e.cfg.CommandTimeout, Observe: observe("pop"),
+			Weight:    func(r claimRequest) int { return r.limit },
+			Run:       e.runClaims,
+			Abandoned: func(r claimRequest, res claimResult) { e.giveBackNow(r.worker, res.jobs) },
+		}),
+	}
+}
+
+// runSubmits serves a group of single submissions in one transaction,
+// handing jobs over to waiting pops where it can.
+func (e *Engine) runSubmits(ctx context.Context, jobs []store.NewJob) []submitOutcome {
+	takers := e.offerJobs(jobs)
+	var res []store.SubmitResult
+	defer func() { e.endOffers(takers, res) }() // after a panic midway
+	res, errs, notes := e.store.JobsSubmitEach(ctx, jobs)
+	started := settleOffers(takers, res, errs)
+	e.publish(ctx, Effects{Ready: notes, Events: submittedEvents(jobs, res, errs), Started: started})
+	if len(started) > 0 {
+		e.metrics.handoffs.Add(float64(len(started)))
+		e.handJobs(takers, res)
+	}
+	out := make([]submitOutcome, len(jobs))
+	for i := range jobs {
+		out[i] = submitOutcome{res[i], errs[i]}
+	}
+	return out
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/agq/agq/store"
+)
+
+// limitedPops remembers the queues whose claims on this node found limits
+// — the queue's own, or a job type's that held its jobs back — so that a
+// job leaving running wakes a pop those limits held, while finishing other
+// jobs costs nothing more. An entry is forgotten an hour after a claim last
+// saw it (waking a pop for nothing is harmless; the LISTEN connection's
+// re-check finds what a missed wake-up left).
+type limitedPops struct {
+	mu     sync.Mutex
+	queues map[string]time.Time
+	types  map[string]map[string]time.Time // type → queue → when
+}
+
+const limitedMemory = time.Hour
+
+// sawQueue records that the queue has limits.
+func (l *limitedPops) sawQueue(queue string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queues == nil {
+		l.queues = map[string]time.Time{}
+	}
+	l.queues[queue] = time.Now()
+	forgetOld(l.queues)
+}
+
+// sawType records that the type's limits held back jobs of the queue.
+func (l *limitedPops) sawType(typ, queue string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.types == nil {
+		l.types = map[string]map[string]time.Time{}
+	}
+	if l.types[typ] == nil {
+		l.types[typ] = map[string]time.Time{}
+	}
+	l.types[typ][queue] = time.Now()
+	forgetOld(l.types[typ])
+	if len(l.types) > 1000 {
+		for t, qs := range l.types {
+			if forgetOld(qs); len(qs) == 0 {
+				delete(l.types, t)
+			}
+		}
+	}
+}
+
+// forgetOld drops entries older than limitedMemory once there are many.
+func forgetOld(seen map[string]time.Time) {
+	if len(seen) <= 1000 {
+		return
+	}
+	now := time.Now()
+	for k, t := range seen {
+		if now.Sub(t) > limitedMemory {
+			delete(seen, k)
+		}
+	}
+}
+
+// RoomNotes wakes, for each queue whose pops limits held back, as many
+// pops as jobs of the queue, or of the type holding it, left running.
+func (e *Engine) RoomNotes(f store.Freed) []store.ReadyNote {
+	l := &e.limited
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var notes []store.ReadyNote
+	for q, n := range f.Queues {
+		if t, ok := l.queues[q]; ok && time.Since(t) < limitedMemory {
+			notes = append(notes, store.ReadyNote{Queue: q, N: n})
+		}
+	}
+	for typ, n := range f.Types {
+		for q, t := range l.types[typ] {
+			if time.Since(t) < limitedMemory {
+				notes = append(notes, store.ReadyNote{Queue: q, N: n})
+			}
+		}
+	}
+	return notes
+}
+
+// ConfigureQueue changes the queue's limits and answers those now in force.
+func (e *Engine) ConfigureQueue(ctx context.Context, name string, change LimitsChange) (Limits, error) {
+	return e.store.QueueConfigure(ctx, name, change)
+}
+
+// ConfigureType changes a job type's limits, counted across every queue,
+// and answers those now in force.
+func (e *Engine) ConfigureType(ctx context.Context, name string, change LimitsChange) (Limits, error) {
+	limits, err := e.store.TypeConfigure(ctx, name, change)
+	if err != nil {
+		return limits, err
+	}
+	// Loosened limits may leave room at once: wake, on every node, the
+	// pops the type held back.
+	e.publish(ctx, Effects{Freed: store.Freed{Types: map[string]int{name: 1_000_000}}})
+	return limits, nil
+}

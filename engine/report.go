@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+
+	"github.com/agq/agq/store"
+)
+
+// Report is one JOB.UPDATE, read and checked: the job, the reporting
+// worker (or an admin), the status reported ("" progress, running,
+// completed, failed, cancelled, snoozed), the delivery it is about, and
+// the document as sent (progress or result).
+type Report = store.JobUpdateParams
+
+// Report applies a worker's report. A final one shares the commit of the
+// node's next group of final reports, an acknowledgement or progress the
+// statement of the next group of those; a snooze takes the careful path
+// alone. Re-sending a report that took effect succeeds and changes nothing.
+func (e *Engine) Report(ctx context.Context, p Report) error {
+	if wait, ok := e.ReportLater(p); ok {
+		return wait(ctx)
+	}
+	return e.snooze(ctx, p)
+}
+
+// ReportLater adds a report to its group at once and answers how to await
+// its outcome, so that a pipeline of reports joins one group; false for a
+// snooze, which Report applies alone.
+func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok bool) {
+	p.MaxSnoozes = e.cfg.MaxSnoozes
+	var g = e.groups.finishes
+	switch p.Status {
+	case store.StatusSnoozed:
+		return nil, false
+	case "", store.StatusRunning:
+		g = e.groups.acks
+	}
+	pending := g.Add(p)
+	return func(ctx context.Context) error {
+		err, gerr := pending.Wait(ctx)
+		return jobError(p.ID, cmp.Or(gerr, err))
+	}, true
+}
+
+// snooze puts a running job back to wait for p.SnoozeFor, its attempt
+// given back; past the snooze limit the job fails instead.
+func (e *Engine) snooze(ctx context.Context, p Report) error {
+	p.MaxSnoozes = e.cfg.MaxSnoozes
+	freed, err := e.store.JobUpdate(ctx, p)
+	fx := Effects{Freed: freed} // the snooze, or a failure past the limit
+	if err == nil {
+		fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
+	}
+	e.publish(ctx, fx)
+	return jobError(p.ID, err)
+}

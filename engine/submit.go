@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Submit stores one job with the node's next group of single
+// submissions, sharing its commit; it is handed straight to a waiting pop
+// when one can run it. A job whose id exists with the same contents is the
+// existing job, not a second one.
+func (e *Engine) Submit(ctx context.Context, job NewJob) (SubmitResult, error) {
+	out, err := e.groups.submits.Do(ctx, job)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	return out.res, out.err
+}
+
+// SubmitBatch stores jobs in one transaction of their own: a bad one
+// stores none.
+func (e *Engine) SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult, error) {
+	res, notes, err := e.store.JobsSubmit(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	e.publish(ctx, Effects{Ready: notes, Events: submittedEvents(jobs, res, nil)})
+	return res, nil
+}
+
+// submit is Submit for one job, SubmitBatch for more.
+func (e *Engine) submit(ctx context.Context, jobs []NewJob) ([]SubmitResult, error) {
+	if len(jobs) > 1 {
+		return e.SubmitBatch(ctx, jobs)
+	}
+	r, err := e.Submit(ctx, jobs[0])
+	if err != nil {
+		return nil, err
+	}
+	return []SubmitResult{r}, nil
+}
+
+// Push is LPUSH: Submit, answering the queue's ready depth once the jobs
+// committed. Jobs handed at once to waiting pops still count, as Redis
+// serves blocked clients only after it replies.
+func (e *Engine) Push(ctx context.Context, queue string, jobs []NewJob) (int64, error) {
+	res, err := e.submit(ctx, jobs)
+	if err != nil {
+		return 0, err
+	}
+	ready, now := int64(0), time.Now()
+	for i, r := range res {
+		if r.Created && r.Delivered == nil && !jobs[i].RunAt.After(now) {
+			ready++
+		}
+	}
+	return e.pushedDepth(ctx, queue, ready)
+}

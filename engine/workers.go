@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/registry"
+	"github.com/agq/agq/store"
+)
+
+// HeartbeatResult is what a heartbeat tells its worker: to drain, and the
+// jobs whose cancellation was asked.
+type HeartbeatResult = store.HeartbeatResult
+
+// Errors of a registration, whose texts are the protocol's replies.
+var (
+	ErrInvalidCapabilities = registry.ErrInvalidCapabilities
+	ErrInvalidWorkerID     = registry.ErrInvalidWorkerID
+)
+
+// InvalidRegistrationError names what is wrong with a registration.
+type InvalidRegistrationError = registry.InvalidRegistrationError
+
+// ParseRegistration validates a WORKER.REGISTER document: the worker to
+// register (its principal left for the caller) and the jobs it says it
+// runs, nil when it does not say.
+func ParseRegistration(raw []byte) (Worker, []string, error) { return registry.ParseRegistration(raw) }
+
+// RegisterWorker records w as registered and active. The same worker
+// registering again (a reconnect, a restart) takes its record over and
+// keeps the jobs it holds; held jobs it does not list in running, when it
+// lists them, were lost with an earlier process and go back to their
+// queues. Its pops blocked on any node look again under its capabilities.
+func (e *Engine) RegisterWorker(ctx context.Context, w Worker, running []string) error {
+	if err := e.store.WorkerRegister(ctx, w, e.Lease(), running); err != nil {
+		return err
+	}
+	e.publish(ctx, Effects{Messages: e.workerEvents(w.ID, "registered")})
+	return nil
+}
+
+// Heartbeat records that worker id is alive and extends the leases of the
+// jobs it holds.
+func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (HeartbeatResult, error) {
+	res, err := e.store.WorkerHeartbeat(ctx, id, stats, e.Lease())
+	return res, workerError(id, err)
+}
+
+// UnregisterWorker ends a worker's registration; the jobs it still holds
+// go back to their queues at once.
+func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
+	if err := e.store.WorkerUnregister(ctx, id); err != nil {
+		return workerError(id, err)
+	}
+	e.publish(ctx, Effects{Messages: e.workerEvents(id, "unregistered")})
+	return nil
+}
+
+// CheckWorkerAccess refuses principal, unless admin, acting on a worker
+// another principal registered.
+func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error {
+	if admin {
+		return nil
+	}
+	w, err := e.store.WorkerGet(ctx, id)
+	if err != nil {
+		return workerError(id, err)
+	}
+	if w.Principal != principal {
+		return &WorkerOfAnotherPrincipalError{ID: id}
+	}
+	return nil
+}
+
+// AppendLog keeps a line of the log of job id's current attempt, sent by
+// the worker holding it, and publishes it on channel to every node.
+func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line []byte) error {
+	if _, _, err := e.store.JobLogAppend(ctx, id, worker, string(line)); err != nil {
+		if errors.Is(err, ErrNotHolder) {
+			return &JobError{JobID: id, Err: err}
+		}
+		return err
+	}
+	e.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
+	return nil
+}
+
+// workerError words a worker the store does not know as one that must
+// register.
+func workerError(id string, err error) error {
+	if errors.Is(err, store.ErrWorkerUnknown) || errors.Is(err, store.ErrNotFound) {
+		return &WorkerNotRegisteredError{ID: id}
+	}
+	return err
+}
+
+// workerEvents are worker.<id>.events's messages for event, while anyone
+// listens.
+func (e *Engine) workerEvents(id, event string) []wakeup.Message {
+	if !e.hub.Wanted() {
+		return nil
+	}
+	return []wakeup.Message{workerEvent(id, event)}
+}

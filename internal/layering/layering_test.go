@@ -1,0 +1,99 @@
+// Package layering checks that agq's packages depend on each other in one
+// direction: cmd → commands / dashboard → engine → registry, scheduler,
+// watchdog → store → pgx.
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agq/agq/"
+
+// imports lists, for each package of the module, the packages it imports
+// itself (test files aside).
+func imports(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	m := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		m[strings.TrimPrefix(f[0], module)] = f[1:]
+	}
+	return m
+}
+
+// deps lists every package pkg depends on, directly or not.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", module+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+func isPgx(path string) bool { return strings.HasPrefix(path, "github.com/jackc/") }
+
+func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
+	all := imports(t)
+	refuse := map[string][]string{
+		// The wire layer and the dashboard reach jobs through the engine
+		// alone.
+		"commands":           {"store"},
+		"internal/dashboard": {"store", "commands"},
+		// The engine returns domain errors, never replies.
+		"engine": {"commands", "resp", "internal/dashboard"},
+	}
+	for pkg, banned := range refuse {
+		imps, ok := all[pkg]
+		if !ok {
+			t.Fatalf("package %s not found", pkg)
+		}
+		for _, imp := range imps {
+			for _, b := range banned {
+				if imp == module+b {
+					t.Errorf("%s imports %s", pkg, b)
+				}
+			}
+			if pkg != "engine" && isPgx(imp) {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+	// The bottom layers import no package of agq.
+	for _, pkg := range []string{"store", "resp", "migrations", "internal/names"} {
+		for _, imp := range all[pkg] {
+			if strings.HasPrefix(imp, module) {
+				t.Errorf("%s imports %s", pkg, strings.TrimPrefix(imp, module))
+			}
+		}
+	}
+}
+
+// Every way from the wire layer to the database passes through the engine
+// or a layer beneath it: commands itself holds no path to store that skips
+// them.
+func TestTheWireLayerReachesTheDatabaseOnlyThroughTheEngine(t *testing.T) {
+	all := imports(t)
+	below := map[string]bool{"engine": true, "registry": true, "scheduler": true, "watchdog": true, "store": true,
+		"internal/auth": true, "internal/wakeup": true, "internal/group": true, "internal/jsonmsg": true,
+		"internal/names": true, "internal/service": true}
+	for _, pkg := range []string{"commands", "internal/dashboard"} {
+		for _, d := range deps(t, pkg) {
+			p := strings.TrimPrefix(d, module)
+			if p == d || below[p] || p == pkg || p == "resp" {
+				continue
+			}
+			for _, imp := range all[p] {
+				if imp == module+"store" || isPgx(imp) {
+					t.Errorf("%s reaches %s through %s", pkg, imp, p)
+				}
+			}
+		}
+	}
+}
