@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
@@ -27,8 +28,10 @@ type Config struct {
 	Logger zerolog.Logger
 	// Registerer receives the metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
-	Interval   time.Duration    // between sweeps; default 1s
-	Now        func() time.Time // the clock; default time.Now (tests pass their own)
+	Interval   time.Duration // between sweeps; default 1s
+	// Clock decides which fires are due, and times the sweeps; default
+	// the real clock.
+	Clock clock.Clock
 	// Batch bounds the schedules fired per sweep, so that a sweep ends;
 	// default 1000.
 	Batch int
@@ -39,26 +42,27 @@ type Config struct {
 type Scheduler struct {
 	cfg     Config
 	metrics *metrics
-	loop    service.Loop
+	loop    *service.Loop
 }
 
 // New fills cfg's defaults and creates the metrics.
 func New(cfg Config) *Scheduler {
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
 	cfg.Batch = cmp.Or(cfg.Batch, 1000)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	cfg.Clock = clock.Or(cfg.Clock)
+	s := &Scheduler{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Logger)}
+	s.loop = &service.Loop{
+		Interval: cfg.Interval,
+		Clock:    cfg.Clock,
+		Sweep:    s.RunOnce,
+		OnError:  func(err error) { cfg.Logger.Warn().Err(err).Msg("scheduler sweep failed") },
 	}
-	return &Scheduler{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Logger)}
+	return s
 }
 
-// Start runs a sweep every Interval until Stop or the end of ctx. A loop
-// left from an earlier Start is stopped first.
-func (s *Scheduler) Start(ctx context.Context) {
-	s.loop.Start(ctx, s.cfg.Interval, s.RunOnce, func(err error) {
-		s.cfg.Logger.Warn().Err(err).Msg("scheduler sweep failed")
-	})
-}
+// Start runs a sweep now and every Interval until Stop or the end of ctx.
+// A loop left from an earlier Start is stopped first. It never fails.
+func (s *Scheduler) Start(ctx context.Context) error { return s.loop.Start(ctx) }
 
 // Stop ends the loop and waits for it.
 func (s *Scheduler) Stop() { s.loop.Stop() }
@@ -66,7 +70,7 @@ func (s *Scheduler) Stop() { s.loop.Stop() }
 // RunOnce performs one sweep: it fires every schedule due at the clock's
 // now, up to Batch of them.
 func (s *Scheduler) RunOnce(ctx context.Context) error {
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	params := store.ScheduleFireDueParams{
 		Now:  now,
 		Plan: func(sc store.Schedule) (store.FirePlan, error) { return planFires(sc, now) },

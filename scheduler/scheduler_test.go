@@ -14,34 +14,17 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/store"
 )
 
 func TestMain(m *testing.M) { os.Exit(agqtest.Main(m)) }
 
-// fakeClock is the schedulers' clock: tests move it instead of sleeping.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type testBundle struct {
 	url   string
 	st    *store.Store
-	clock *fakeClock
+	clock *clock.Fake
 	reg   *prometheus.Registry
 	sched *scheduler.Scheduler
 }
@@ -53,7 +36,7 @@ var start = time.Date(2031, 5, 4, 12, 0, 0, 250_000_000, time.UTC)
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url := agqtest.NewDatabase(t)
-	b := &testBundle{url: url, st: openStore(t, url), clock: &fakeClock{now: start}, reg: prometheus.NewRegistry()}
+	b := &testBundle{url: url, st: openStore(t, url), clock: clock.NewFake(start), reg: prometheus.NewRegistry()}
 	b.sched = b.newScheduler(t, b.st, b.reg)
 	return b
 }
@@ -63,7 +46,7 @@ func (b *testBundle) newScheduler(t *testing.T, st *store.Store, reg prometheus.
 		Store:      st,
 		Logger:     zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		Registerer: reg,
-		Now:        b.clock.Now,
+		Clock:      b.clock,
 	})
 }
 
@@ -302,6 +285,16 @@ func TestStartStopAndRestartWithTheSameRegisterer(t *testing.T) {
 	b.create(t, "svc", "@every 1s", 100)
 	b.clock.Advance(3 * time.Second)
 	ctx := context.Background()
+	waitForJobs := func(n int) {
+		t.Helper()
+		agqtest.Eventually(t, 5*time.Second, func() error {
+			if got := len(b.jobIDs(t, "svc")); got != n {
+				return fmt.Errorf("%d jobs, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	jobs := 3
 	for round := range 3 {
 		// Leadership lost and regained: the same scheduler again, and a
 		// new one on the same registry; neither may panic.
@@ -309,20 +302,26 @@ func TestStartStopAndRestartWithTheSameRegisterer(t *testing.T) {
 		if round == 2 {
 			s = b.newScheduler(t, b.st, b.reg)
 		}
-		s.Start(ctx)
-		t.Cleanup(s.Stop) // should the wait below fail
-		agqtest.Eventually(t, 5*time.Second, func() error {
-			if n := len(b.jobIDs(t, "svc")); n != 3+round {
-				return fmt.Errorf("%d jobs", n)
-			}
-			return nil
-		})
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop) // should a wait below fail
+		waitForJobs(jobs) // the sweep at start fires what is due
+		// A tick of the clock is a sweep.
+		b.clock.Advance(time.Second)
+		jobs++
+		waitForJobs(jobs)
 		s.Stop()
 		s.Stop() // twice is harmless
+		// Stopped, it sweeps no more: this fire waits for the next start.
 		b.clock.Advance(time.Second)
+		jobs++
 	}
-	if f := metric(t, b.reg, "agq_schedule_fires_total"); f != 5 {
-		t.Errorf("fires metric %v, want 5 (shared by both schedulers)", f)
+	if n := len(b.jobIDs(t, "svc")); n != jobs-1 {
+		t.Errorf("%d jobs after the last stop, want %d", n, jobs-1)
+	}
+	if f := metric(t, b.reg, "agq_schedule_fires_total"); f != float64(jobs-1) {
+		t.Errorf("fires metric %v, want %d (shared by both schedulers)", f, jobs-1)
 	}
 }
 

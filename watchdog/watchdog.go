@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
@@ -38,13 +39,17 @@ type Config struct {
 	Batch           int           // rows per statement; default 500
 	// Recovered counts recoveries by kind; optional.
 	Recovered *prometheus.CounterVec
+	// Clock times the grace windows and retention passes, and the sweeps;
+	// default the real clock. The ages of jobs and workers are the
+	// database's.
+	Clock clock.Clock
 }
 
 // Watchdog runs the sweeps.
 type Watchdog struct {
 	cfg           Config
 	lastRetention time.Time
-	loop          service.Loop
+	loop          *service.Loop
 
 	// heardSince is when this watchdog could last start hearing workers:
 	// its start (a new leader, an agq restart) or the end of a database
@@ -77,15 +82,20 @@ func New(cfg Config) *Watchdog {
 	if cfg.Recovered == nil {
 		cfg.Recovered = NewRecoveredCounter()
 	}
-	return &Watchdog{cfg: cfg}
+	cfg.Clock = clock.Or(cfg.Clock)
+	w := &Watchdog{cfg: cfg}
+	w.loop = &service.Loop{
+		Interval: cfg.Interval,
+		Clock:    cfg.Clock,
+		Sweep:    w.RunOnce,
+		OnError:  func(err error) { cfg.Logger.Warn().Err(err).Msg("watchdog sweep failed") },
+	}
+	return w
 }
 
-// Start runs a sweep every Interval until Stop or the end of ctx.
-func (w *Watchdog) Start(ctx context.Context) {
-	w.loop.Start(ctx, w.cfg.Interval, w.RunOnce, func(err error) {
-		w.cfg.Logger.Warn().Err(err).Msg("watchdog sweep failed")
-	})
-}
+// Start runs a sweep now and every Interval until Stop or the end of ctx.
+// It never fails.
+func (w *Watchdog) Start(ctx context.Context) error { return w.loop.Start(ctx) }
 
 // Stop ends the loop and waits for it.
 func (w *Watchdog) Stop() { w.loop.Stop() }
@@ -96,13 +106,14 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 		w.outage = true
 		return fmt.Errorf("database unavailable: %w", err)
 	}
+	now := w.cfg.Clock.Now()
 	if w.heardSince.IsZero() || w.outage {
 		if w.outage {
 			w.cfg.Logger.Info().Msg("database back: workers get a fresh grace before any is declared lost")
 		}
-		w.heardSince, w.outage = time.Now(), false
+		w.heardSince, w.outage = now, false
 	}
-	heard := time.Since(w.heardSince)
+	heard := now.Sub(w.heardSince)
 	var steps []step
 	if heard >= w.cfg.AckTimeout {
 		steps = append(steps, step{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }})
@@ -113,7 +124,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	steps = append(steps, step{"timed_out_job", func() (int, error) {
 		return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
 	}})
-	if time.Since(w.lastRetention) >= w.cfg.RetentionEvery {
+	if now.Sub(w.lastRetention) >= w.cfg.RetentionEvery {
 		steps = append(steps, step{"retention_delete", func() (int, error) {
 			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
 				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
@@ -166,7 +177,7 @@ func (w *Watchdog) run(steps []step) error {
 		if step.kind == "retention_delete" && !full {
 			// Still behind after 100 batches: go on at the next sweep
 			// rather than in a minute.
-			w.lastRetention = time.Now()
+			w.lastRetention = w.cfg.Clock.Now()
 		}
 	}
 	return errors.Join(errs...)

@@ -7,19 +7,108 @@ import (
 	"time"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/store"
 	"github.com/agq/agq/watchdog"
 )
 
 func TestMain(m *testing.M) { os.Exit(agqtest.Main(m)) }
 
-func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
-	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{URL: agqtest.NewDatabase(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(st.Close)
+	return st
+}
+
+// submit adds a queued job.
+func submit(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	job := store.NewJob{ID: id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600}
+	if _, _, err := st.JobsSubmit(context.Background(), []store.NewJob{job}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// arrange sets a job's columns directly: the state the watchdog finds is
+// what is tested.
+func arrange(t *testing.T, st *store.Store, id, set string) {
+	t.Helper()
+	if _, err := st.Pool.Exec(context.Background(), `UPDATE jobs SET `+set+` WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func status(t *testing.T, st *store.Store, id string) string {
+	t.Helper()
+	var s string
+	err := st.Pool.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM jobs WHERE id = $1), 'deleted')`, id).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func runOnce(t *testing.T, w *watchdog.Watchdog) {
+	t.Helper()
+	if err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnackedDeliveriesWaitForAFullWindowAfterStart(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	submit(t, st, "unacked")
+	// Delivered long ago, and never acknowledged: while this watchdog
+	// was not running, the worker's acknowledgement could have failed.
+	arrange(t, st, "unacked", `status = 'running', worker_id = 'w', attempt = 1,
+		ack_deadline = now() - interval '1 hour', lease_expires_at = now() + interval '1 hour',
+		deadline_at = now() + interval '1 hour'`)
+	fake := clock.NewFake(time.Date(2031, 5, 4, 12, 0, 0, 0, time.UTC))
+	w := watchdog.New(watchdog.Config{Store: st, Clock: fake, AckTimeout: 30 * time.Second})
+
+	runOnce(t, w)
+	fake.Advance(29 * time.Second)
+	runOnce(t, w)
+	if s := status(t, st, "unacked"); s != "running" {
+		t.Fatalf("within the grace after start the job is %s, want running", s)
+	}
+	fake.Advance(time.Second)
+	runOnce(t, w)
+	if s := status(t, st, "unacked"); s != "queued" {
+		t.Fatalf("a full ack window after start the job is %s, want queued", s)
+	}
+}
+
+func TestRetentionRunsOncePerRetentionEvery(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	fake := clock.NewFake(time.Date(2031, 5, 4, 12, 0, 0, 0, time.UTC))
+	w := watchdog.New(watchdog.Config{Store: st, Clock: fake, RetentionEvery: time.Minute})
+	runOnce(t, w) // the first sweep's retention pass; nothing to delete yet
+
+	submit(t, st, "old")
+	arrange(t, st, "old", `status = 'completed', finished_at = now() - interval '8 days'`)
+	fake.Advance(59 * time.Second)
+	runOnce(t, w)
+	if s := status(t, st, "old"); s != "completed" {
+		t.Fatalf("retention ran again before a minute had passed: the job is %s", s)
+	}
+	fake.Advance(time.Second)
+	runOnce(t, w)
+	if s := status(t, st, "old"); s != "deleted" {
+		t.Fatalf("a minute after the last retention pass the job is %s, want deleted", s)
+	}
+}
+
+func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openStore(t)
 
 	// Each job: its final status (or a waiting/running one) and how long
 	// ago it finished (or was created).

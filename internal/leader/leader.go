@@ -8,13 +8,13 @@ package leader
 import (
 	"cmp"
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
 
@@ -38,8 +38,7 @@ type Config struct {
 type Elector struct {
 	cfg    Config
 	leader atomic.Bool
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	base   service.BaseStartStop
 }
 
 // New returns an elector; Start begins campaigning.
@@ -51,30 +50,26 @@ func New(cfg Config) *Elector {
 // IsLeader reports whether this node leads now.
 func (e *Elector) IsLeader() bool { return e.leader.Load() }
 
-// Start campaigns in the background.
-func (e *Elector) Start(ctx context.Context) {
-	ctx, e.cancel = context.WithCancel(ctx)
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for ctx.Err() == nil {
-			if err := e.campaign(ctx); err != nil && ctx.Err() == nil {
-				e.cfg.Logger.Warn().Err(err).Msg("leader election")
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(e.cfg.Interval):
-			}
-		}
-	}()
+// Start campaigns in the background until Stop or the end of ctx. It
+// never fails: a database that cannot be reached is tried again.
+func (e *Elector) Start(ctx context.Context) error {
+	e.base.StartFuncs(ctx, e.campaignLoop)
+	return nil
 }
 
 // Stop ends the campaign, and the leader-only work if this node leads.
-func (e *Elector) Stop() {
-	if e.cancel != nil {
-		e.cancel()
+func (e *Elector) Stop() { e.base.Stop() }
+
+func (e *Elector) campaignLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := e.campaign(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn().Err(err).Msg("leader election")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(e.cfg.Interval):
+		}
 	}
-	e.wg.Wait()
 }
 
 // campaign connects, waits until it holds the lock, leads while the

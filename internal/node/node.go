@@ -27,6 +27,7 @@ import (
 	"github.com/agq/agq/internal/health"
 	"github.com/agq/agq/internal/leader"
 	"github.com/agq/agq/internal/pgcluster"
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/migrations"
 	"github.com/agq/agq/resp"
@@ -49,6 +50,9 @@ type Node struct {
 	hub      *wakeup.Hub
 	sweeps   *store.Store // the leader services' own connection
 	elector  *leader.Elector
+	// services run in the background from Start to Close, started in
+	// order and stopped in reverse.
+	services []service.Service
 	cancel   context.CancelFunc
 
 	wg        sync.WaitGroup
@@ -193,8 +197,11 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		AuthTimeout:                  cfg.AuthTimeout,
 		IsLeader:                     n.IsLeader,
 	}, n.engine, keys, n.hub, n.log, n.registry)
-	n.hub.Start(bg)
-	if err := n.startElector(bg); err != nil {
+	if err := n.newElector(bg); err != nil {
+		return nil, err
+	}
+	n.services = []service.Service{n.hub, n.elector}
+	if err := service.StartAll(bg, n.services...); err != nil {
 		return nil, err
 	}
 
@@ -330,12 +337,7 @@ func (n *Node) Close() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
-		if n.elector != nil {
-			n.elector.Stop()
-		}
-		if n.hub != nil {
-			n.hub.Stop()
-		}
+		service.StopAll(n.services...)
 		if n.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = n.httpSrv.Shutdown(ctx)

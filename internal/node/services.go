@@ -6,13 +6,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agq/agq/internal/leader"
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/watchdog"
 )
 
-// startElector campaigns for leadership; the leader runs the watchdog and
-// the scheduler.
-func (n *Node) startElector(ctx context.Context) error {
+// newElector makes the elector that campaigns for leadership once
+// started; the leader runs the watchdog and the scheduler.
+func (n *Node) newElector(ctx context.Context) error {
 	// The leader's services sweep every second on a connection of their
 	// own: the client pool can then close all its connections while clients idle.
 	sweeps, err := n.store.Background(ctx)
@@ -51,14 +52,16 @@ func (n *Node) startElector(ctx context.Context) error {
 				RetainFailed:      n.cfg.RetainFailed,
 				Recovered:         recovered,
 			})
-			wd.Start(ctx)
-			sched.Start(ctx)
+			leading := []service.Service{wd, sched}
+			if err := service.StartAll(ctx, leading...); err != nil {
+				n.log.Error().Err(err).Msg("the leader's services did not start")
+				return
+			}
 			<-ctx.Done()
-			sched.Stop()
-			wd.Stop()
+			// Each sweeps on its own; neither waits for the other.
+			service.StopAllParallel(leading...)
 		},
 	})
-	n.elector.Start(ctx)
 	return nil
 }
 

@@ -65,6 +65,9 @@ type Cluster struct {
 	primary  *Cluster // the cluster a new one copies, or nil
 	layout
 	lock *dirLock
+	// watch starts postgres again should it exit behind agq's back; a
+	// Stop stops it first.
+	watch *watch
 
 	// mu guards the fields below. Stop holds it while postgres shuts down,
 	// so that concurrent Stops return only once it is down.
@@ -117,7 +120,7 @@ func Open(cfg Config) (*Cluster, error) {
 			Str("cluster_dir", l.clusterDir).Str("socket_dir", l.socketDir).
 			Msg("user postgres cannot reach the data dir; keeping the PostgreSQL cluster elsewhere")
 	}
-	return &Cluster{
+	c := &Cluster{
 		dataDir:  dataDir,
 		binDir:   binDir,
 		settings: maps.Clone(cfg.Settings),
@@ -126,7 +129,9 @@ func Open(cfg Config) (*Cluster, error) {
 		primary:  cfg.StandbyOf,
 		layout:   l,
 		lock:     lock,
-	}, nil
+	}
+	c.watch = &watch{c: c}
+	return c, nil
 }
 
 // dataDirMode lets the postgres user pass through a data dir that agq
@@ -143,10 +148,16 @@ func dataDirMode(r *runAs) os.FileMode {
 // agq left running on it, starts postgres and waits until it accepts
 // connections. Without a deadline on ctx it waits at most 60 seconds. Start
 // may be called again after Stop.
-func (c *Cluster) Start(ctx context.Context) error { return c.start(ctx, -1) }
+func (c *Cluster) Start(ctx context.Context) error {
+	if err := c.start(ctx, -1); err != nil {
+		return err
+	}
+	// The watch outlives ctx, which bounds the start only.
+	return c.watch.Start(context.WithoutCancel(ctx))
+}
 
-// start is Start; with stops ≥ 0, only while no Stop came since the count
-// of stops was that.
+// start starts postgres, without the watch; with stops ≥ 0, only while no
+// Stop came since the count of stops was that.
 func (c *Cluster) start(ctx context.Context, stops int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -170,7 +181,6 @@ func (c *Cluster) start(ctx context.Context, stops int) error {
 	}
 	c.log.Info().Int("pid", pm.pid()).Str("socket_dir", c.socketDir).
 		Dur("took", time.Since(began)).Msg("postgres is ready")
-	go c.watch(pm)
 	return nil
 }
 
@@ -264,8 +274,13 @@ func (c *Cluster) Stop() error { return c.stop(syscall.SIGINT, true) }
 func (c *Cluster) Crash() error { return c.stop(syscall.SIGQUIT, true) }
 
 // stop shuts postgres down; counted, it is a Stop, which ends the restarts
-// of a postgres that crashed (see watch).
+// of a postgres that crashed (see watch). Only a counted stop may be called
+// from outside the watch, which it waits for.
 func (c *Cluster) stop(first syscall.Signal, counted bool) error {
+	if counted {
+		// Before the lock, which the watch takes.
+		c.watch.Stop()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if counted {

@@ -1,55 +1,49 @@
-// Package service runs the sweeps of agq's background services (watchdog,
-// scheduler): one owned goroutine per service, a sweep at start and then
-// every interval, stopped and waited for by Stop.
 package service
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/agq/agq/internal/clock"
 )
 
-// Loop runs a sweep periodically. The zero value is ready to use.
+// Loop is a Service that runs Sweep at start and then every Interval:
+// the body of the periodic services (watchdog, scheduler), whose tests
+// call the sweep directly rather than wait for a tick. Set the fields
+// before Start.
 type Loop struct {
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	Interval time.Duration
+	// Clock makes the ticker; nil is the real clock.
+	Clock clock.Clock
+	Sweep func(ctx context.Context) error
+	// OnError receives the errors of Sweep, except those that come from
+	// the loop's own end.
+	OnError func(error)
+
+	base BaseStartStop
 }
 
-// Start runs sweep now and then every interval until Stop or the end of
-// ctx; errors other than the loop's own cancellation go to onErr. A loop
-// left from an earlier Start is stopped first.
-func (l *Loop) Start(ctx context.Context, interval time.Duration, sweep func(context.Context) error, onErr func(error)) {
-	l.Stop()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ctx, l.cancel = context.WithCancel(ctx)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			if err := sweep(ctx); err != nil && ctx.Err() == nil {
-				onErr(err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+// Start runs the loop until Stop or the end of ctx. A loop left from an
+// earlier Start is stopped first. It never fails.
+func (l *Loop) Start(ctx context.Context) error {
+	l.base.StartFuncs(ctx, l.run)
+	return nil
 }
 
 // Stop ends the loop and waits for its sweep to return.
-func (l *Loop) Stop() {
-	l.mu.Lock()
-	cancel := l.cancel
-	l.cancel = nil
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
+func (l *Loop) Stop() { l.base.Stop() }
+
+func (l *Loop) run(ctx context.Context) {
+	t := clock.Or(l.Clock).NewTicker(l.Interval)
+	defer t.Stop()
+	for {
+		if err := l.Sweep(ctx); err != nil && ctx.Err() == nil {
+			l.OnError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
 	}
-	l.wg.Wait()
 }

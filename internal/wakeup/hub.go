@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/store"
 )
 
@@ -73,8 +74,7 @@ type Hub struct {
 	interest  interest
 	listeners listeners
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	base service.BaseStartStop
 }
 
 // New returns a hub; Start begins listening.
@@ -91,23 +91,17 @@ func New(cfg Config) *Hub {
 	}
 }
 
-// Start runs the LISTEN loop and the due-time timer until Stop.
-func (h *Hub) Start(ctx context.Context) {
-	ctx, h.cancel = context.WithCancel(ctx)
-	h.wg.Add(4)
-	go func() { defer h.wg.Done(); h.listenLoop(ctx) }()
-	go func() { defer h.wg.Done(); h.timerLoop(ctx) }()
-	go func() { defer h.wg.Done(); h.sendLoop(ctx) }()
-	go func() { defer h.wg.Done(); h.interestLoop(ctx.Done()) }()
+// Start runs the LISTEN loop, the due-time timer and the senders until
+// Stop or the end of ctx. It never fails: the LISTEN connection is made,
+// and made again, in the background.
+func (h *Hub) Start(ctx context.Context) error {
+	h.base.StartFuncs(ctx, h.listenLoop, h.timerLoop, h.sendLoop,
+		func(ctx context.Context) { h.interestLoop(ctx.Done()) })
+	return nil
 }
 
 // Stop ends the loops and waits for them.
-func (h *Hub) Stop() {
-	if h.cancel != nil {
-		h.cancel()
-	}
-	h.wg.Wait()
-}
+func (h *Hub) Stop() { h.base.Stop() }
 
 // Waiter is a blocked pop waiting for claimable jobs in some queues.
 type Waiter struct {
