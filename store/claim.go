@@ -453,8 +453,7 @@ func (s *Store) JobRelease(ctx context.Context, j Job, workerID string) ([]Ready
 	var requires []string
 	err := s.Pool.QueryRow(ctx, `
 		UPDATE jobs SET status = 'queued', worker_id = NULL, attempt = greatest(attempt - 1, 0),
-			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
-			updated_at = now()
+			`+clearDelivery+`, updated_at = now()
 		WHERE id = $1 AND worker_id = $2 AND status = 'running' AND ack_deadline IS NOT NULL
 			AND delivery IS NOT DISTINCT FROM $3::uuid
 		RETURNING queue, requires`, j.ID, workerID, j.Delivery).Scan(&queue, &requires)

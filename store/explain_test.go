@@ -114,6 +114,19 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "deadline_at < now()", index: "jobs_running", maxScanned: 12000,
 		},
 		{
+			// A group holding a failure locks the failing jobs for the
+			// retry policy's decision, through their key.
+			name: "AFailedReportLocksItsJobThroughThePrimaryKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				// The job is on the full database only: the report is
+				// refused on the scratch one, after its statements ran.
+				st.JobsFinish(ctx, []store.JobUpdateParams{{ID: "j00999999", WorkerID: "worker-1",
+					Status: store.StatusFailed, Error: "boom", Retryable: true}})
+				return nil
+			},
+			match: "j.id = ANY($1::text[]) AND j.status = 'running'", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
 			// Three weeks of completed jobs are past a week's retention.
 			name: "RetentionUsesJobsFinished",
 			run: func(ctx context.Context, st *store.Store) error {

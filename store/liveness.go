@@ -42,7 +42,7 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
-			if err := requeueHeld(ctx, tx, id, true); err != nil {
+			if err := s.requeueHeld(ctx, tx, id, true); err != nil {
 				return err
 			}
 		}
@@ -59,102 +59,90 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			WITH due AS (
-				SELECT id FROM jobs
-				WHERE status = 'running' AND lease_expires_at < now()
-				ORDER BY lease_expires_at LIMIT $1
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE jobs j SET
-				status = CASE WHEN j.cancel_requested THEN 'cancelled'
-				              WHEN j.attempt >= j.max_attempts THEN 'failed'
-				              ELSE 'queued' END,
-				finished_at = CASE WHEN j.cancel_requested OR j.attempt >= j.max_attempts THEN now() END,
-				errors = CASE WHEN j.cancel_requested THEN j.errors
-				         ELSE j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt,
-				              'worker_id', j.worker_id, 'error', 'lease expired: worker stopped heartbeating', 'at', now())) END,
-				worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-				run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.type, j.requires, j.attempt`, limit)
+			SELECT `+decideColumns+`, NOT j.cancel_requested
+			FROM jobs j
+			WHERE j.status = 'running' AND j.lease_expires_at < now()
+			ORDER BY j.lease_expires_at LIMIT $1
+			FOR UPDATE SKIP LOCKED`, limit)
 		if err != nil {
 			return err
 		}
-		n, err = notifyMoved(ctx, tx, rows)
+		d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+		if err != nil || len(d.ids) == 0 {
+			return err
+		}
+		moved, err := tx.Query(ctx, recoverLeasesSQL, d.ids, d.retry, d.delays)
+		if err != nil {
+			return err
+		}
+		n, err = notifyMoved(ctx, tx, moved)
 		return err
 	})
 	return n, interpretError(err)
 }
 
+// recoverLeasesSQL gives back jobs whose lease ran out, through their key.
+var recoverLeasesSQL = `
+	UPDATE jobs j SET
+		status = ` + givenBackStatus + `,
+		finished_at = ` + givenBackFinished + `,
+		errors = CASE WHEN j.cancel_requested THEN j.errors
+		         ELSE ` + withError("'lease expired: worker stopped heartbeating'") + ` END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.status = 'running'
+	RETURNING ` + movedColumns
+
 // JobsFailTimedOut fails the current attempt of running jobs more than
-// grace past their timeout (retried after backoff while attempts remain)
-// and flags the holding worker (jobs_running_deadline). The grace lets a
-// worker that enforces the timeout itself report what it killed.
+// grace past their timeout (retried as the retry policy decides) and flags
+// the holding workers (jobs_running_deadline). The grace lets a worker that
+// enforces the timeout itself report what it killed.
 func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit int) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		type due struct {
-			id, worker   string
-			attempt, max int
-			backoff      float64
-			timeout      int
-			cancel       bool
-		}
 		rows, err := tx.Query(ctx, `
-			SELECT id, worker_id, attempt, max_attempts, retry_backoff_seconds, timeout_seconds, cancel_requested
-			FROM jobs WHERE status = 'running' AND deadline_at < now() - $2::interval
-			ORDER BY deadline_at LIMIT $1
+			SELECT `+decideColumns+`, NOT j.cancel_requested
+			FROM jobs j
+			WHERE j.status = 'running' AND j.deadline_at < now() - $2::interval
+			ORDER BY j.deadline_at LIMIT $1
 			FOR UPDATE SKIP LOCKED`, limit, grace)
 		if err != nil {
 			return err
 		}
-		var all []due
-		for rows.Next() {
-			var d due
-			if err := rows.Scan(&d.id, &d.worker, &d.attempt, &d.max, &d.backoff, &d.timeout, &d.cancel); err != nil {
-				rows.Close()
-				return err
-			}
-			all = append(all, d)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		d, err := s.decideRows(rows, Failure{Retryable: true})
+		if err != nil || len(d.ids) == 0 {
 			return err
 		}
-		for _, d := range all {
-			// Computed per job: the retry delay has jitter.
-			runAt := time.Now().Add(RetryDelay(d.backoff, d.attempt))
-			moved, err := tx.Query(ctx, `
-				UPDATE jobs SET
-					status = CASE WHEN cancel_requested THEN 'cancelled'
-					              WHEN attempt >= max_attempts THEN 'failed'
-					              ELSE 'retrying' END,
-					finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END,
-					errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt,
-						'worker_id', worker_id, 'error', format('timed out after %s seconds', timeout_seconds), 'at', now())),
-					worker_id = CASE WHEN cancel_requested THEN worker_id END,
-					run_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN run_at ELSE $2 END,
-					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-				WHERE id = $1
-				RETURNING id, CASE WHEN status = 'retrying' THEN 'queued' ELSE status END, queue, type, requires, attempt`, d.id, runAt)
-			if err != nil {
-				return err
-			}
-			// A retrying job is announced for its due time.
-			if _, err := notifyMovedAt(ctx, tx, moved, runAt); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-				UPDATE workers SET timed_out_jobs = timed_out_jobs + 1, last_timeout_at = now()
-				WHERE worker_id = $1`, d.worker); err != nil {
-				return err
-			}
+		// Counted before the jobs lose their holders.
+		if _, err := tx.Exec(ctx, `
+			UPDATE workers w SET timed_out_jobs = w.timed_out_jobs + t.n, last_timeout_at = now()
+			FROM (SELECT worker_id, count(*) AS n FROM jobs WHERE id = ANY($1::text[]) GROUP BY worker_id) t
+			WHERE w.worker_id = t.worker_id`, d.ids); err != nil {
+			return err
 		}
-		n = len(all)
-		return nil
+		moved, err := tx.Query(ctx, failTimedOutSQL, d.ids, d.retry, d.delays)
+		if err != nil {
+			return err
+		}
+		n, err = notifyMoved(ctx, tx, moved)
+		return err
 	})
 	return n, interpretError(err)
 }
+
+// failTimedOutSQL fails the attempts of timed-out jobs, through their key.
+var failTimedOutSQL = `
+	UPDATE jobs j SET
+		status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN NOT d.retry THEN 'failed' ELSE 'retrying' END,
+		finished_at = ` + givenBackFinished + `,
+		errors = ` + withError("format('timed out after %s seconds', j.timeout_seconds)") + `,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		run_at = CASE WHEN j.cancel_requested OR NOT d.retry THEN j.run_at ELSE ` + retryAt + ` END,
+		` + clearRunning + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.status = 'running'
+	RETURNING ` + movedColumns
 
 // RetentionParams says how long finished jobs are kept.
 type RetentionParams struct {

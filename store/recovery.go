@@ -12,67 +12,70 @@ import (
 // their queues without counting the attempt: the worker may never have
 // received them. Every unackedLimit-th such return of a job counts an
 // attempt, though, so a job that kills its workers before they can
-// acknowledge it ends failed instead of cycling forever. FOR UPDATE re-checks the CTE's conditions on the newest
-// version of each row, so a job acknowledged meanwhile is left alone; the
-// deadline is not repeated outside the CTE, where it made the planner
-// drive the update from jobs_running_ack and rescan the CTE per row
-// (jobs_running_ack; 2,000 overdue rows of 1M: 8-17 ms per batch).
+// acknowledge it ends failed instead of cycling forever. The overdue
+// deliveries are found and locked first (jobs_running_ack; 2,000 overdue
+// rows of 1M: 8-17 ms per batch), then updated through their key with the
+// retry policy's decisions.
 func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) {
 	const unackedLimit = 3
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			WITH due AS (
-				SELECT id FROM jobs
-				WHERE status = 'running' AND ack_deadline IS NOT NULL AND ack_deadline < now()
-				ORDER BY ack_deadline LIMIT $1
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE jobs j SET
-				status = CASE WHEN j.cancel_requested THEN 'cancelled'
-				              WHEN j.unacked_returns + 1 >= $2 AND j.attempt >= j.max_attempts THEN 'failed'
-				              ELSE 'queued' END,
-				finished_at = CASE WHEN j.cancel_requested OR (j.unacked_returns + 1 >= $2 AND j.attempt >= j.max_attempts) THEN now() END,
-				attempt = CASE WHEN j.unacked_returns + 1 >= $2 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
-				errors = CASE WHEN j.unacked_returns + 1 >= $2 THEN j.errors || jsonb_build_array(jsonb_build_object(
-				              'attempt', j.attempt, 'worker_id', j.worker_id, 'at', now(),
-				              'error', format('delivered %s times without an acknowledgement', $2::int)))
-				         ELSE j.errors END,
-				unacked_returns = CASE WHEN j.unacked_returns + 1 >= $2 THEN 0 ELSE j.unacked_returns + 1 END,
-				worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END, run_at = now(),
-				ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL,
-				updated_at = now()
-			FROM due WHERE j.id = due.id AND j.status = 'running'
-			RETURNING j.id, j.status, j.queue, j.type, j.requires, j.attempt`, limit, unackedLimit)
+			SELECT `+decideColumns+`, j.unacked_returns + 1 >= $2 AND NOT j.cancel_requested
+			FROM jobs j
+			WHERE j.status = 'running' AND j.ack_deadline IS NOT NULL AND j.ack_deadline < now()
+			ORDER BY j.ack_deadline LIMIT $1
+			FOR UPDATE SKIP LOCKED`, limit, unackedLimit)
 		if err != nil {
 			return err
 		}
-		n, err = notifyMoved(ctx, tx, rows)
+		d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+		if err != nil || len(d.ids) == 0 {
+			return err
+		}
+		moved, err := tx.Query(ctx, requeueUnackedSQL, d.ids, d.retry, d.delays, unackedLimit)
+		if err != nil {
+			return err
+		}
+		n, err = notifyMoved(ctx, tx, moved)
 		return err
 	})
 	return n, interpretError(err)
 }
 
-// notifyMoved reads rows of (id, status, queue, type, requires, attempt)
-// for jobs a statement just moved out of running and tells listeners:
-// claimable jobs wake waiters, finished ones wake JOB.WAIT, and every node
-// learns of the move (ChannelMoved), for its subscribers and for the pops
-// its queue's or type's limits held back. It closes rows.
-func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
-	return notifyMovedAt(ctx, tx, rows, time.Time{})
-}
+// requeueUnackedSQL gives back deliveries nobody acknowledged; on the
+// $4-th return in a row the attempt counts.
+var requeueUnackedSQL = `
+	UPDATE jobs j SET
+		status = ` + givenBackStatus + `,
+		finished_at = ` + givenBackFinished + `,
+		attempt = CASE WHEN j.unacked_returns + 1 >= $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		errors = CASE WHEN j.unacked_returns + 1 >= $4
+		         THEN ` + withError("format('delivered %s times without an acknowledgement', $4::int)") + `
+		         ELSE j.errors END,
+		unacked_returns = CASE WHEN j.unacked_returns + 1 >= $4 THEN 0 ELSE j.unacked_returns + 1 END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END, run_at = ` + retryAt + `,
+		` + clearDelivery + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.status = 'running'
+	RETURNING ` + movedColumns
 
-// notifyMovedAt is notifyMoved for jobs claimable from at (zero: now).
-func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) (int, error) {
+// notifyMoved reads rows of movedColumns for jobs a statement just moved
+// out of running and tells listeners: claimable jobs wake waiters (at the
+// time they are due), finished ones wake JOB.WAIT, and every node learns
+// of the move (ChannelMoved), for its subscribers and for the pops its
+// queue's or type's limits held back. It closes rows.
+func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	type moved struct {
 		id, status, queue, typ string
 		requires               []string
 		attempt                int
+		due                    *time.Time
 	}
 	var all []moved
 	for rows.Next() {
 		var m moved
-		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt); err != nil {
+		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -86,8 +89,8 @@ func notifyMovedAt(ctx context.Context, tx pgx.Tx, rows pgx.Rows, at time.Time) 
 		var err error
 		if m.status == StatusQueued {
 			note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
-			if !at.IsZero() {
-				note.At = dueMillis(at)
+			if m.due != nil {
+				note.At = dueMillis(*m.due)
 			}
 			err = notifyReady(ctx, tx, note)
 		} else {

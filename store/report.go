@@ -84,18 +84,20 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 	return errs, fx
 }
 
-// finishMany is the set-based part of JobsFinish. A failed report retries
-// the job while attempts remain, after backoff × 2^(attempt−1) capped at an
-// hour, ±20% jitter (as RetryDelay), on the database's clock.
+// finishMany is the set-based part of JobsFinish. A group without failures
+// is one statement in one round trip. A group holding failures first locks
+// the failing jobs to read what the retry policy decides on, then applies
+// every report with the policy's per-report decisions, in one transaction.
 func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *ReportEffects) ([]bool, error) {
 	applied := make([]bool, len(reports))
 	n := len(reports)
 	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
 		make([]string, n), make([]*string, n), make([]string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
-	retryable := make([]bool, n)
+	retries, delays := make([]bool, n), make([]float64, n)
+	var failing []string
 	for i, p := range reports {
-		ids[i], statuses[i], errTexts[i], retryable[i] = p.ID, p.Status, p.Error, p.Retryable
+		ids[i], statuses[i], errTexts[i] = p.ID, p.Status, p.Error
 		if !p.Admin {
 			workers[i] = p.WorkerID
 		}
@@ -108,6 +110,9 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 			deliveries[i] = &d
 		}
 		attempts[i], ords[i] = int32(p.Attempt), int32(i)
+		if p.Status == StatusFailed {
+			failing = append(failing, p.ID)
+		}
 	}
 	// What the rows say counts only once the transaction committed.
 	type finished struct {
@@ -117,41 +122,62 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 		runAt                  time.Time
 	}
 	done := make([]finished, 0, n)
-	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+	scan := func(rows pgx.Rows) error {
 		var f finished
 		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt); err != nil {
 			return err
 		}
 		done = append(done, f)
 		return nil
-	}, `
-		WITH u AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
-				AS u(id, worker, status, attempt, delivery, result, error, retryable, ord)
-		), r AS (
-			-- A report sent twice in one group is applied once; the
-			-- other copy finds it done on the careful path.
-			SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
-		)
-		UPDATE jobs j SET
-			status = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN 'retrying' ELSE r.status END,
-			result = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN j.result ELSE coalesce(r.result::jsonb, j.result) END,
-			errors = CASE WHEN r.status = 'failed' THEN j.errors || jsonb_build_array(jsonb_build_object(
-			              'attempt', j.attempt, 'worker_id', j.worker_id, 'error', r.error, 'at', now()))
-			         ELSE j.errors END,
-			worker_id = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE j.worker_id END,
-			run_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN now() + make_interval(secs => least(
-			              greatest(j.retry_backoff_seconds, 0) * 2 ^ greatest(j.attempt - 1, 0), 3600) * (0.8 + 0.4 * random()))
-			         ELSE j.run_at END,
-			finished_at = CASE WHEN (r.status = 'failed' AND r.retryable AND j.attempt < j.max_attempts) THEN NULL ELSE now() END,
-			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-		FROM r
-		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
-		  AND (r.worker = '' OR j.worker_id = r.worker)
-		  AND (r.attempt = 0 OR j.attempt = r.attempt)
-		  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
-		RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at`,
-		ids, workers, statuses, attempts, deliveries, results, errTexts, retryable, ords)
+	}
+	args := []any{ids, workers, statuses, attempts, deliveries, results, errTexts, retries, delays, ords}
+	var err error
+	if len(failing) == 0 {
+		err = s.hotQuery(ctx, false, nil, scan, finishManySQL, args...)
+	} else {
+		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			locked := map[string]Failure{}
+			b := &pgx.Batch{}
+			b.Queue(genericPlan)
+			b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var id string
+					var f Failure
+					if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
+						return err
+					}
+					locked[id] = f
+				}
+				return rows.Err()
+			})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			for i, p := range reports {
+				f, ok := locked[p.ID]
+				if p.Status != StatusFailed || !ok {
+					continue // not a failure, or a report the statement will not apply
+				}
+				f.Retryable = p.Retryable
+				retry, delay, err := s.nextRetry(f)
+				if err != nil {
+					return err
+				}
+				retries[i], delays[i] = retry, delay.Seconds()
+			}
+			rows, err := tx.Query(ctx, finishManySQL, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				if err := scan(rows); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	}
 	if err != nil {
 		return applied, err
 	}
@@ -166,6 +192,41 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 	}
 	return applied, nil
 }
+
+// lockFailingSQL locks the running jobs a group of final reports fails, by
+// their key (jobs_pkey), and reads what their retry decisions need. In id
+// order, so two groups failing the same jobs cannot deadlock.
+const lockFailingSQL = `
+	SELECT ` + decideColumns + ` FROM jobs j
+	WHERE j.id = ANY($1::text[]) AND j.status = 'running'
+	ORDER BY j.id FOR UPDATE`
+
+// finishManySQL applies a group of final reports, each carrying the retry
+// policy's decision when it is a failure (retry, delay seconds).
+var finishManySQL = `
+	WITH u AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+			$8::bool[], $9::float8[], $10::int[])
+			AS u(id, worker, status, attempt, delivery, result, error, retry, delay, ord)
+	), r AS (
+		-- A report sent twice in one group is applied once; the
+		-- other copy finds it done on the careful path.
+		SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
+	)
+	UPDATE jobs j SET
+		status = CASE WHEN r.retry THEN 'retrying' ELSE r.status END,
+		result = CASE WHEN r.retry THEN j.result ELSE coalesce(r.result::jsonb, j.result) END,
+		errors = CASE WHEN r.status = 'failed' THEN ` + withError("r.error") + ` ELSE j.errors END,
+		worker_id = CASE WHEN r.retry THEN NULL ELSE j.worker_id END,
+		run_at = CASE WHEN r.retry THEN now() + make_interval(secs => r.delay) ELSE j.run_at END,
+		finished_at = CASE WHEN r.retry THEN NULL ELSE now() END,
+		` + clearRunning + `, updated_at = now()
+	FROM r
+	WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
+	  AND (r.worker = '' OR j.worker_id = r.worker)
+	  AND (r.attempt = 0 OR j.attempt = r.attempt)
+	  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
+	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at`
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
 // status running or none) gathered from different clients: one statement

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/store"
 )
@@ -19,12 +20,19 @@ func groupBundle(t *testing.T) (context.Context, *store.Store) {
 }
 
 // storeWithWorkers is a store of a fresh database with ACTIVE workers
-// able to run jobs needing "t".
+// able to run jobs needing "t", retrying by agq's policy.
 func storeWithWorkers(t *testing.T, ids ...string) (context.Context, *store.Store) {
+	t.Helper()
+	return storeWithPolicy(t, engine.RetryPolicy{}, ids...)
+}
+
+// storeWithPolicy is storeWithWorkers with the given retry policy (nil:
+// none).
+func storeWithPolicy(t *testing.T, policy store.RetryPolicy, ids ...string) (context.Context, *store.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: policy})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,9 @@ var (
 	// ErrInvalidInput means PostgreSQL refused a value (text it cannot
 	// store, such as a NUL byte): the client's input, not a server fault.
 	ErrInvalidInput = errors.New("invalid input")
+	// ErrNoRetryPolicy means a failed attempt had to be decided by a store
+	// opened without Config.Retry.
+	ErrNoRetryPolicy = errors.New("store has no retry policy (Config.Retry is nil)")
 )
 
 // Store wraps the connection pool.
@@ -41,12 +44,17 @@ type Store struct {
 	// queue's own or some job type's): their next claim goes straight to
 	// the locking claim.
 	limitedQueues sync.Map
+	// retry decides every failed attempt.
+	retry RetryPolicy
 }
 
-// Config sizes the pool.
+// Config sizes the pool and gives the rule of failed attempts.
 type Config struct {
 	URL      string
 	MaxConns int32
+	// Retry decides whether a failed attempt runs again, and when. A store
+	// without one refuses, with ErrNoRetryPolicy, to fail an attempt.
+	Retry RetryPolicy
 }
 
 // Open connects to the database and checks that it answers.
@@ -82,7 +90,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{Pool: pool}, nil
+	return &Store{Pool: pool, retry: cfg.Retry}, nil
 }
 
 // Background returns a store for the leader's background services — the
@@ -96,7 +104,7 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Store{Pool: pool}, nil
+	return &Store{Pool: pool, retry: s.retry}, nil
 }
 
 // Close closes the pool.

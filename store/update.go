@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -185,10 +183,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		case StatusSnoozed:
 			if cur.snoozes >= p.MaxSnoozes {
 				limit := &SnoozeLimitError{Snoozes: cur.snoozes}
-				if _, err := tx.Exec(ctx, `
-					UPDATE jobs SET errors = errors || jsonb_build_array(jsonb_build_object(
-						'attempt', attempt, 'worker_id', worker_id, 'error', $2::text, 'at', now()))
-					WHERE id = $1`, p.ID, limit.Error()); err != nil {
+				if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, limit.Error()); err != nil {
 					return err
 				}
 				if err := finish(ctx, tx, p.ID, StatusFailed, nil); err != nil {
@@ -201,12 +196,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			// next delivery has the same number. The delivery token stays
 			// until then: a re-sent snooze is recognised by it.
 			var runAt time.Time
-			if err := tx.QueryRow(ctx, `
-				UPDATE jobs SET status = 'scheduled', worker_id = NULL, attempt = greatest(attempt - 1, 0),
-					snoozes = snoozes + 1, run_at = now() + $2::interval,
-					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL, updated_at = now()
-				WHERE id = $1
-				RETURNING run_at`, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
+			if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
 				return err
 			}
 			return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
@@ -217,23 +207,13 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		case StatusFailed:
 			// The failure joins the error history and the retry is timed
 			// by the database's clock, like every other time of the job.
-			retry := p.Retryable && cur.attempt < cur.max
-			var delay time.Duration
-			if retry {
-				delay = RetryDelay(cur.backoff, cur.attempt)
+			retry, delay, err := s.nextRetry(Failure{Attempt: cur.attempt, MaxAttempts: cur.max,
+				BackoffSeconds: cur.backoff, Retryable: p.Retryable})
+			if err != nil {
+				return err
 			}
 			var runAt time.Time
-			err := tx.QueryRow(ctx, `
-				UPDATE jobs SET
-					errors = errors || jsonb_build_array(jsonb_build_object(
-						'attempt', attempt, 'worker_id', worker_id, 'error', $2::text, 'at', now())),
-					status = CASE WHEN $3 THEN 'retrying' ELSE status END,
-					worker_id = CASE WHEN $3 THEN NULL ELSE worker_id END,
-					run_at = CASE WHEN $3 THEN now() + $4::interval ELSE run_at END,
-					ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-				WHERE id = $1
-				RETURNING run_at`, p.ID, p.Error, retry, delay).Scan(&runAt)
-			if err != nil {
+			if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
 				return err
 			}
 			if retry {
@@ -267,10 +247,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 
 // finish moves a job to a final status and tells JOB.WAIT waiters.
 func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMessage) error {
-	_, err := tx.Exec(ctx, `
-		UPDATE jobs SET status = $2, result = coalesce($3::jsonb, result), finished_at = now(),
-			ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-		WHERE id = $1`, id, status, nullJSON(result))
+	_, err := tx.Exec(ctx, finishSQL, id, status, nullJSON(result))
 	if err != nil {
 		return err
 	}
@@ -278,18 +255,41 @@ func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMe
 	return err
 }
 
-// RetryDelay is the wait before attempt+1: backoff × 2^(attempt−1), capped
-// at one hour, with ±20% jitter so failed jobs do not return in lockstep. A
-// backoff of 0 retries at once.
-func RetryDelay(backoffSeconds float64, attempt int) time.Duration {
-	if backoffSeconds <= 0 {
-		return 0
-	}
-	d := backoffSeconds * math.Pow(2, float64(max(attempt-1, 0)))
-	d = math.Min(d, 3600)
-	d *= 0.8 + 0.4*rand.Float64()
-	return time.Duration(d * float64(time.Second))
-}
+// Statements of the careful path that take a job out of running.
+var (
+	// recordErrorSQL adds a failure to the job's error history ($2, the
+	// message), before finish fails it.
+	recordErrorSQL = `UPDATE jobs j SET errors = ` + withError("$2::text") + ` WHERE j.id = $1`
+
+	// snoozeSQL puts a snoozed job back to waiting, due $2 from now, its
+	// attempt given back.
+	snoozeSQL = `
+		UPDATE jobs j SET status = 'scheduled', worker_id = NULL, attempt = greatest(j.attempt - 1, 0),
+			snoozes = j.snoozes + 1, run_at = now() + $2::interval,
+			` + clearDelivery + `, updated_at = now()
+		WHERE j.id = $1
+		RETURNING j.run_at`
+
+	// failAttemptSQL records a failed attempt ($2, the message); when the
+	// policy retries it ($3), the job waits $4 and loses its holder, else
+	// finish fails it.
+	failAttemptSQL = `
+		UPDATE jobs j SET
+			errors = ` + withError("$2::text") + `,
+			status = CASE WHEN $3 THEN 'retrying' ELSE j.status END,
+			worker_id = CASE WHEN $3 THEN NULL ELSE j.worker_id END,
+			run_at = CASE WHEN $3 THEN now() + $4::interval ELSE j.run_at END,
+			` + clearRunning + `, updated_at = now()
+		WHERE j.id = $1
+		RETURNING j.run_at`
+
+	// finishSQL moves a job to a final status ($2), keeping its result
+	// unless $3 gives one.
+	finishSQL = `
+		UPDATE jobs SET status = $2, result = coalesce($3::jsonb, result), finished_at = now(),
+			` + clearRunning + `, updated_at = now()
+		WHERE id = $1`
+)
 
 // JobCancel cancels a job: a waiting one at once, a running one by asking
 // its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled

@@ -92,7 +92,7 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 		case holder != w.Principal && w.ID != w.Principal:
 			return ErrWorkerTaken
 		case holder != w.Principal:
-			if err := requeueHeld(ctx, tx, w.ID, false); err != nil {
+			if err := s.requeueHeld(ctx, tx, w.ID, false); err != nil {
 				return err
 			}
 		}
@@ -119,7 +119,7 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 			return ErrWorkerTaken
 		}
 		if running != nil {
-			if err := requeueLost(ctx, tx, w.ID, running); err != nil {
+			if err := s.requeueLost(ctx, tx, w.ID, running); err != nil {
 				return err
 			}
 		}
@@ -202,34 +202,47 @@ func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
 		if tag.RowsAffected() == 0 {
 			return ErrWorkerUnknown
 		}
-		return requeueHeld(ctx, tx, id, false)
+		return s.requeueHeld(ctx, tx, id, false)
 	}))
 }
 
 // requeueHeld puts the running jobs of a worker back in their queues. A job
 // whose cancellation was asked for ends cancelled instead. countAttempt
 // says whether the attempt is spent (the worker died holding it) or not.
-func requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) error {
+func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) error {
 	rows, err := tx.Query(ctx, `
-		UPDATE jobs SET
-			status = CASE WHEN cancel_requested THEN 'cancelled'
-			              WHEN $2 AND attempt >= max_attempts THEN 'failed'
-			              ELSE 'queued' END,
-			attempt = CASE WHEN $2 THEN attempt ELSE greatest(attempt - 1, 0) END,
-			finished_at = CASE WHEN cancel_requested OR ($2 AND attempt >= max_attempts) THEN now() END,
-			errors = CASE WHEN $2 THEN errors || jsonb_build_array(jsonb_build_object(
-				'attempt', attempt, 'worker_id', worker_id, 'error', 'worker ' || worker_id || ' was lost while holding the job', 'at', now()))
-				ELSE errors END,
-			worker_id = CASE WHEN cancel_requested THEN worker_id END,
-			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-		WHERE worker_id = $1 AND status = 'running'
-		RETURNING id, status, queue, type, requires, attempt`, workerID, countAttempt)
+		SELECT `+decideColumns+`, $2 AND NOT j.cancel_requested
+		FROM jobs j WHERE j.worker_id = $1 AND j.status = 'running'
+		ORDER BY j.id FOR UPDATE`, workerID, countAttempt)
 	if err != nil {
 		return err
 	}
-	_, err = notifyMoved(ctx, tx, rows)
+	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+	if err != nil || len(d.ids) == 0 {
+		return err
+	}
+	moved, err := tx.Query(ctx, requeueHeldSQL, d.ids, d.retry, d.delays, countAttempt, workerID)
+	if err != nil {
+		return err
+	}
+	_, err = notifyMoved(ctx, tx, moved)
 	return err
 }
+
+// requeueHeldSQL gives back the jobs of worker $5; $4 says whether their
+// attempts count.
+var requeueHeldSQL = `
+	UPDATE jobs j SET
+		status = ` + givenBackStatus + `,
+		attempt = CASE WHEN $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		finished_at = ` + givenBackFinished + `,
+		errors = CASE WHEN $4 THEN ` + withError("'worker ' || j.worker_id || ' was lost while holding the job'") + `
+		         ELSE j.errors END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.worker_id = $5 AND j.status = 'running'
+	RETURNING ` + movedColumns
 
 // WorkerGet returns one worker.
 func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
@@ -277,27 +290,40 @@ func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 }
 
 // requeueLost gives back the acknowledged jobs a re-registering worker holds
-// but no longer runs (jobs_running_worker).
-func requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) error {
+// but no longer runs (jobs_running_worker), the attempt counted.
+func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) error {
 	rows, err := tx.Query(ctx, `
-		UPDATE jobs SET
-			status = CASE WHEN cancel_requested THEN 'cancelled'
-			              WHEN attempt >= max_attempts THEN 'failed'
-			              ELSE 'queued' END,
-			finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END,
-			errors = CASE WHEN cancel_requested THEN errors
-			         ELSE errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'worker_id', worker_id,
-			              'error', 'worker ' || worker_id || ' restarted without it', 'at', now())) END,
-			worker_id = CASE WHEN cancel_requested THEN worker_id END,
-			run_at = now(), ack_deadline = NULL, lease_expires_at = NULL, deadline_at = NULL, updated_at = now()
-		WHERE worker_id = $1 AND status = 'running' AND ack_deadline IS NULL AND id <> ALL($2::text[])
-		RETURNING id, status, queue, type, requires, attempt`, workerID, running)
+		SELECT `+decideColumns+`, NOT j.cancel_requested
+		FROM jobs j
+		WHERE j.worker_id = $1 AND j.status = 'running' AND j.ack_deadline IS NULL AND j.id <> ALL($2::text[])
+		ORDER BY j.id FOR UPDATE`, workerID, running)
 	if err != nil {
 		return err
 	}
-	_, err = notifyMoved(ctx, tx, rows)
+	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+	if err != nil || len(d.ids) == 0 {
+		return err
+	}
+	moved, err := tx.Query(ctx, requeueLostSQL, d.ids, d.retry, d.delays, workerID)
+	if err != nil {
+		return err
+	}
+	_, err = notifyMoved(ctx, tx, moved)
 	return err
 }
+
+// requeueLostSQL gives back jobs worker $4 lost in a restart.
+var requeueLostSQL = `
+	UPDATE jobs j SET
+		status = ` + givenBackStatus + `,
+		finished_at = ` + givenBackFinished + `,
+		errors = CASE WHEN j.cancel_requested THEN j.errors
+		         ELSE ` + withError("'worker ' || j.worker_id || ' restarted without it'") + ` END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.worker_id = $4 AND j.status = 'running'
+	RETURNING ` + movedColumns
 
 // sameSet reports whether a and b hold the same strings, in any order.
 func sameSet(a, b []string) bool {

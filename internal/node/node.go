@@ -144,7 +144,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		return nil, err
 	}
 	n.cluster = cl
-	if n.store, err = store.Open(ctx, store.Config{URL: url}); err != nil {
+	if n.store, err = store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}}); err != nil {
 		return nil, err
 	}
 	applied, err := migrations.Apply(ctx, n.store.Pool)

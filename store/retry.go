@@ -1,0 +1,88 @@
+package store
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Failure is what a retry decision knows of a failed attempt.
+type Failure struct {
+	// Attempt is the attempt that failed, counted from 1.
+	Attempt     int
+	MaxAttempts int
+	// BackoffSeconds is the job's retry_backoff_seconds.
+	BackoffSeconds float64
+	// Retryable is false when the worker said the job must not run again.
+	Retryable bool
+	// Lost means the job's code did not fail: its worker was lost holding
+	// it (the lease ran out, the worker died or restarted without it, or
+	// it never acknowledged the delivery).
+	Lost bool
+}
+
+// RetryPolicy decides whether a failed attempt runs again, and after how
+// long. The store asks it for every attempt that fails, and applies what it
+// answers; the rule itself lives with the caller (engine.RetryPolicy).
+type RetryPolicy interface {
+	NextRetry(Failure) (retry bool, delay time.Duration)
+}
+
+// nextRetry asks the store's policy about one failed attempt.
+func (s *Store) nextRetry(f Failure) (bool, time.Duration, error) {
+	if s.retry == nil {
+		return false, 0, ErrNoRetryPolicy
+	}
+	retry, delay := s.retry.NextRetry(f)
+	if !retry {
+		return false, 0, nil
+	}
+	return true, max(delay, 0), nil
+}
+
+// retryDecisions are a policy's answers for a set of jobs, as the arrays a
+// set-based UPDATE unnests: job id, whether it runs again, and after how
+// many seconds (on the database's clock, like every other time of a job).
+type retryDecisions struct {
+	ids    []string
+	retry  []bool
+	delays []float64
+}
+
+func (d *retryDecisions) add(id string, retry bool, delay time.Duration) {
+	d.ids = append(d.ids, id)
+	d.retry = append(d.retry, retry)
+	d.delays = append(d.delays, delay.Seconds())
+}
+
+// decideColumns is what a sweep reads of each job it locks to end its
+// attempt: the facts of the retry decision, then whether the move counts
+// the attempt at all.
+const decideColumns = `j.id, j.attempt, j.max_attempts, j.retry_backoff_seconds`
+
+// decideRows reads rows of (decideColumns, counts) and asks the policy about
+// each job whose attempt the move counts, as base describes the failure;
+// the others are given back at once (or cancelled) and need no decision. It
+// closes rows.
+func (s *Store) decideRows(rows pgx.Rows, base Failure) (retryDecisions, error) {
+	defer rows.Close()
+	var d retryDecisions
+	for rows.Next() {
+		var id string
+		var counts bool
+		f := base
+		if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds, &counts); err != nil {
+			return d, err
+		}
+		if !counts {
+			d.add(id, true, 0)
+			continue
+		}
+		retry, delay, err := s.nextRetry(f)
+		if err != nil {
+			return d, err
+		}
+		d.add(id, retry, delay)
+	}
+	return d, rows.Err()
+}
