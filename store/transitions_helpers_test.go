@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/store"
 )
@@ -41,7 +42,7 @@ func newTrBundle(t *testing.T, workers ...string) *trBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t)})
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: engine.RetryPolicy{}})
 	if err != nil {
 		t.Fatal(err)
 	}
