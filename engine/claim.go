@@ -87,7 +87,7 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	}
 	claimed, refused := outcome.Claimed, outcome.Refused
 	if outcome.Limited {
-		e.limited.sawQueue(q)
+		e.limited.sawQueue(q, e.clock.Now())
 	}
 	held := len(workers) - len(claimed)
 	fx := Effects{Started: claimed}
@@ -97,7 +97,7 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 		fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
 	}
 	for _, h := range outcome.Types {
-		e.limited.sawType(h.Type, q)
+		e.limited.sawType(h.Type, q, e.clock.Now())
 		if !h.RateLimited.IsZero() && held > 0 {
 			fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
 		}

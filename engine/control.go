@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/internal/wakeup"
@@ -71,7 +70,7 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 // TriggerSchedule is SCHEDULE.TRIGGER: it fires the schedule now, paused or
 // not, and returns the job's id.
 func (e *Engine) TriggerSchedule(ctx context.Context, name string) (string, error) {
-	id, err := e.store.ScheduleTrigger(ctx, name, time.Now())
+	id, err := e.store.ScheduleTrigger(ctx, name, e.clock.Now())
 	if err != nil {
 		return "", scheduleError(name, err)
 	}
@@ -81,7 +80,7 @@ func (e *Engine) TriggerSchedule(ctx context.Context, name string) (string, erro
 // ResumeSchedule is SCHEDULE.RESUME: the schedule fires again, from its
 // next fire after now, or replaying what it missed when catchup is set.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) error {
-	now := time.Now()
+	now := e.clock.Now()
 	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
 		if sc.Enabled {
 			return nil

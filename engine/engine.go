@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/store"
 )
@@ -35,6 +36,9 @@ type Config struct {
 	Logger         zerolog.Logger
 	// Registerer takes the engine's metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// Clock tells the engine's own time (the database keeps the jobs'):
+	// when limits were seen, when events happened; nil: the real clock.
+	Clock clock.Clock
 }
 
 // Engine runs the transitions of jobs and workers.
@@ -47,6 +51,7 @@ type Engine struct {
 	store   *store.Store
 	hub     *wakeup.Hub
 	log     zerolog.Logger
+	clock   clock.Clock
 	metrics *metrics
 	groups  groups
 	// limited remembers the queues with limits this node's claims saw.
@@ -67,6 +72,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 		store:   st,
 		hub:     hub,
 		log:     cfg.Logger,
+		clock:   clock.Or(cfg.Clock),
 		metrics: newMetrics(cfg.Registerer),
 	}
 	e.groups = e.newGroups()

@@ -80,7 +80,7 @@ func (e *Engine) publish(ctx context.Context, fx Effects) {
 		evs = append(evs, e.asIs(ctx, a)...)
 	}
 	msgs := fx.Messages
-	now := time.Now().UTC()
+	now := e.clock.Now().UTC()
 	for _, ev := range evs {
 		msgs = append(msgs, statusMessages(ev, now)...)
 	}

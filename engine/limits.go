@@ -23,18 +23,18 @@ type limitedPops struct {
 const limitedMemory = time.Hour
 
 // sawQueue records that the queue has limits.
-func (l *limitedPops) sawQueue(queue string) {
+func (l *limitedPops) sawQueue(queue string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.queues == nil {
 		l.queues = map[string]time.Time{}
 	}
-	l.queues[queue] = time.Now()
-	forgetOld(l.queues)
+	l.queues[queue] = now
+	forgetOld(l.queues, now)
 }
 
 // sawType records that the type's limits held back jobs of the queue.
-func (l *limitedPops) sawType(typ, queue string) {
+func (l *limitedPops) sawType(typ, queue string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.types == nil {
@@ -43,11 +43,11 @@ func (l *limitedPops) sawType(typ, queue string) {
 	if l.types[typ] == nil {
 		l.types[typ] = map[string]time.Time{}
 	}
-	l.types[typ][queue] = time.Now()
-	forgetOld(l.types[typ])
+	l.types[typ][queue] = now
+	forgetOld(l.types[typ], now)
 	if len(l.types) > 1000 {
 		for t, qs := range l.types {
-			if forgetOld(qs); len(qs) == 0 {
+			if forgetOld(qs, now); len(qs) == 0 {
 				delete(l.types, t)
 			}
 		}
@@ -55,11 +55,10 @@ func (l *limitedPops) sawType(typ, queue string) {
 }
 
 // forgetOld drops entries older than limitedMemory once there are many.
-func forgetOld(seen map[string]time.Time) {
+func forgetOld(seen map[string]time.Time, now time.Time) {
 	if len(seen) <= 1000 {
 		return
 	}
-	now := time.Now()
 	for k, t := range seen {
 		if now.Sub(t) > limitedMemory {
 			delete(seen, k)
@@ -70,18 +69,22 @@ func forgetOld(seen map[string]time.Time) {
 // RoomNotes wakes, for each queue whose pops limits held back, as many
 // pops as jobs of the queue, or of the type holding it, left running.
 func (e *Engine) RoomNotes(f store.Freed) []store.ReadyNote {
-	l := &e.limited
+	return e.limited.room(f, e.clock.Now())
+}
+
+// room is RoomNotes at now.
+func (l *limitedPops) room(f store.Freed, now time.Time) []store.ReadyNote {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var notes []store.ReadyNote
 	for q, n := range f.Queues {
-		if t, ok := l.queues[q]; ok && time.Since(t) < limitedMemory {
+		if t, ok := l.queues[q]; ok && now.Sub(t) < limitedMemory {
 			notes = append(notes, store.ReadyNote{Queue: q, N: n})
 		}
 	}
 	for typ, n := range f.Types {
 		for q, t := range l.types[typ] {
-			if time.Since(t) < limitedMemory {
+			if now.Sub(t) < limitedMemory {
 				notes = append(notes, store.ReadyNote{Queue: q, N: n})
 			}
 		}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"time"
 )
 
 // Submit stores one job with the node's next group of single
@@ -48,7 +47,7 @@ func (e *Engine) Push(ctx context.Context, queue string, jobs []NewJob) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	ready, now := int64(0), time.Now()
+	ready, now := int64(0), e.clock.Now()
 	for i, r := range res {
 		if r.Created && r.Delivered == nil && !jobs[i].RunAt.After(now) {
 			ready++

@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/store"
+)
+
+// A job that left running wakes the pops that a queue's or a type's limits
+// held back, for an hour after a claim last saw those limits.
+func TestRoomIsForQueuesWhoseLimitsHeldPops(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var l limitedPops
+	l.sawQueue("capped", start)
+	l.sawType("slow", "mixed", start)
+	freed := store.Freed{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
+
+	notes := l.room(freed, start.Add(time.Minute))
+	want := map[string]int{"capped": 2, "mixed": 1}
+	if len(notes) != len(want) {
+		t.Fatalf("notes %+v, want one for each of %v", notes, want)
+	}
+	for _, n := range notes {
+		if want[n.Queue] != n.N {
+			t.Errorf("note %+v, want N %d", n, want[n.Queue])
+		}
+	}
+	if notes := l.room(freed, start.Add(limitedMemory+time.Second)); len(notes) != 0 {
+		t.Errorf("an hour after the limits were last seen: %+v", notes)
+	}
+}
+
+// Entries are forgotten once many are old, so that the memory of limits
+// stays bounded.
+func TestOldLimitsAreForgottenOnceMany(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var l limitedPops
+	for i := range 1001 {
+		l.sawQueue(fmt.Sprint("q", i), start)
+	}
+	l.sawQueue("new", start.Add(2*limitedMemory))
+	if _, ok := l.queues["q0"]; ok || len(l.queues) != 1 {
+		t.Fatalf("%d queues remembered", len(l.queues))
+	}
+}
