@@ -1,6 +1,5 @@
 // Package registry holds the rules for workers: what a registration must
-// contain, which capabilities a worker offers, and how the seed protocol's
-// replies read.
+// contain and which capabilities a worker offers.
 package registry
 
 import (
@@ -15,7 +14,7 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// Errors whose texts are the protocol's replies.
+// Errors of a registration; the protocol's replies keep the seed's words.
 var (
 	ErrInvalidCapabilities = errors.New("Invalid capabilities format")
 	ErrInvalidWorkerID     = errors.New("invalid worker_id")
@@ -133,16 +132,4 @@ func parseCapabilities(raw json.RawMessage) ([]string, error) {
 	}
 	slices.Sort(all)
 	return slices.Compact(all), nil
-}
-
-// HeartbeatReply renders +OK with the tokens the worker must act on.
-func HeartbeatReply(res store.HeartbeatResult) string {
-	out := "OK"
-	if res.Drain {
-		out += " drain=true"
-	}
-	if len(res.Cancels) > 0 {
-		out += " cancel=" + strings.Join(res.Cancels, ",")
-	}
-	return out
 }

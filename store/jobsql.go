@@ -44,3 +44,20 @@ const (
 // returns (NULL when due now).
 const movedColumns = `j.id, CASE WHEN j.status = 'retrying' THEN 'queued' ELSE j.status END, j.queue, j.type,
 	j.requires, j.attempt, CASE WHEN j.run_at > now() THEN j.run_at END`
+
+// lostJobsSQL gives back, through their key, running jobs a lost worker
+// held (the attempt counted, as the decisions $1-$3 say), their error
+// errText; cond narrows the jobs.
+func lostJobsSQL(errText, cond string) string {
+	return `
+	UPDATE jobs j SET
+		status = ` + givenBackStatus + `,
+		finished_at = ` + givenBackFinished + `,
+		errors = CASE WHEN j.cancel_requested THEN j.errors
+		         ELSE ` + withError(errText) + ` END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
+	FROM ` + decided + `
+	WHERE j.id = d.id AND j.status = 'running' ` + cond + `
+	RETURNING ` + movedColumns
+}

@@ -82,17 +82,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 }
 
 // recoverLeasesSQL gives back jobs whose lease ran out, through their key.
-var recoverLeasesSQL = `
-	UPDATE jobs j SET
-		status = ` + givenBackStatus + `,
-		finished_at = ` + givenBackFinished + `,
-		errors = CASE WHEN j.cancel_requested THEN j.errors
-		         ELSE ` + withError("'lease expired: worker stopped heartbeating'") + ` END,
-		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
-	FROM ` + decided + `
-	WHERE j.id = d.id AND j.status = 'running'
-	RETURNING ` + movedColumns
+var recoverLeasesSQL = lostJobsSQL("'lease expired: worker stopped heartbeating'", "")
 
 // JobsFailTimedOut fails the current attempt of running jobs more than
 // grace past their timeout (retried as the retry policy decides) and flags

@@ -313,17 +313,7 @@ func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, run
 }
 
 // requeueLostSQL gives back jobs worker $4 lost in a restart.
-var requeueLostSQL = `
-	UPDATE jobs j SET
-		status = ` + givenBackStatus + `,
-		finished_at = ` + givenBackFinished + `,
-		errors = CASE WHEN j.cancel_requested THEN j.errors
-		         ELSE ` + withError("'worker ' || j.worker_id || ' restarted without it'") + ` END,
-		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
-	FROM ` + decided + `
-	WHERE j.id = d.id AND j.worker_id = $4 AND j.status = 'running'
-	RETURNING ` + movedColumns
+var requeueLostSQL = lostJobsSQL("'worker ' || j.worker_id || ' restarted without it'", "AND j.worker_id = $4")
 
 // sameSet reports whether a and b hold the same strings, in any order.
 func sameSet(a, b []string) bool {
