@@ -197,7 +197,7 @@ func validClientName(name string) error {
 
 // CLIENT SETNAME name | GETNAME | ID | SETINFO LIB-NAME|LIB-VER value | INFO | LIST
 func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	sub := strings.ToLower(string(args[1]))
+	sub := resp.Lower(args[1])
 	wrongArity := resp.Errorf("wrong number of arguments for 'client|%s' command", sub)
 	switch sub {
 	case "setname":
@@ -278,7 +278,7 @@ func clientFilter(args [][]byte) (func(*Session) bool, error) {
 		}
 		return func(sess *Session) bool { return ids[sess.ID] }, nil
 	case resp.Is(args[0], "TYPE") && len(args) == 2:
-		typ := strings.ToLower(string(args[1]))
+		typ := resp.Lower(args[1])
 		switch typ {
 		case "normal", "pubsub":
 			return func(sess *Session) bool { return sess.subscribed() == (typ == "pubsub") }, nil

@@ -102,7 +102,7 @@ func (s *Server) begin(sess *Session, cmd redcon.Command, start time.Time) (c *C
 	c = s.lookup(cmd.Args[0])
 	if c == nil {
 		sess.lastCommand.Store("unknown")
-		return nil, asciiLower(cmd.Args[0])
+		return nil, resp.Lower(cmd.Args[0])
 	}
 	sess.lastCommand.Store(c.Name)
 	return c, c.Name
@@ -139,7 +139,7 @@ func (s *Server) end(sess *Session, c *Command, name string, start time.Time, r 
 
 // isReport reports whether cmd is a JOB.UPDATE with its two arguments.
 func isReport(cmd redcon.Command) bool {
-	return len(cmd.Args) == 3 && asciiEqualFold(cmd.Args[0], "job.update")
+	return len(cmd.Args) == 3 && resp.Is(cmd.Args[0], "job.update")
 }
 
 // pipelinedReports reports whether first and the commands pipelined after
@@ -343,33 +343,4 @@ func (s *Server) lookup(b []byte) *Command {
 		buf[i] = c
 	}
 	return s.table[string(buf[:len(b)])]
-}
-
-// asciiEqualFold reports whether b is lower (an ASCII lowercase word) in
-// any case of its ASCII letters.
-func asciiEqualFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// asciiLower lowercases ASCII letters only, so an unknown command's name is
-// echoed with its bytes intact, as Redis does.
-func asciiLower(b []byte) string {
-	out := []byte(string(b))
-	for i, c := range out {
-		if 'A' <= c && c <= 'Z' {
-			out[i] = c + 'a' - 'A'
-		}
-	}
-	return string(out)
 }

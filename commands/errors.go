@@ -48,8 +48,13 @@ func Explain(err error) (string, bool) {
 
 // refusalReply words the engine's refusals; nil for any other error.
 func refusalReply(err error) *resp.Error {
+	var job *engine.JobError
+	if errors.As(err, &job) {
+		if e := jobRefusal(job.JobID, job.Err); e != nil {
+			return e
+		}
+	}
 	var (
-		job        *engine.JobError
 		notWorker  *engine.WorkerNotRegisteredError
 		otherOwner *engine.WorkerOfAnotherPrincipalError
 		badReg     *engine.InvalidRegistrationError
@@ -60,8 +65,6 @@ func refusalReply(err error) *resp.Error {
 		exists     *engine.JobExistsError
 	)
 	switch {
-	case errors.As(err, &job):
-		return jobRefusal(job.JobID, job.Err)
 	case errors.As(err, &notWorker):
 		return resp.Errorf("Worker not registered: %s", notWorker.ID)
 	case errors.As(err, &otherOwner):
@@ -88,7 +91,7 @@ func refusalReply(err error) *resp.Error {
 	return nil
 }
 
-// jobRefusal words a refusal about job id.
+// jobRefusal words a refusal about job id; nil when err is no refusal.
 func jobRefusal(id string, err error) *resp.Error {
 	var (
 		owner   *engine.NotOwnerError
@@ -114,7 +117,7 @@ func jobRefusal(id string, err error) *resp.Error {
 	case errors.Is(err, engine.ErrNotHolder):
 		return resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
 	}
-	return resp.Errorf("job %s: %s", id, err)
+	return nil
 }
 
 // errWorkerTaken keeps the seed's words.

@@ -26,7 +26,7 @@ func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.
 		}
 		return out, nil
 	}
-	switch strings.ToLower(string(args[1])) {
+	switch resp.Lower(args[1]) {
 	case "count":
 		return resp.Int(len(s.table)), nil
 	case "list":
@@ -34,7 +34,7 @@ func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.
 	case "info":
 		out := resp.Array{}
 		for _, a := range args[2:] {
-			if c := s.table[strings.ToLower(string(a))]; c != nil {
+			if c := s.table[resp.Lower(a)]; c != nil {
 				out = append(out, commandInfo(c))
 			} else {
 				out = append(out, resp.NilArray)
@@ -46,7 +46,7 @@ func (s *Server) cmdCommand(_ context.Context, _ *Session, args [][]byte) (resp.
 		if len(args) > 2 {
 			names = names[:0]
 			for _, a := range args[2:] {
-				if n := strings.ToLower(string(a)); s.table[n] != nil {
+				if n := resp.Lower(a); s.table[n] != nil {
 					names = append(names, n)
 				}
 			}
@@ -144,7 +144,7 @@ func (s *Server) infoSections() []infoSection {
 func (s *Server) cmdInfo(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
-		want[strings.ToLower(string(a))] = true
+		want[resp.Lower(a)] = true
 	}
 	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
 	var b strings.Builder

@@ -270,7 +270,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 			return nil, resp.ErrSyntax
 		}
 		v := string(args[i+1])
-		switch strings.ToUpper(string(args[i])) {
+		switch resp.Upper(args[i]) {
 		case "QUEUE":
 			p.Queue = v
 		case "STATUS":

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"strings"
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/resp"
@@ -20,7 +19,7 @@ func (s *Server) keyCommands() []*Command {
 
 // KEY.CREATE role principal
 func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	role, name := strings.ToLower(string(args[1])), string(args[2])
+	role, name := resp.Lower(args[1]), string(args[2])
 	key, err := s.keys.Create(ctx, role, name)
 	if err != nil {
 		return nil, keyError(err)

@@ -200,7 +200,7 @@ func (ks *keyspace) cmdTTL(ctx context.Context, _ *Session, args [][]byte) (resp
 		return resp.Int(-2), nil
 	case v.ttl == noExpiry:
 		return resp.Int(-1), nil
-	case strings.EqualFold(string(args[0]), "pttl"):
+	case resp.Is(args[0], "pttl"):
 		return resp.Int(v.ttl.Milliseconds()), nil
 	}
 	return resp.Int((v.ttl.Milliseconds() + 500) / 1000), nil // rounded, as Redis does

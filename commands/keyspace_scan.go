@@ -71,7 +71,7 @@ func newKeyQuery(pattern, typ string) (*keyQuery, error) {
 		return q, nil // no stored key has such bytes: it matches nothing
 	}
 	for kind, f := range keyFamilies {
-		q.possible[kind] = (typ == "" || strings.EqualFold(typ, f.typ)) && q.glob.canMatchShape(f.head, f.tail, f.nameBytes())
+		q.possible[kind] = (typ == "" || resp.Is([]byte(typ), f.typ)) && q.glob.canMatchShape(f.head, f.tail, f.nameBytes())
 	}
 	return q, nil
 }
@@ -263,7 +263,7 @@ func (ks *keyspace) cmdScan(ctx context.Context, _ *Session, args [][]byte) (res
 		if i+1 >= len(args) {
 			return nil, resp.ErrSyntax
 		}
-		switch v := string(args[i+1]); strings.ToLower(string(args[i])) {
+		switch v := string(args[i+1]); resp.Lower(args[i]) {
 		case "match":
 			pattern = v
 		case "type":

@@ -74,7 +74,7 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 func parseLimits(args [][]byte) (engine.LimitsChange, error) {
 	var change engine.LimitsChange
 	for i := 0; i < len(args); {
-		switch strings.ToUpper(string(args[i])) {
+		switch resp.Upper(args[i]) {
 		case "MAXRUNNING":
 			if i+1 >= len(args) || change.MaxRunning != nil {
 				return change, resp.ErrSyntax
@@ -89,12 +89,12 @@ func parseLimits(args [][]byte) (engine.LimitsChange, error) {
 			if i+1 >= len(args) || change.Rate != nil {
 				return change, resp.ErrSyntax
 			}
-			if strings.EqualFold(string(args[i+1]), "NONE") {
+			if resp.Is(args[i+1], "NONE") {
 				change.Rate = &engine.Rate{}
 				i += 2
 				continue
 			}
-			if i+3 >= len(args) || !strings.EqualFold(string(args[i+2]), "PER") {
+			if i+3 >= len(args) || !resp.Is(args[i+2], "PER") {
 				return change, resp.ErrSyntax
 			}
 			n, err := limitValue(args[i+1], 100_000, "RATE", false)
@@ -117,7 +117,7 @@ func parseLimits(args [][]byte) (engine.LimitsChange, error) {
 // limitValue parses a whole number from 1 to most, or NONE (0) where
 // allowed.
 func limitValue(arg []byte, most int64, what string, none bool) (int, error) {
-	if none && strings.EqualFold(string(arg), "NONE") {
+	if none && resp.Is(arg, "NONE") {
 		return 0, nil
 	}
 	n, err := resp.ParseInt(arg)

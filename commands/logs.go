@@ -3,7 +3,6 @@ package commands
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -62,11 +61,8 @@ func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (res
 		attempt = n
 	}
 	lines, _, err := s.eng.JobLogs(ctx, id, attempt)
-	if errors.Is(err, engine.ErrNotFound) {
-		return nil, resp.Errorf("no such job %s", id)
-	}
 	if err != nil {
-		return nil, err
+		return nil, &engine.JobError{JobID: id, Err: err}
 	}
 	return resp.StringArray(lines), nil
 }

@@ -145,8 +145,8 @@ func parseMPop(args [][]byte) (queues []string, count int, err error) {
 	}
 	rest := args[1+n:]
 	switch {
-	case asciiEqualFold(rest[0], "right"):
-	case asciiEqualFold(rest[0], "left"):
+	case resp.Is(rest[0], "right"):
+	case resp.Is(rest[0], "left"):
 		return nil, 0, resp.Errorf("agq queues hand out their oldest job first: pop with RIGHT")
 	default:
 		return nil, 0, resp.ErrSyntax
@@ -154,7 +154,7 @@ func parseMPop(args [][]byte) (queues []string, count int, err error) {
 	count = 1
 	switch {
 	case len(rest) == 1:
-	case len(rest) == 3 && asciiEqualFold(rest[1], "count"):
+	case len(rest) == 3 && resp.Is(rest[1], "count"):
 		c, err := resp.ParseInt(rest[2])
 		if err != nil || c < 1 || c > maxPopCount {
 			return nil, 0, resp.Errorf("count should be between 1 and %d", maxPopCount)

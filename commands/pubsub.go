@@ -258,7 +258,7 @@ func (s *Server) subscribedCommand(sub *subscriber, cmd redcon.Command) (quit bo
 	if len(cmd.Args) == 0 {
 		return false
 	}
-	name := asciiLower(cmd.Args[0])
+	name := resp.Lower(cmd.Args[0])
 	sub.wmu.Lock()
 	defer sub.wmu.Unlock()
 	defer sub.conn.Flush()

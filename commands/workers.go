@@ -124,7 +124,7 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 	}
 	state := ""
 	if len(args) == 2 {
-		state = strings.ToUpper(string(args[1]))
+		state = resp.Upper(args[1])
 		switch state {
 		case engine.WorkerActive, engine.WorkerDraining, engine.WorkerDead, engine.WorkerUnregistered:
 		default:

@@ -3,7 +3,6 @@ package resp
 import (
 	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -32,7 +31,49 @@ func ParseTimeout(arg []byte) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
-// Is reports whether arg equals the keyword, ignoring ASCII case.
+// Keywords are compared one way, ASCII only, as Redis compares them: a
+// letter outside ASCII never folds into one (strings.EqualFold would fold
+// "ſ" into "S").
+
+// Is reports whether arg equals the keyword, ignoring ASCII case, without
+// allocating.
 func Is(arg []byte, keyword string) bool {
-	return strings.EqualFold(string(arg), keyword)
+	if len(arg) != len(keyword) {
+		return false
+	}
+	for i, c := range arg {
+		if lowerASCII(c) != lowerASCII(keyword[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Upper is arg with its ASCII letters in upper case, for a switch over
+// keywords.
+func Upper(arg []byte) string {
+	out := []byte(string(arg))
+	for i, c := range out {
+		if 'a' <= c && c <= 'z' {
+			out[i] = c - ('a' - 'A')
+		}
+	}
+	return string(out)
+}
+
+// Lower is arg with its ASCII letters in lower case, its other bytes
+// intact (an unknown command's name is echoed so).
+func Lower(arg []byte) string {
+	out := []byte(string(arg))
+	for i, c := range out {
+		out[i] = lowerASCII(c)
+	}
+	return string(out)
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
 }
