@@ -18,30 +18,35 @@ import (
 // one is marked, and its worker told through its heartbeat reply, its next
 // JOB.UPDATE and job.cancel.
 func (e *Engine) CancelJob(ctx context.Context, id string) error {
-	if err := e.store.JobCancel(ctx, id); err != nil {
-		return jobError(id, err)
-	}
-	var told []wakeup.Message
-	e.publish(ctx, Effects{AsIs: []AsIs{{IDs: []string{id}, Event: func(j store.JobState) string {
-		if j.Status == store.StatusRunning {
-			told = append(told, wakeup.Message{Channel: "job.cancel", Payload: j.ID})
-			return "cancel_requested"
+	return e.transition(ctx, func() (Effects, error) {
+		if err := e.store.JobCancel(ctx, id); err != nil {
+			return Effects{}, jobError(id, err)
 		}
-		return j.Status
-	}}}})
-	if len(told) > 0 {
-		e.hub.PublishMessages(told)
-	}
-	return nil
+		return Effects{AsIs: []AsIs{{IDs: []string{id},
+			Event: func(j store.JobState) string {
+				if j.Status == store.StatusRunning {
+					return "cancel_requested"
+				}
+				return j.Status
+			},
+			Tell: func(j store.JobState) []wakeup.Message {
+				if j.Status == store.StatusRunning {
+					return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
+				}
+				return nil
+			},
+		}}}, nil
+	})
 }
 
 // RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
-	if err := e.store.JobRetry(ctx, id); err != nil {
-		return jobError(id, err)
-	}
-	e.publish(ctx, Effects{AsIs: []AsIs{named("retried", id)}})
-	return nil
+	return e.transition(ctx, func() (Effects, error) {
+		if err := e.store.JobRetry(ctx, id); err != nil {
+			return Effects{}, jobError(id, err)
+		}
+		return Effects{AsIs: []AsIs{named("retried", id)}}, nil
+	})
 }
 
 // PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).
@@ -55,11 +60,12 @@ func (e *Engine) PauseQueue(ctx context.Context, name string, paused bool) error
 // DrainWorker is WORKER.DRAIN: the worker gets no more work, and its next
 // heartbeat says drain=true.
 func (e *Engine) DrainWorker(ctx context.Context, id string) error {
-	if err := e.store.WorkerDrain(ctx, id); err != nil {
-		return workerError(id, err)
-	}
-	e.publish(ctx, Effects{Messages: e.workerEvents(id, "draining")})
-	return nil
+	return e.transition(ctx, func() (Effects, error) {
+		if err := e.store.WorkerDrain(ctx, id); err != nil {
+			return Effects{}, workerError(id, err)
+		}
+		return Effects{Messages: e.workerEvents(id, "draining")}, nil
+	})
 }
 
 // PauseSchedule is SCHEDULE.PAUSE.

@@ -34,10 +34,21 @@ type Effects struct {
 }
 
 // AsIs announces jobs by their status after the commit: Event names the
-// transition from it.
+// transition from it, and Tell, when set, adds the messages a job in that
+// status calls for.
 type AsIs struct {
 	IDs   []string
 	Event func(store.JobState) string
+	Tell  func(store.JobState) []wakeup.Message
+}
+
+// transition runs one transition and publishes the effects it returns,
+// also when it fails midway (a snooze past its limit failed the job, and
+// its room is free all the same): no transition publishes on its own.
+func (e *Engine) transition(ctx context.Context, run func() (Effects, error)) error {
+	fx, err := run()
+	e.publish(ctx, fx)
+	return err
 }
 
 // StatusEvent is one transition of one job, as job.<id>.status carries it.
@@ -76,10 +87,11 @@ func (e *Engine) publish(ctx context.Context, fx Effects) {
 		evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: store.StatusRunning,
 			Attempt: c.Job.Attempt, WorkerID: c.Worker})
 	}
-	for _, a := range fx.AsIs {
-		evs = append(evs, e.asIs(ctx, a)...)
-	}
 	msgs := fx.Messages
+	for _, a := range fx.AsIs {
+		more, told := e.asIs(ctx, a)
+		evs, msgs = append(evs, more...), append(msgs, told...)
+	}
 	now := e.clock.Now().UTC()
 	for _, ev := range evs {
 		msgs = append(msgs, statusMessages(ev, now)...)
@@ -89,24 +101,28 @@ func (e *Engine) publish(ctx context.Context, fx Effects) {
 	}
 }
 
-// asIs reads the jobs of a for their events.
-func (e *Engine) asIs(ctx context.Context, a AsIs) []StatusEvent {
+// asIs reads the jobs of a for their events and messages.
+func (e *Engine) asIs(ctx context.Context, a AsIs) ([]StatusEvent, []wakeup.Message) {
 	if len(a.IDs) == 0 {
-		return nil
+		return nil, nil
 	}
 	states, err := e.store.JobStates(ctx, a.IDs)
 	if err != nil {
 		e.log.Warn().Err(err).Msg("reading jobs for their status messages")
-		return nil
+		return nil, nil
 	}
 	evs := make([]StatusEvent, len(states))
+	var msgs []wakeup.Message
 	for i, j := range states {
 		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt}
 		if j.WorkerID != nil {
 			evs[i].WorkerID = *j.WorkerID
 		}
+		if a.Tell != nil {
+			msgs = append(msgs, a.Tell(j)...)
+		}
 	}
-	return evs
+	return evs, msgs
 }
 
 // statusMessages are ev's messages on job.<id>.status and

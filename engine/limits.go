@@ -100,12 +100,15 @@ func (e *Engine) ConfigureQueue(ctx context.Context, name string, change LimitsC
 // ConfigureType changes a job type's limits, counted across every queue,
 // and answers those now in force.
 func (e *Engine) ConfigureType(ctx context.Context, name string, change LimitsChange) (Limits, error) {
-	limits, err := e.store.TypeConfigure(ctx, name, change)
-	if err != nil {
-		return limits, err
-	}
-	// Loosened limits may leave room at once: wake, on every node, the
-	// pops the type held back.
-	e.publish(ctx, Effects{Freed: store.Freed{Types: map[string]int{name: 1_000_000}}})
-	return limits, nil
+	var limits Limits
+	err := e.transition(ctx, func() (Effects, error) {
+		var err error
+		if limits, err = e.store.TypeConfigure(ctx, name, change); err != nil {
+			return Effects{}, err
+		}
+		// Loosened limits may leave room at once: wake, on every node,
+		// the pops the type held back.
+		return Effects{Freed: store.Freed{Types: map[string]int{name: 1_000_000}}}, nil
+	})
+	return limits, err
 }

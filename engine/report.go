@@ -47,11 +47,12 @@ func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok boo
 // given back; past the snooze limit the job fails instead.
 func (e *Engine) snooze(ctx context.Context, p Report) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
-	freed, err := e.store.JobUpdate(ctx, p)
-	fx := Effects{Freed: freed} // the snooze, or a failure past the limit
-	if err == nil {
-		fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
-	}
-	e.publish(ctx, fx)
-	return jobError(p.ID, err)
+	return e.transition(ctx, func() (Effects, error) {
+		freed, err := e.store.JobUpdate(ctx, p)
+		fx := Effects{Freed: freed} // the snooze, or a failure past the limit
+		if err == nil {
+			fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
+		}
+		return fx, jobError(p.ID, err)
+	})
 }

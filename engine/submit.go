@@ -19,12 +19,16 @@ func (e *Engine) Submit(ctx context.Context, job NewJob) (SubmitResult, error) {
 // SubmitBatch stores jobs in one transaction of their own: a bad one
 // stores none.
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult, error) {
-	res, notes, err := e.store.JobsSubmit(ctx, jobs)
-	if err != nil {
-		return nil, err
-	}
-	e.publish(ctx, Effects{Ready: notes, Events: submittedEvents(jobs, res, nil)})
-	return res, nil
+	var res []SubmitResult
+	err := e.transition(ctx, func() (Effects, error) {
+		var notes []ReadyNote
+		var err error
+		if res, notes, err = e.store.JobsSubmit(ctx, jobs); err != nil {
+			return Effects{}, err
+		}
+		return Effects{Ready: notes, Events: submittedEvents(jobs, res, nil)}, nil
+	})
+	return res, err
 }
 
 // submit is Submit for one job, SubmitBatch for more.

@@ -33,11 +33,12 @@ func ParseRegistration(raw []byte) (Worker, []string, error) { return registry.P
 // lists them, were lost with an earlier process and go back to their
 // queues. Its pops blocked on any node look again under its capabilities.
 func (e *Engine) RegisterWorker(ctx context.Context, w Worker, running []string) error {
-	if err := e.store.WorkerRegister(ctx, w, e.Lease(), running); err != nil {
-		return err
-	}
-	e.publish(ctx, Effects{Messages: e.workerEvents(w.ID, "registered")})
-	return nil
+	return e.transition(ctx, func() (Effects, error) {
+		if err := e.store.WorkerRegister(ctx, w, e.Lease(), running); err != nil {
+			return Effects{}, err
+		}
+		return Effects{Messages: e.workerEvents(w.ID, "registered")}, nil
+	})
 }
 
 // Heartbeat records that worker id is alive and extends the leases of the
@@ -50,11 +51,12 @@ func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (Heartb
 // UnregisterWorker ends a worker's registration; the jobs it still holds
 // go back to their queues at once.
 func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
-	if err := e.store.WorkerUnregister(ctx, id); err != nil {
-		return workerError(id, err)
-	}
-	e.publish(ctx, Effects{Messages: e.workerEvents(id, "unregistered")})
-	return nil
+	return e.transition(ctx, func() (Effects, error) {
+		if err := e.store.WorkerUnregister(ctx, id); err != nil {
+			return Effects{}, workerError(id, err)
+		}
+		return Effects{Messages: e.workerEvents(id, "unregistered")}, nil
+	})
 }
 
 // CheckWorkerAccess refuses principal, unless admin, acting on a worker
@@ -82,6 +84,8 @@ func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line
 		}
 		return err
 	}
+	// Sent whether or not a subscriber is known: a line is kept and sent
+	// as the worker writes it, not a status someone may not want.
 	e.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
 	return nil
 }
