@@ -1,0 +1,110 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/agq/agq/engine"
+)
+
+// setupSubscribed is setup with a subscriber on this node, so that the
+// engine publishes status events.
+func setupSubscribed(t *testing.T) *testBundle {
+	t.Helper()
+	b := setup(t)
+	receive(t, "the hub's notice of interest", b.hub.SetSubscribed(true))
+	return b
+}
+
+func TestEvents(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ASubmittedClaimedCompletedJobIsAnnouncedInOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		held := b.submitAndClaim(t, newJob("j1"))
+		if err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusCompleted)); err != nil {
+			t.Fatal(err)
+		}
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "completed")
+		b.messages.waitEvents(t, "queue.q.events", "j1", "submitted", "started", "completed")
+
+		var started engine.StatusEvent
+		for _, p := range b.messages.on("job.j1.status") {
+			var ev engine.StatusEvent
+			if err := json.Unmarshal([]byte(p), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Event == "started" {
+				started = ev
+			}
+		}
+		if started.Queue != "q" || started.Status != engine.StatusRunning || started.Attempt != 1 || started.WorkerID != "w1" {
+			t.Fatalf("started event: %+v", started)
+		}
+	})
+
+	t.Run("AJobHandedOverIsAnnouncedSubmittedThenStarted", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		popped := b.startPop(t, b.worker, newWait(deadline))
+		if res := b.submit(t, newJob("j1")); res.Delivered == nil {
+			t.Fatal("the submission was not handed over")
+		}
+		receive(t, "the pop's job", popped)
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started")
+	})
+
+	t.Run("AFailureRetriedIsAnnouncedRetrying", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		held := b.submitAndClaim(t, newJob("j1"))
+		r := report(held, "w1", engine.StatusFailed)
+		r.Error, r.Retryable = "boom", true
+		if err := b.engine.Report(b.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "retrying")
+	})
+
+	t.Run("CancellingARunningJobIsAnnouncedAndToldOnJobCancel", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		b.submitAndClaim(t, newJob("j1"))
+		if err := b.engine.CancelJob(b.ctx, "j1"); err != nil {
+			t.Fatal(err)
+		}
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "cancel_requested")
+		eventually(t, "job.cancel naming j1", func() bool {
+			return slices.Equal(b.messages.on("job.cancel"), []string{"j1"})
+		})
+	})
+
+	t.Run("RetryingAFailedJobIsAnnouncedRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		held := b.submitAndClaim(t, newJob("j1"))
+		r := report(held, "w1", engine.StatusFailed)
+		r.Error = "boom"
+		if err := b.engine.Report(b.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.engine.RetryJob(b.ctx, "j1"); err != nil {
+			t.Fatal(err)
+		}
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "failed", "retried")
+	})
+
+	t.Run("NothingIsAnnouncedWhileNobodySubscribes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		held := b.submitAndClaim(t, newJob("j1"))
+		if err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusCompleted)); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.messages.on("job.j1.status"); len(got) != 0 {
+			t.Fatalf("published %q with no subscriber", got)
+		}
+	})
+}
