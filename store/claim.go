@@ -447,21 +447,58 @@ const claimJobs = claimWorkers + `, qlocked AS (
 // JobRelease gives back a just-claimed job whose delivery could not happen
 // (the client left): queued again, the attempt not counted. Only that
 // delivery is given back, never a later one of the same job. The note says
-// whom it may wake; the caller publishes it.
+// whom it may wake; the caller publishes it. A job whose cancellation was
+// asked meanwhile ends cancelled instead, as a sweep would end it, and
+// listeners are told inside the transaction: no note.
 func (s *Store) JobRelease(ctx context.Context, j Job, workerID string) ([]ReadyNote, error) {
-	var queue string
-	var requires []string
-	err := s.Pool.QueryRow(ctx, `
-		UPDATE jobs SET status = 'queued', worker_id = NULL, attempt = greatest(attempt - 1, 0),
-			`+clearDelivery+`, updated_at = now()
-		WHERE id = $1 AND worker_id = $2 AND status = 'running' AND ack_deadline IS NOT NULL
-			AND delivery IS NOT DISTINCT FROM $3::uuid
-		RETURNING queue, requires`, j.ID, workerID, j.Delivery).Scan(&queue, &requires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil // already acknowledged or moved on
-	}
+	var notes []ReadyNote
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, releaseSQL, j.ID, workerID, j.Delivery)
+		if err != nil {
+			return err
+		}
+		var moved []movedJob
+		for rows.Next() {
+			m, err := scanMoved(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			moved = append(moved, m)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, m := range moved { // none when already acknowledged or moved on
+			if m.status != StatusCancelled {
+				notes = append(notes, ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
+				continue
+			}
+			if err := tellMoved(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	return []ReadyNote{{Queue: queue, N: 1, Requires: requires}}, nil
+	return notes, nil
 }
+
+// releaseSQL gives back the delivery $3 of job $1 claimed for worker $2
+// while unacknowledged: found by its key or among the worker's running
+// jobs (jobs_running), as the planner likes. A job asked to cancel keeps
+// its holder and attempt: it will not run again, and a report naming that
+// delivery is then about the job's latest one, answered CANCELLED.
+const releaseSQL = `
+	UPDATE jobs j SET
+		status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+		finished_at = CASE WHEN j.cancel_requested THEN now() END,
+		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
+		attempt = CASE WHEN j.cancel_requested THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		` + clearDelivery + `, updated_at = now()
+	WHERE j.id = $1 AND j.worker_id = $2 AND j.status = 'running' AND j.ack_deadline IS NOT NULL
+		AND j.delivery IS NOT DISTINCT FROM $3::uuid
+	RETURNING ` + movedColumns

@@ -127,6 +127,30 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "j.id = ANY($1::text[]) AND j.status = 'running'", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
+			// A group of acknowledgements and progress updates each job
+			// through its key.
+			name: "AnAcknowledgementGroupUpdatesThroughThePrimaryKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				st.JobsAck(ctx, []store.JobUpdateParams{
+					{ID: "j00999999", WorkerID: "worker-1", Raw: []byte(`{"progress_percent":40}`)},
+					{ID: "j00999999", WorkerID: "worker-1", Status: store.StatusRunning},
+					{ID: "j00999998", WorkerID: "worker-2", Status: store.StatusRunning}})
+				return nil
+			},
+			match: "PARTITION BY id, worker", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
+			// Found by its key, or among the worker's running jobs (about
+			// 33 here): either way, no more than one worker holds.
+			name: "AReleaseUsesThePrimaryKeyOrJobsRunning",
+			run: func(ctx context.Context, st *store.Store) error {
+				token := "00000000-0000-4000-8000-000000000000"
+				_, err := st.JobRelease(ctx, store.Job{ID: "j00999999", Delivery: &token}, "worker-1")
+				return err
+			},
+			match: "ELSE 'queued' END", index: "jobs_pkey|jobs_running", maxScanned: 100,
+		},
+		{
 			// Three weeks of completed jobs are past a week's retention.
 			name: "RetentionUsesJobsFinished",
 			run: func(ctx context.Context, st *store.Store) error {

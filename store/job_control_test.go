@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,6 +33,7 @@ func TestJobCancel(t *testing.T) {
 		{fromCancelled, unchanged},
 		{fromCancelledByHolder, unchanged},
 		{fromCancelledOnRequest, unchanged},
+		{fromCancelledOnRelease, unchanged},
 	}
 	for _, tc := range tests {
 		t.Run("From"+tc.from.name, func(t *testing.T) {
@@ -101,6 +104,7 @@ func TestJobRetry(t *testing.T) {
 		{fromCancelled, moves(store.StatusQueued)},
 		{fromCancelledByHolder, moves(store.StatusQueued)},
 		{fromCancelledOnRequest, moves(store.StatusQueued)},
+		{fromCancelledOnRelease, moves(store.StatusQueued)},
 		{fromCompleted, refused(errState)},
 		{fromQueued, unchanged},
 		{fromScheduled, unchanged},
@@ -305,6 +309,50 @@ func TestJobRelease(t *testing.T) {
 		}
 		if again := b.claim(t, j.ID, holder); again.Attempt != 1 {
 			t.Fatalf("claimed again at attempt %d, want 1", again.Attempt)
+		}
+	})
+	t.Run("EndsAJobAskedToCancelCancelled", func(t *testing.T) {
+		t.Parallel()
+		j := claimed(t, "release-cancelled")
+		if err := b.st.JobCancel(b.ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		listener := connect(b.ctx, t, b.url)
+		for _, ch := range []string{store.ChannelDone, store.ChannelMoved, store.ChannelJobs} {
+			if _, err := listener.Exec(b.ctx, "LISTEN "+ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		notes, err := b.st.JobRelease(b.ctx, j, holder)
+		end := time.Now()
+		if err != nil || len(notes) != 0 {
+			t.Fatalf("release: %+v, %v; want no note: the job is not ready", notes, err)
+		}
+		after := b.get(t, j.ID)
+		if after.Status != store.StatusCancelled || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
+			!after.CancelRequested || str(after.WorkerID) != holder || after.Attempt != 1 ||
+			after.AckDeadline != nil || after.LeaseExpiresAt != nil || after.DeadlineAt != nil || after.StartedAt != nil {
+			t.Fatalf("released: %+v", after)
+		}
+		// JOB.WAIT waiters are told it ended, and every node that it left
+		// running, cancelled; nobody that it is ready.
+		var got []string
+		for len(got) < 2 {
+			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+			n, err := listener.WaitForNotification(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("notifications %q, then %v", got, err)
+			}
+			got = append(got, n.Channel+" "+n.Payload)
+		}
+		moved, _ := json.Marshal(store.Moved{ID: j.ID, Status: store.StatusCancelled, Queue: j.Queue, Type: j.Type, Attempt: 1})
+		if want := []string{store.ChannelDone + " " + j.ID, store.ChannelMoved + " " + string(moved)}; !slices.Equal(got, want) {
+			t.Fatalf("notifications %q, want %q", got, want)
+		}
+		if ids, _ := b.claimIDs(t, j.Queue, []string{"t"}, holder); len(ids) != 0 {
+			t.Fatalf("claimed %q, a cancelled job", ids)
 		}
 	})
 	tests := []struct {

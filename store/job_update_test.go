@@ -53,17 +53,6 @@ func with(base, except outcomes) outcomes {
 	return out
 }
 
-// drop leaves out kinds of reports.
-func drop(o outcomes, names ...string) outcomes {
-	out := outcomes{}
-	for k, v := range o {
-		if !slices.Contains(names, k) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // holderMoves is what the holder's reports do to its running job.
 var holderMoves = outcomes{
 	reportProgress.name:      moves(store.StatusRunning),
@@ -100,8 +89,9 @@ var updateCases = []struct {
 	{fromRunningLastAttempt, byAdmin, with(holderMoves, outcomes{reportFailed.name: moves(store.StatusFailed)})},
 
 	// The holder's failure sent again: the job already waits for its retry.
-	// (Not covered: a failure that is not retryable sent after it.)
-	{fromRetrying, byHolder, drop(every(refused(errState), outcomes{reportFailed.name: unchanged}), reportFailedForGood.name)},
+	// A failure not retryable is another report, about a delivery that
+	// ended: refused, as it cannot stop the retry.
+	{fromRetrying, byHolder, every(refused(errState), outcomes{reportFailed.name: unchanged})},
 	{fromRetrying, byAnother, every(refused(errState), nil)},
 	{fromRetrying, byAdmin, every(refused(errState), nil)},
 
@@ -121,6 +111,9 @@ var updateCases = []struct {
 	{fromCancelledOnRequest, byHolder, every(refused(errCancelled), nil)},
 	{fromCancelledOnRequest, byAnother, every(refused(errNotOwner), nil)},
 	{fromCancelledOnRequest, byAdmin, every(refused(errCancelled), nil)},
+	{fromCancelledOnRelease, byHolder, every(refused(errCancelled), nil)},
+	{fromCancelledOnRelease, byAnother, every(refused(errNotOwner), nil)},
+	{fromCancelledOnRelease, byAdmin, every(refused(errCancelled), nil)},
 
 	{fromCancelRequested, byHolder, every(cancels, nil)},
 	{fromCancelRequested, byAnother, every(refused(errNotOwner), nil)},
@@ -257,12 +250,13 @@ func TestJobUpdateAboutAnotherDelivery(t *testing.T) {
 			every(refused(errStale), nil)},
 		{"StaleTokenWithoutAttempt", func(l delivery) delivery { return delivery{0, staleToken} },
 			every(refused(errStale), nil)},
-		// A report about the first delivery, sent late, is refused. (Not
-		// covered: the first delivery's own failure sent again.)
+		// A report about the first delivery, sent late, is refused, unless
+		// it is the failure that ended it, sent again: OK, and nothing
+		// freed, since the job did not leave running.
 		{"EarlierAttempt", func(l delivery) delivery { return delivery{l.attempt - 1, ""} },
-			drop(every(refused(errState), nil), reportFailed.name, reportFailedForGood.name)},
+			every(refused(errState), outcomes{reportFailed.name: unchanged})},
 		{"EarlierAttemptAndItsToken", nil,
-			drop(every(refused(errState), nil), reportFailed.name, reportFailedForGood.name)},
+			every(refused(errState), outcomes{reportFailed.name: unchanged})},
 		{"LaterAttempt", func(l delivery) delivery { return delivery{l.attempt + 1, l.token} },
 			every(refused(errState), nil)},
 	}
@@ -439,6 +433,48 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 			t.Fatalf("%v, freed %+v, progress %s", errs, freed, j.Progress)
 		}
 	})
+	// Sent one at a time the same reports keep the same progress: the
+	// last a delivery gave in the group, not erased by an acknowledgement
+	// after it, nor taken from a report another worker slipped in.
+	groups := []struct {
+		name string
+		by   []actor
+		sent []reportKind
+		want string
+	}{
+		{"ProgressThenAcknowledgement", []actor{byHolder, byHolder}, []reportKind{progress(40), reportRunning}, `{"progress_percent":40}`},
+		{"TwoProgressesThenAcknowledgement", []actor{byHolder, byHolder, byHolder},
+			[]reportKind{progress(10), progress(20), reportRunning}, `{"progress_percent":20}`},
+		{"ProgressAcknowledgementProgressAcknowledgement", []actor{byHolder, byHolder, byHolder, byHolder},
+			[]reportKind{progress(10), reportRunning, progress(20), reportRunning}, `{"progress_percent":20}`},
+		{"AnotherWorkersProgressThenTheHoldersAcknowledgement", []actor{byAnother, byHolder},
+			[]reportKind{progress(90), reportRunning}, ""},
+	}
+	for _, g := range groups {
+		t.Run("AGroupOf"+g.name, func(t *testing.T) {
+			t.Parallel()
+			id := "ack-group-" + g.name
+			d := fromRunning.build(t, b, id)
+			var reports []store.JobUpdateParams
+			for i, k := range g.sent {
+				reports = append(reports, g.by[i].params(k, id, d))
+			}
+			errs, freed := b.st.JobsAck(b.ctx, reports)
+			for i, err := range errs {
+				var owner *store.NotOwnerError
+				if g.by[i].name == byAnother.name && errors.As(err, &owner) {
+					continue
+				}
+				if err != nil {
+					t.Fatalf("report %d: %v", i, err)
+				}
+			}
+			j := b.get(t, id)
+			if !freed.Empty() || j.Status != store.StatusRunning || j.AckDeadline != nil || !jsonEqual(j.Progress, []byte(g.want)) {
+				t.Fatalf("freed %+v; %s, ack_deadline %v, progress %s (want %s)", freed, j.Status, j.AckDeadline, j.Progress, g.want)
+			}
+		})
+	}
 	t.Run("AnotherWorkersReportInTheGroupIsRefusedAlone", func(t *testing.T) {
 		t.Parallel()
 		id := "ack-mixed"

@@ -144,7 +144,7 @@ const (
 	ChannelKeys   = "agq_keys"
 	ChannelEvents = "agq_events"
 	// ChannelMoved carries a Moved: a job taken out of running by the
-	// leader's watchdog or a worker's (re-)registration, for subscribers
+	// leader's watchdog, a worker's (re-)registration or a release, for subscribers
 	// and for the pops its queue's or type's limits held back.
 	ChannelMoved = "agq_moved"
 )

@@ -61,21 +61,12 @@ var requeueUnackedSQL = `
 	RETURNING ` + movedColumns
 
 // notifyMoved reads rows of movedColumns for jobs a statement just moved
-// out of running and tells listeners: claimable jobs wake waiters (at the
-// time they are due), finished ones wake JOB.WAIT, and every node learns
-// of the move (ChannelMoved), for its subscribers and for the pops its
-// queue's or type's limits held back. It closes rows.
+// out of running and tells listeners of each (tellMoved). It closes rows.
 func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
-	type moved struct {
-		id, status, queue, typ string
-		requires               []string
-		attempt                int
-		due                    *time.Time
-	}
-	var all []moved
+	var all []movedJob
 	for rows.Next() {
-		var m moved
-		if err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due); err != nil {
+		m, err := scanMoved(rows)
+		if err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -86,30 +77,53 @@ func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 		return 0, err
 	}
 	for _, m := range all {
-		var err error
-		if m.status == StatusQueued {
-			note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
-			if m.due != nil {
-				note.At = dueMillis(*m.due)
-			}
-			err = notifyReady(ctx, tx, note)
-		} else {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, m.id)
-		}
-		if err != nil {
-			return 0, err
-		}
-		b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
+		if err := tellMoved(ctx, tx, m); err != nil {
 			return 0, err
 		}
 	}
 	return len(all), nil
 }
 
-// Moved is a job the watchdog or a worker's (re-)registration moved out of
-// running, as ChannelMoved tells every node: queued again, failed or
-// cancelled; or, with DeadWorker set instead, a worker the watchdog
+// movedJob is a row of movedColumns.
+type movedJob struct {
+	id, status, queue, typ string
+	requires               []string
+	attempt                int
+	due                    *time.Time
+}
+
+func scanMoved(rows pgx.Rows) (movedJob, error) {
+	var m movedJob
+	err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due)
+	return m, err
+}
+
+// tellMoved tells listeners of a job just moved out of running: a
+// claimable job wakes waiters (at the time it is due), a finished one
+// wakes JOB.WAIT, and every node learns of the move (ChannelMoved), for
+// its subscribers and for the pops its queue's or type's limits held back.
+func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
+	var err error
+	if m.status == StatusQueued {
+		note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
+		if m.due != nil {
+			note.At = dueMillis(*m.due)
+		}
+		err = notifyReady(ctx, tx, note)
+	} else {
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, m.id)
+	}
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b))
+	return err
+}
+
+// Moved is a job the watchdog, a worker's (re-)registration or a release
+// moved out of running, as ChannelMoved tells every node: queued again,
+// failed or cancelled; or, with DeadWorker set instead, a worker the watchdog
 // declared DEAD.
 type Moved struct {
 	ID         string `json:"i,omitempty"`

@@ -263,8 +263,15 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		return err
 	}, `
 		WITH r AS (
-			-- The last report of a job in the group is its progress.
-			SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[])
+			-- The last report of a job in the group names the delivery
+			-- tested (reports of another take the careful path); the
+			-- progress kept is the last that delivery gave, since an
+			-- acknowledgement after it carries none.
+			SELECT DISTINCT ON (id) id, worker, attempt, delivery,
+				(array_agg(progress) FILTER (WHERE progress IS NOT NULL) OVER (
+					PARTITION BY id, worker, attempt, delivery ORDER BY ord DESC
+					ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))[1] AS progress
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[])
 				AS u(id, worker, attempt, delivery, progress, ord)
 			ORDER BY id, ord DESC
 		)

@@ -36,18 +36,20 @@ const (
 type trBundle struct {
 	ctx context.Context
 	st  *store.Store
+	url string
 }
 
 func newTrBundle(t *testing.T, workers ...string) *trBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: engine.RetryPolicy{}})
+	url := agqtest.NewDatabase(t)
+	st, err := store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	b := &trBundle{ctx: ctx, st: st}
+	b := &trBundle{ctx: ctx, st: st, url: url}
 	for _, w := range append([]string{holder, another}, workers...) {
 		b.register(t, w, "t")
 	}
@@ -256,6 +258,19 @@ var (
 			t.Fatal(err)
 		}
 		return d
+	}}
+	// Asked to cancel between its claim and its delivery, which the pop's
+	// client left: given back, it ends cancelled.
+	fromCancelledOnRelease = fromState{"CancelledOnRelease", func(t *testing.T, b *trBundle, id string) delivery {
+		b.submit(t, trJob(id, 2, trBackoff))
+		j := b.claim(t, id, holder)
+		if err := b.st.JobCancel(b.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if notes, err := b.st.JobRelease(b.ctx, j, holder); err != nil || len(notes) != 0 {
+			t.Fatalf("releasing a job asked to cancel: %+v, %v", notes, err)
+		}
+		return deliveryOf(j)
 	}}
 	// Cancelled while running: the holder learnt it from its next report.
 	fromCancelledOnRequest = fromState{"CancelledOnRequest", func(t *testing.T, b *trBundle, id string) delivery {

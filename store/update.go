@@ -106,10 +106,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		if err != nil {
 			return err
 		}
-		// Past the checks below, a report that is not an acknowledgement
-		// or progress takes the job out of running. A waiting job is never
-		// changed by a report.
-		left = cur.status == StatusRunning && p.Status != "" && p.Status != StatusRunning
+		// A waiting job is never changed by a report.
 		if cur.status == StatusQueued {
 			waiting = cur.queue
 		}
@@ -133,7 +130,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			// not touch the current one. Its own outcome, if recorded, was
 			// this very report.
 			for _, e := range cur.errors {
-				if e.Attempt == p.Attempt && e.WorkerID == p.WorkerID && p.Status == StatusFailed {
+				if e.Attempt == p.Attempt && e.WorkerID == p.WorkerID && sameFailure(p) {
 					return nil
 				}
 			}
@@ -152,7 +149,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 				return nil // the same final report again
 			}
 			return &StateError{Status: cur.status}
-		case cur.status == StatusRetrying && p.Status == StatusFailed && len(cur.errors) > 0 &&
+		case cur.status == StatusRetrying && sameFailure(p) && len(cur.errors) > 0 &&
 			cur.errors[len(cur.errors)-1].Attempt == cur.attempt && cur.errors[len(cur.errors)-1].WorkerID == p.WorkerID:
 			return nil // the same failure report again
 		case cur.status != StatusRunning:
@@ -165,6 +162,10 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			return finish(ctx, tx, p.ID, StatusCancelled, nil)
 		}
 
+		// Past the checks, the job is running for this report: any report
+		// but an acknowledgement or progress takes it out of running. (A
+		// repeat answered above left the row as it was: nothing freed.)
+		left = p.Status != "" && p.Status != StatusRunning
 		switch p.Status {
 		case "", StatusRunning:
 			// An acknowledgement or progress lost in an OS crash only
@@ -243,6 +244,15 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		return freed, snoozeLimit
 	}
 	return freed, nil
+}
+
+// sameFailure reports whether failure report p may repeat the failure that
+// ended its delivery, now that the job waits for a retry or runs again:
+// only a retryable one. A failure not retryable asked that the job never
+// run again; answering it OK would say it took effect, while the job
+// still retries.
+func sameFailure(p JobUpdateParams) bool {
+	return p.Status == StatusFailed && p.Retryable
 }
 
 // finish moves a job to a final status and tells JOB.WAIT waiters.
