@@ -19,7 +19,8 @@ import (
 // JOB.UPDATE and job.cancel.
 func (e *Engine) CancelJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		if err := e.store.JobCancel(ctx, id); err != nil {
+		changed, err := e.store.JobCancel(ctx, id)
+		if err != nil || !changed { // a cancellation sent again is announced once
 			return Effects{}, jobError(id, err)
 		}
 		return Effects{AsIs: []AsIs{{IDs: []string{id},
@@ -42,7 +43,8 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		if err := e.store.JobRetry(ctx, id); err != nil {
+		changed, err := e.store.JobRetry(ctx, id)
+		if err != nil || !changed { // a job not failed or cancelled is left as it is
 			return Effects{}, jobError(id, err)
 		}
 		return Effects{AsIs: []AsIs{named("retried", id)}}, nil

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/agq/agq/internal/wakeup"
@@ -154,16 +153,11 @@ func submittedEvents(jobs []store.NewJob, res []store.SubmitResult, errs []error
 	return evs
 }
 
-// finishedAsIs announces the final reports a group applied: a failure that
-// left the job waiting is a retry.
-func finishedAsIs(reports []store.JobUpdateParams, errs []error) AsIs {
-	var ids []string
-	for i, p := range reports {
-		if errs[i] == nil || errors.Is(errs[i], store.ErrJobCancelled) {
-			ids = append(ids, p.ID)
-		}
-	}
-	return AsIs{IDs: ids, Event: func(j store.JobState) string {
+// finishedAsIs announces the jobs final reports moved out of running: a
+// failure that left the job waiting is a retry. A report re-sent changed
+// nothing and is not announced again.
+func finishedAsIs(moved []string) AsIs {
+	return AsIs{IDs: moved, Event: func(j store.JobState) string {
 		if !store.IsTerminal(j.Status) {
 			return store.StatusRetrying
 		}

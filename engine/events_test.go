@@ -96,6 +96,53 @@ func TestEvents(t *testing.T) {
 		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "failed", "retried")
 	})
 
+	// A transition sent again changes nothing, and is not announced again;
+	// the job submitted last fences what the repeats would have published.
+	repeats := []struct {
+		name   string
+		repeat func(b *testBundle, held engine.Job) error
+		events []string
+	}{
+		{"TheSameCompletedReport", func(b *testBundle, held engine.Job) error {
+			return b.engine.Report(b.ctx, report(held, "w1", engine.StatusCompleted))
+		}, []string{"submitted", "started", "completed"}},
+		{"TheSameFailedReport", func(b *testBundle, held engine.Job) error {
+			r := report(held, "w1", engine.StatusFailed)
+			r.Error = "boom"
+			return b.engine.Report(b.ctx, r)
+		}, []string{"submitted", "started", "failed"}},
+		{"TheSameCancellation", func(b *testBundle, _ engine.Job) error {
+			return b.engine.CancelJob(b.ctx, "j1")
+		}, []string{"submitted", "started", "cancel_requested"}},
+	}
+	for _, tc := range repeats {
+		t.Run(tc.name+"SentTwiceIsAnnouncedOnce", func(t *testing.T) {
+			t.Parallel()
+			b := setupSubscribed(t)
+			held := b.submitAndClaim(t, newJob("j1"))
+			for range 2 {
+				if err := tc.repeat(b, held); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b.submit(t, newJob("fence"))
+			b.messages.waitEvents(t, "queue.q.events", "fence", "submitted")
+			b.messages.waitEvents(t, "job.j1.status", "j1", tc.events...)
+		})
+	}
+
+	t.Run("RetryingAJobThatIsWaitingAnnouncesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupSubscribed(t)
+		b.submit(t, newJob("j1"))
+		if err := b.engine.RetryJob(b.ctx, "j1"); err != nil {
+			t.Fatal(err)
+		}
+		b.submit(t, newJob("fence"))
+		b.messages.waitEvents(t, "queue.q.events", "fence", "submitted")
+		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted")
+	})
+
 	t.Run("NothingIsAnnouncedWhileNobodySubscribes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -42,7 +42,7 @@ func TestJobCancel(t *testing.T) {
 			tc.from.build(t, b, id)
 			before := b.get(t, id)
 			start := time.Now()
-			err := b.st.JobCancel(b.ctx, id)
+			_, err := b.st.JobCancel(b.ctx, id)
 			end := time.Now()
 			after := b.get(t, id)
 			checkReply(t, tc.want.reply, err, before)
@@ -67,7 +67,7 @@ func TestJobCancel(t *testing.T) {
 		b := newTrBundle(t)
 		d := fromRunning.build(t, b, "told")
 		fromRunning.build(t, b, "not-told")
-		if err := b.st.JobCancel(b.ctx, "told"); err != nil {
+		if _, err := b.st.JobCancel(b.ctx, "told"); err != nil {
 			t.Fatal(err)
 		}
 		hb, err := b.st.WorkerHeartbeat(b.ctx, holder, nil, time.Minute)
@@ -84,7 +84,7 @@ func TestJobCancel(t *testing.T) {
 	})
 	t.Run("AMissingJob", func(t *testing.T) {
 		t.Parallel()
-		if err := b.st.JobCancel(b.ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.st.JobCancel(b.ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("%v, want ErrNotFound", err)
 		}
 	})
@@ -120,7 +120,7 @@ func TestJobRetry(t *testing.T) {
 			tc.from.build(t, b, id)
 			before := b.get(t, id)
 			end := time.Now()
-			err := b.st.JobRetry(b.ctx, id)
+			_, err := b.st.JobRetry(b.ctx, id)
 			after := b.get(t, id)
 			checkReply(t, tc.want.reply, err, before)
 			if tc.want.to == "" {
@@ -314,7 +314,7 @@ func TestJobRelease(t *testing.T) {
 	t.Run("EndsAJobAskedToCancelCancelled", func(t *testing.T) {
 		t.Parallel()
 		j := claimed(t, "release-cancelled")
-		if err := b.st.JobCancel(b.ctx, j.ID); err != nil {
+		if _, err := b.st.JobCancel(b.ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
 		listener := connect(b.ctx, t, b.url)

@@ -49,7 +49,7 @@ var requeueUnackedSQL = `
 	UPDATE jobs j SET
 		status = ` + givenBackStatus + `,
 		finished_at = ` + givenBackFinished + `,
-		attempt = CASE WHEN j.unacked_returns + 1 >= $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		attempt = CASE WHEN j.cancel_requested OR j.unacked_returns + 1 >= $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
 		errors = CASE WHEN j.unacked_returns + 1 >= $4
 		         THEN ` + withError("format('delivered %s times without an acknowledgement', $4::int)") + `
 		         ELSE j.errors END,

@@ -15,6 +15,9 @@ type ReportEffects struct {
 	Done  []string
 	Ready []ReadyNote
 	Freed Freed
+	// Moved are the jobs the reports moved out of running, in the order
+	// of the reports: a report re-sent, which changes nothing, is not here.
+	Moved []string
 }
 
 // Freed counts, per queue and per job type, the jobs that left running:
@@ -80,6 +83,9 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		var freed Freed
 		freed, errs[i] = s.JobUpdate(ctx, p)
 		fx.Freed.Merge(freed)
+		if !freed.Empty() { // it left running: not a repeat
+			fx.Moved = append(fx.Moved, p.ID)
+		}
 	}
 	return errs, fx
 }
@@ -183,6 +189,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *R
 	}
 	for _, f := range done {
 		applied[f.ord] = true
+		fx.Moved = append(fx.Moved, f.id)
 		fx.Freed.Add(f.queue, f.typ, 1)
 		if f.status == StatusRetrying {
 			fx.Ready = append(fx.Ready, ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})

@@ -242,7 +242,7 @@ var (
 	}}
 	fromCancelled = fromState{"CancelledWhileQueued", func(t *testing.T, b *trBundle, id string) delivery {
 		b.submit(t, trJob(id, 2, trBackoff))
-		if err := b.st.JobCancel(b.ctx, id); err != nil {
+		if _, err := b.st.JobCancel(b.ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		return delivery{}
@@ -254,7 +254,7 @@ var (
 	}}
 	fromCancelRequested = fromState{"RunningWithCancelRequested", func(t *testing.T, b *trBundle, id string) delivery {
 		d := b.claimed(t, id)
-		if err := b.st.JobCancel(b.ctx, id); err != nil {
+		if _, err := b.st.JobCancel(b.ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -264,7 +264,7 @@ var (
 	fromCancelledOnRelease = fromState{"CancelledOnRelease", func(t *testing.T, b *trBundle, id string) delivery {
 		b.submit(t, trJob(id, 2, trBackoff))
 		j := b.claim(t, id, holder)
-		if err := b.st.JobCancel(b.ctx, id); err != nil {
+		if _, err := b.st.JobCancel(b.ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		if notes, err := b.st.JobRelease(b.ctx, j, holder); err != nil || len(notes) != 0 {

@@ -303,38 +303,43 @@ var (
 
 // JobCancel cancels a job: a waiting one at once, a running one by asking
 // its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled
-// job succeeds; a completed or failed one is a StateError.
-func (s *Store) JobCancel(ctx context.Context, id string) error {
+// job succeeds; a completed or failed one is a StateError. changed is
+// false when the job was cancelled, or its cancellation asked, before.
+func (s *Store) JobCancel(ctx context.Context, id string) (changed bool, err error) {
 	if !storable(id) {
-		return ErrNotFound
+		return false, ErrNotFound
 	}
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status string
-		if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+		var asked bool
+		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
 			return err
 		}
-		switch status {
-		case StatusCancelled:
+		switch {
+		case status == StatusCancelled:
 			return nil
-		case StatusCompleted, StatusFailed:
+		case status == StatusCompleted || status == StatusFailed:
 			return &StateError{Status: status}
-		case StatusRunning:
+		case status == StatusRunning:
+			changed = !asked
 			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
 			return err
 		}
+		changed = true
 		return finish(ctx, tx, id, StatusCancelled, nil)
 	})
-	return interpretError(err)
+	return changed, interpretError(err)
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
 // set of attempts; its error history is kept. A job already waiting or
-// running again is left as it is (the retry already happened).
-func (s *Store) JobRetry(ctx context.Context, id string) error {
+// running again is left as it is (the retry already happened): changed
+// is false.
+func (s *Store) JobRetry(ctx context.Context, id string) (changed bool, err error) {
 	if !storable(id) {
-		return ErrNotFound
+		return false, ErrNotFound
 	}
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var status, queue string
 		var requires []string
 		if err := tx.QueryRow(ctx, `SELECT status, queue, requires FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &queue, &requires); err != nil {
@@ -351,6 +356,7 @@ func (s *Store) JobRetry(ctx context.Context, id string) error {
 		default:
 			return nil
 		}
+		changed = true
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, worker_id = NULL, cancel_requested = false,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
@@ -360,5 +366,5 @@ func (s *Store) JobRetry(ctx context.Context, id string) error {
 		}
 		return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
 	})
-	return interpretError(err)
+	return changed, interpretError(err)
 }
