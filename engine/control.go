@@ -19,11 +19,11 @@ import (
 // JOB.UPDATE and job.cancel.
 func (e *Engine) CancelJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		changed, err := e.store.JobCancel(ctx, id)
-		if err != nil || !changed { // a cancellation sent again is announced once
-			return Effects{}, jobError(id, err)
+		cfx, err := e.store.JobCancel(ctx, id)
+		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
+			return Effects{Done: cfx.Done}, jobError(id, err)
 		}
-		return Effects{AsIs: []AsIs{{IDs: []string{id},
+		return Effects{Done: cfx.Done, AsIs: []AsIs{{IDs: []string{id},
 			Event: func(j store.JobState) string {
 				if j.Status == store.StatusRunning {
 					return "cancel_requested"
@@ -43,11 +43,11 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		changed, err := e.store.JobRetry(ctx, id)
-		if err != nil || !changed { // a job not failed or cancelled is left as it is
-			return Effects{}, jobError(id, err)
+		rfx, err := e.store.JobRetry(ctx, id)
+		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
+			return Effects{Ready: rfx.Ready}, jobError(id, err)
 		}
-		return Effects{AsIs: []AsIs{named("retried", id)}}, nil
+		return Effects{Ready: rfx.Ready, AsIs: []AsIs{named("retried", id)}}, nil
 	})
 }
 

@@ -52,8 +52,8 @@ func (e *Engine) newGroups() groups {
 		acks: group.New(group.Config[store.JobUpdateParams, error]{
 			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
-				errs, freed := e.store.JobsAck(ctx, reports)
-				e.publish(ctx, Effects{Freed: freed})
+				errs, afx := e.store.JobsAck(ctx, reports)
+				e.publish(ctx, Effects{Ready: afx.Ready, Done: afx.Done, Freed: afx.Freed})
 				return errs
 			},
 		}),

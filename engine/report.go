@@ -48,9 +48,10 @@ func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok boo
 func (e *Engine) snooze(ctx context.Context, p Report) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	return e.transition(ctx, func() (Effects, error) {
-		freed, err := e.store.JobUpdate(ctx, p)
-		fx := Effects{Freed: freed} // the snooze, or a failure past the limit
-		if err == nil {
+		sfx, err := e.store.JobUpdate(ctx, p)
+		// The snooze, or a failure past the limit.
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		if err == nil && len(sfx.Moved) > 0 {
 			fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
 		}
 		return fx, jobError(p.ID, err)

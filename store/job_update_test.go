@@ -125,25 +125,24 @@ var updateCases = []struct {
 // reports), answering its reply, what it freed and the group's effects.
 type reportPath struct {
 	name  string
-	apply func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.ReportEffects, error)
+	apply func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error)
 }
 
 var (
-	carefulPath = reportPath{"Careful", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.ReportEffects, error) {
-		freed, err := b.st.JobUpdate(b.ctx, p)
-		return freed, store.ReportEffects{}, err
+	carefulPath = reportPath{"Careful", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error) {
+		fx, err := b.st.JobUpdate(b.ctx, p)
+		return fx.Freed, fx, err
 	}}
-	groupedPath = reportPath{"Grouped", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.ReportEffects, error) {
+	groupedPath = reportPath{"Grouped", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error) {
 		errs, fx := b.group([]store.JobUpdateParams{p})
 		return fx.Freed, fx, errs[0]
 	}}
 )
 
 // group sends reports as one group of their kind.
-func (b *trBundle) group(reports []store.JobUpdateParams) ([]error, store.ReportEffects) {
+func (b *trBundle) group(reports []store.JobUpdateParams) ([]error, store.Effects) {
 	if reports[0].Status == "" || reports[0].Status == store.StatusRunning {
-		errs, freed := b.st.JobsAck(b.ctx, reports)
-		return errs, store.ReportEffects{Freed: freed}
+		return b.st.JobsAck(b.ctx, reports)
 	}
 	return b.st.JobsFinish(b.ctx, reports)
 }
@@ -197,27 +196,26 @@ func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateP
 	}
 	left := before.Status == store.StatusRunning && want.to != "" && want.to != store.StatusRunning
 	checkFreed(t, freed, before, left)
-	if path.name == groupedPath.name {
-		checkEffects(t, fx, want, after)
-	}
+	checkEffects(t, fx, want, before, after)
 	return after
 }
 
-// checkEffects checks what a group says its committed reports mean: a job
-// it finished is done, a job it put back to wait for a retry is ready at
-// its run_at. A report that did not take effect in the group (refused, or
-// cancelled on the careful path, which tells listeners itself) adds none.
-func checkEffects(t *testing.T, fx store.ReportEffects, want outcome, after store.Job) {
+// checkEffects checks what the store says a committed report means: a job
+// it ended is done, a job it put back to wait (a retry, a snooze) is ready
+// at its run_at, and a waiting job whose row the report held is announced
+// ready at once (a pop may have skipped it meanwhile).
+func checkEffects(t *testing.T, fx store.Effects, want outcome, before, after store.Job) {
 	t.Helper()
 	var done []string
 	var ready []store.ReadyNote
-	if want.reply == replyOK {
-		switch want.to {
-		case store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
-			done = []string{after.ID}
-		case store.StatusRetrying:
-			ready = []store.ReadyNote{{Queue: after.Queue, N: 1, Requires: after.Requires}}
-		}
+	if before.Status == store.StatusQueued {
+		ready = append(ready, store.ReadyNote{Queue: before.Queue, N: 1})
+	}
+	switch want.to {
+	case store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+		done = []string{after.ID}
+	case store.StatusRetrying, store.StatusScheduled:
+		ready = append(ready, store.ReadyNote{Queue: after.Queue, N: 1, Requires: after.Requires, At: after.RunAt.UnixMilli()})
 	}
 	if !slices.Equal(fx.Done, done) {
 		t.Fatalf("done %q, want %q", fx.Done, done)
@@ -226,10 +224,11 @@ func checkEffects(t *testing.T, fx store.ReportEffects, want outcome, after stor
 		t.Fatalf("ready %+v, want %+v", fx.Ready, ready)
 	}
 	for i, n := range fx.Ready {
-		at := time.UnixMilli(n.At)
-		if n.Queue != ready[i].Queue || n.N != 1 || !slices.Equal(n.Requires, ready[i].Requires) ||
-			at.Before(after.RunAt) || at.After(after.RunAt.Add(time.Millisecond)) {
-			t.Fatalf("ready %+v, want %+v at %v", n, ready[i], after.RunAt)
+		if n.Queue != ready[i].Queue || n.N != 1 || !slices.Equal(n.Requires, ready[i].Requires) || (n.At == 0) != (ready[i].At == 0) {
+			t.Fatalf("ready %+v, want %+v", n, ready[i])
+		}
+		if at := time.UnixMilli(n.At); n.At != 0 && (at.Before(after.RunAt) || at.After(after.RunAt.Add(time.Millisecond))) {
+			t.Fatalf("ready %+v, want it due at %v", n, after.RunAt)
 		}
 	}
 }
@@ -357,7 +356,8 @@ func TestJobUpdateSnoozeLimit(t *testing.T) {
 			snooze := func(d delivery) (store.Freed, error) {
 				p := reportSnoozed.params(id, holder, d)
 				p.SnoozeFor, p.MaxSnoozes = time.Millisecond, maxSnoozes
-				return b.st.JobUpdate(b.ctx, p)
+				fx, err := b.st.JobUpdate(b.ctx, p)
+				return fx.Freed, err
 			}
 			for i := range maxSnoozes {
 				if _, err := snooze(deliveryOf(b.claim(t, id, holder))); err != nil {
@@ -426,8 +426,9 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		t.Parallel()
 		id := "ack-group"
 		d := fromRunning.build(t, b, id)
-		errs, freed := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
+		errs, fx := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
 			byHolder.params(progress(10), id, d), byHolder.params(progress(20), id, d)})
+		freed := fx.Freed
 		j := b.get(t, id)
 		if errs[0] != nil || errs[1] != nil || !freed.Empty() || !jsonEqual(j.Progress, []byte(`{"progress_percent":20}`)) {
 			t.Fatalf("%v, freed %+v, progress %s", errs, freed, j.Progress)
@@ -459,7 +460,8 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 			for i, k := range g.sent {
 				reports = append(reports, g.by[i].params(k, id, d))
 			}
-			errs, freed := b.st.JobsAck(b.ctx, reports)
+			errs, fx := b.st.JobsAck(b.ctx, reports)
+			freed := fx.Freed
 			for i, err := range errs {
 				var owner *store.NotOwnerError
 				if g.by[i].name == byAnother.name && errors.As(err, &owner) {
@@ -479,8 +481,9 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		t.Parallel()
 		id := "ack-mixed"
 		d := fromRunning.build(t, b, id)
-		errs, freed := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
+		errs, fx := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
 			byHolder.params(progress(30), id, d), byAnother.params(progress(90), id, d)})
+		freed := fx.Freed
 		var owner *store.NotOwnerError
 		j := b.get(t, id)
 		if errs[0] != nil || !errors.As(errs[1], &owner) || !freed.Empty() ||
@@ -528,7 +531,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 		}
 		checkMoved(t, allKinds[i], want.to, befores[i], after, start, end)
 		wantFreed.Add(after.Queue, after.Type, 1)
-		if want.reply == replyOK && want.to != store.StatusRetrying {
+		if want.to != store.StatusRetrying { // ended, by its report or its cancellation
 			wantDone = append(wantDone, after.ID)
 		}
 	}

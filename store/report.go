@@ -8,16 +8,25 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ReportEffects is what committed reports mean to listeners: jobs that
-// finished (for JOB.WAIT) and jobs claimable again (retries). The caller
-// publishes them once the commit returned.
-type ReportEffects struct {
+// Effects is what committed transitions mean to listeners: jobs that
+// finished (for JOB.WAIT), jobs claimable again (retries), room where
+// running jobs are limited. The caller publishes them once the commit
+// returned.
+type Effects struct {
 	Done  []string
 	Ready []ReadyNote
 	Freed Freed
 	// Moved are the jobs the reports moved out of running, in the order
 	// of the reports: a report re-sent, which changes nothing, is not here.
 	Moved []string
+}
+
+// Merge adds o's effects to f's.
+func (f *Effects) Merge(o Effects) {
+	f.Done = append(f.Done, o.Done...)
+	f.Ready = append(f.Ready, o.Ready...)
+	f.Freed.Merge(o.Freed)
+	f.Moved = append(f.Moved, o.Moved...)
 }
 
 // Freed counts, per queue and per job type, the jobs that left running:
@@ -64,9 +73,9 @@ func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 // shares one WAL flush. Each other report (a re-send, a stale delivery,
 // another owner, a cancelled job) takes the careful path on its own, and
 // its refusal is its own error.
-func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, ReportEffects) {
+func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, Effects) {
 	errs := make([]error, len(reports))
-	var fx ReportEffects
+	var fx Effects
 	applied, err := s.finishMany(ctx, reports, &fx)
 	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
 		for i := range errs {
@@ -78,14 +87,11 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		if applied[i] {
 			continue
 		}
-		// JobUpdate notifies listeners itself, inside its transaction: it
-		// is the rare path.
-		var freed Freed
-		freed, errs[i] = s.JobUpdate(ctx, p)
-		fx.Freed.Merge(freed)
-		if !freed.Empty() { // it left running: not a repeat
-			fx.Moved = append(fx.Moved, p.ID)
-		}
+		// The rare path: a re-sent report, another owner, a stale
+		// delivery, a cancelled job.
+		var one Effects
+		one, errs[i] = s.JobUpdate(ctx, p)
+		fx.Merge(one)
 	}
 	return errs, fx
 }
@@ -94,7 +100,7 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 // is one statement in one round trip. A group holding failures first locks
 // the failing jobs to read what the retry policy decides on, then applies
 // every report with the policy's per-report decisions, in one transaction.
-func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *ReportEffects) ([]bool, error) {
+func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *Effects) ([]bool, error) {
 	applied := make([]bool, len(reports))
 	n := len(reports)
 	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
@@ -241,9 +247,10 @@ var finishManySQL = `
 // one in a crash only means a redelivery. A report it does not apply — the
 // job is not running for this delivery, or its cancellation was asked —
 // takes the careful path on its own, which says why; a job whose
-// cancellation it finds leaves running, and is counted in what it freed.
-func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, Freed) {
-	var fx Freed
+// cancellation it finds leaves running, ended, and is counted in the
+// effects.
+func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, Effects) {
+	var fx Effects
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
@@ -305,11 +312,11 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 	}
 	for i, p := range reports {
 		if !applied[i] {
-			// An acknowledgement leaves the job running: nothing freed,
+			// An acknowledgement leaves the job running: no effect,
 			// unless it found the job's cancellation asked.
-			var freed Freed
-			freed, errs[i] = s.JobUpdate(ctx, p)
-			fx.Merge(freed)
+			var one Effects
+			one, errs[i] = s.JobUpdate(ctx, p)
+			fx.Merge(one)
 		}
 	}
 	return errs, fx

@@ -75,13 +75,15 @@ type errorEntry struct {
 
 // JobUpdate applies a worker's report to a job it holds. Repeating a report
 // that already took effect is a no-op that succeeds, since clients re-send
-// after timeouts. It notifies listeners itself, inside its transaction, and
-// returns the job's queue and type when the job left running, for the
-// caller to tell the pops limits held back (Hub.Free) once it returned.
-func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error) {
+// after timeouts. It returns what the report means to listeners — the job
+// claimable again or ended, room freed where it left running — for the
+// caller to publish once it returned; also with a refusal, whose effects
+// are at most a wake-up for the waiting job the report held locked.
+func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, error) {
+	var fx, done Effects // done: what the transaction did, once it committed
 	var freed Freed
 	if !storable(p.ID) {
-		return freed, ErrNotFound
+		return fx, ErrNotFound
 	}
 	var cancelled, left bool
 	var waiting string // the queue of a waiting job the report locked
@@ -159,6 +161,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 		case cur.cancelRequested:
 			// The holder now knows: the job ends cancelled.
 			cancelled, left = true, true
+			done.Done = []string{p.ID}
 			return finish(ctx, tx, p.ID, StatusCancelled, nil)
 		}
 
@@ -190,6 +193,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 				if err := finish(ctx, tx, p.ID, StatusFailed, nil); err != nil {
 					return err
 				}
+				done.Done = []string{p.ID}
 				snoozeLimit = limit
 				return nil
 			}
@@ -200,11 +204,11 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 			if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
 				return err
 			}
-			return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
-		case StatusCompleted:
-			return finish(ctx, tx, p.ID, StatusCompleted, p.Raw)
-		case StatusCancelled:
-			return finish(ctx, tx, p.ID, StatusCancelled, p.Raw)
+			done.Ready = []ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
+			return nil
+		case StatusCompleted, StatusCancelled:
+			done.Done = []string{p.ID}
+			return finish(ctx, tx, p.ID, p.Status, p.Raw)
 		case StatusFailed:
 			// The failure joins the error history and the retry is timed
 			// by the database's clock, like every other time of the job.
@@ -218,8 +222,10 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 				return err
 			}
 			if retry {
-				return notifyReady(ctx, tx, ReadyNote{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)})
+				done.Ready = []ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
+				return nil
 			}
+			done.Done = []string{p.ID}
 			return finish(ctx, tx, p.ID, StatusFailed, p.Raw)
 		}
 		return fmt.Errorf("unknown status %q", p.Status)
@@ -227,23 +233,22 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Freed, error)
 	if waiting != "" {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
-		// (Should this fail, the nodes' periodic re-check finds the job.)
-		b, _ := json.Marshal(ReadyNote{Queue: waiting, N: 1})
-		_ = s.Notify(ctx, ChannelJobs, []string{string(b)})
+		fx.Ready = []ReadyNote{{Queue: waiting, N: 1}}
 	}
 	if err != nil {
-		return Freed{}, interpretError(err)
+		return fx, interpretError(err)
 	}
-	if !left {
-		freed = Freed{}
+	fx.Ready, fx.Done = append(fx.Ready, done.Ready...), done.Done
+	if left {
+		fx.Freed, fx.Moved = freed, []string{p.ID}
 	}
 	if cancelled {
-		return freed, ErrJobCancelled
+		return fx, ErrJobCancelled
 	}
 	if snoozeLimit != nil {
-		return freed, snoozeLimit
+		return fx, snoozeLimit
 	}
-	return freed, nil
+	return fx, nil
 }
 
 // sameFailure reports whether failure report p may repeat the failure that
@@ -255,13 +260,9 @@ func sameFailure(p JobUpdateParams) bool {
 	return p.Status == StatusFailed && p.Retryable
 }
 
-// finish moves a job to a final status and tells JOB.WAIT waiters.
+// finish moves a job to a final status; its caller counts it Done.
 func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMessage) error {
 	_, err := tx.Exec(ctx, finishSQL, id, status, nullJSON(result))
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelDone, id)
 	return err
 }
 
@@ -303,13 +304,16 @@ var (
 
 // JobCancel cancels a job: a waiting one at once, a running one by asking
 // its worker (through heartbeats and JOB.UPDATE). Cancelling a cancelled
-// job succeeds; a completed or failed one is a StateError. changed is
-// false when the job was cancelled, or its cancellation asked, before.
-func (s *Store) JobCancel(ctx context.Context, id string) (changed bool, err error) {
+// job succeeds; a completed or failed one is a StateError. Its effects
+// name the job Moved when this call changed it (not when it was
+// cancelled, or its cancellation asked, before) and Done when it ended.
+func (s *Store) JobCancel(ctx context.Context, id string) (Effects, error) {
+	var fx Effects
 	if !storable(id) {
-		return false, ErrNotFound
+		return fx, ErrNotFound
 	}
-	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		fx = Effects{}
 		var status string
 		var asked bool
 		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
@@ -321,25 +325,32 @@ func (s *Store) JobCancel(ctx context.Context, id string) (changed bool, err err
 		case status == StatusCompleted || status == StatusFailed:
 			return &StateError{Status: status}
 		case status == StatusRunning:
-			changed = !asked
+			if !asked {
+				fx.Moved = []string{id}
+			}
 			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
 			return err
 		}
-		changed = true
+		fx.Moved, fx.Done = []string{id}, []string{id}
 		return finish(ctx, tx, id, StatusCancelled, nil)
 	})
-	return changed, interpretError(err)
+	if err != nil {
+		return Effects{}, interpretError(err)
+	}
+	return fx, nil
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
 // set of attempts; its error history is kept. A job already waiting or
-// running again is left as it is (the retry already happened): changed
-// is false.
-func (s *Store) JobRetry(ctx context.Context, id string) (changed bool, err error) {
+// running again is left as it is (the retry already happened). Its effects
+// name the job Moved when this call changed it, and Ready when it waits.
+func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
+	var fx Effects
 	if !storable(id) {
-		return false, ErrNotFound
+		return fx, ErrNotFound
 	}
-	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		fx = Effects{}
 		var status, queue string
 		var requires []string
 		if err := tx.QueryRow(ctx, `SELECT status, queue, requires FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &queue, &requires); err != nil {
@@ -352,19 +363,20 @@ func (s *Store) JobRetry(ctx context.Context, id string) (changed bool, err erro
 		case StatusQueued:
 			// Its row was held while claims skip locked rows: a pop woken
 			// for it may have found nothing meanwhile.
-			return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
+			fx.Ready = []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+			return nil
 		default:
 			return nil
 		}
-		changed = true
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, worker_id = NULL, cancel_requested = false,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
 			WHERE id = $1`, id)
-		if err != nil {
-			return err
-		}
-		return notifyReady(ctx, tx, ReadyNote{Queue: queue, N: 1, Requires: requires})
+		fx.Moved, fx.Ready = []string{id}, []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+		return err
 	})
-	return changed, interpretError(err)
+	if err != nil {
+		return Effects{}, interpretError(err)
+	}
+	return fx, nil
 }
