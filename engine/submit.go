@@ -44,18 +44,29 @@ func (e *Engine) submit(ctx context.Context, jobs []NewJob) ([]SubmitResult, err
 }
 
 // Push is LPUSH: Submit, answering the queue's ready depth once the jobs
-// committed. Jobs handed at once to waiting pops still count, as Redis
-// serves blocked clients only after it replies.
+// committed, as Redis answers it: the jobs pushed still count when waiting
+// pops took them at once — handed over in the submission's transaction,
+// or claimed before the count — since Redis serves blocked clients only
+// after it replies. A script's push of one job answers at least 1.
 func (e *Engine) Push(ctx context.Context, queue string, jobs []NewJob) (int64, error) {
 	res, err := e.submit(ctx, jobs)
 	if err != nil {
 		return 0, err
 	}
-	ready, now := int64(0), e.clock.Now()
+	var ready, handed int64
+	now := e.clock.Now()
 	for i, r := range res {
-		if r.Created && r.Delivered == nil && !jobs[i].RunAt.After(now) {
+		switch {
+		case !r.Created || jobs[i].RunAt.After(now):
+		case r.Delivered != nil:
+			handed++
+		default:
 			ready++
 		}
 	}
-	return e.pushedDepth(ctx, queue, ready)
+	n, err := e.pushedDepth(ctx, queue, ready)
+	if err != nil {
+		return 0, err
+	}
+	return max(n, ready) + handed, nil
 }

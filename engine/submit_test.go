@@ -64,6 +64,21 @@ func TestSubmit(t *testing.T) {
 			t.Fatalf("push: %d, %v; want 3", n, err)
 		}
 	})
+
+	// As Redis serves blocked clients only after LPUSH replies, a job a
+	// waiting pop took at once still counts.
+	t.Run("APushHandedToAWaitingPopStillCountsIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		popped := b.startPop(t, b.worker, newWait(deadline))
+		n, err := b.engine.Push(b.ctx, "q", []engine.NewJob{newJob("p1")})
+		if err != nil || n != 1 {
+			t.Fatalf("push: %d, %v; want 1", n, err)
+		}
+		if r := receive(t, "the pop's job", popped); len(r.jobs) != 1 || r.jobs[0].ID != "p1" {
+			t.Fatalf("pop: %+v", r)
+		}
+	})
 }
 
 // A job id is the idempotency key: the same job again is the job stored,
