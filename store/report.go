@@ -177,17 +177,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 				}
 				retries[i], delays[i] = retry, delay.Seconds()
 			}
-			rows, err := tx.Query(ctx, finishManySQL, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				if err := scan(rows); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
+			return txRunner(tx)(ctx, scan, finishManySQL, args...)
 		})
 	}
 	if err != nil {
