@@ -77,7 +77,8 @@ func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
 
 // Every way from the wire layer to the database passes through the engine
 // or a layer beneath it: commands itself holds no path to store that skips
-// them.
+// them. (Its dependencies as `go list -deps` lists them do include store:
+// commands → engine → store is the layering itself.)
 func TestTheWireLayerReachesTheDatabaseOnlyThroughTheEngine(t *testing.T) {
 	all := imports(t)
 	below := map[string]bool{"engine": true, "registry": true, "scheduler": true, "watchdog": true, "store": true,
