@@ -3,6 +3,10 @@ package commands_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -147,5 +151,42 @@ func TestPipelinedLPushesCountAsRedis(t *testing.T) {
 		if got := c.Val(); got != int64(i+1) {
 			t.Fatalf("LPUSH %d answered %d, want %d", i, got, i+1)
 		}
+	}
+}
+
+// The cookbook's bulk-load script runs as printed, one job per line of its
+// input.
+func TestCookbookBulkLoadScript(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	page, err := os.ReadFile("../docs/cookbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, script, ok := strings.Cut(string(page), "```sh title=\"bulk-load.sh\"\n")
+	if script, _, ok = strings.Cut(script, "\n```"); !ok {
+		t.Fatal("docs/cookbook.md has no bulk-load.sh block")
+	}
+	path := filepath.Join(t.TempDir(), "bulk-load.sh")
+	if err := os.WriteFile(path, []byte(script+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	var jobs strings.Builder
+	for i := range n {
+		fmt.Fprintf(&jobs, `{"job_id":"import-%d","type":"sort","payload":"é %d"}`+"\n", i, i)
+	}
+	host, port, _ := net.SplitHostPort(a.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", path, "imports")
+	cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+a.AdminKey, "AGQ_HOST="+host, "AGQ_PORT="+port)
+	cmd.Stdin = strings.NewReader(jobs.String())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("errors: 0, replies: %d", n)) {
+		t.Fatalf("bulk-load.sh: %v\n%s", err, out)
+	}
+	if depth, err := a.Admin(t).LLen(ctx, "queue:imports").Result(); err != nil || depth != n {
+		t.Fatalf("LLEN after the load = %d, %v; want %d", depth, err, n)
 	}
 }
