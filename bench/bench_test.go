@@ -14,7 +14,7 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	r, err := run(ctx, options{jobs: 300, workers: 8, batch: 20, submitJobs: 300, producers: 4, continuous: time.Second,
+	r, err := run(ctx, options{jobs: 300, workers: 8, batch: 20, submitJobs: 300, pipeJobs: 300, producers: 4, continuous: time.Second,
 		latency: 10, idle: 50, dashboardJobs: 3000, dashboardSamples: 1}, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
@@ -32,7 +32,7 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 	for _, want := range []string{"burn-down, 300 jobs", "with JOB.UPDATE running", "write transactions per job",
 		"BLMPOP COUNT 20 + pipelined JOB.UPDATE completed", "burn-down batched: CPU per job",
 		"JOB.UPDATE completed + the next RPOP in one pipeline",
-		"continuous: completed", "single jobs, 4 producers", "batches of 1,000", "pickup latency, idle worker p99",
+		"continuous: completed", "single jobs, 4 producers", "submit: redis-cli --pipe", "one connection, pipeline of 100", "batches of 1,000", "pickup latency, idle worker p99",
 		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99",
 		"dashboard over 3000 jobs: overview", "dashboard over 3000 jobs: failed, half-way down"} {
 		if !strings.Contains(out.String(), want) {

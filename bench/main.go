@@ -24,6 +24,7 @@ import (
 
 type options struct {
 	jobs, workers, submitJobs, producers int
+	pipeJobs                             int
 	batch                                int
 	continuous                           time.Duration
 	latency, idle                        int
@@ -41,6 +42,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 64, "agq worker connections")
 	flag.IntVar(&o.batch, "batch", 100, "jobs per BLMPOP in the batched burn-down")
 	flag.IntVar(&o.submitJobs, "submit-jobs", 20000, "jobs per submission run")
+	flag.IntVar(&o.pipeJobs, "pipe-jobs", 50000, "LPUSHes in the redis-cli --pipe run")
 	flag.IntVar(&o.producers, "producers", 16, "concurrent producers")
 	flag.DurationVar(&o.continuous, "continuous", 10*time.Second, "length of the continuous run")
 	flag.IntVar(&o.latency, "latency", 300, "pickup latency samples")
@@ -52,7 +54,7 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
-		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, producers: 8, continuous: 2 * time.Second,
+		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, pipeJobs: 2000, producers: 8, continuous: 2 * time.Second,
 			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat}
 	}
 	o.dashboardSamples = 3
@@ -195,6 +197,17 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 			}
 			r.rates(fmt.Sprintf("submit: single jobs, %d producers", p), a, b)
 		}
+		say("submit: redis-cli --pipe of %d LPUSHes", o.pipeJobs)
+		a, err := agqPipeLoad(ctx, s, o.pipeJobs)
+		if err != nil {
+			return r, fmt.Errorf("agq redis-cli --pipe: %w", err)
+		}
+		r.add("submit: redis-cli --pipe", perSecond(a), "—", "")
+		say("submit: one connection, pipeline of 100")
+		if a, err = agqPipelined(ctx, s, o.submitJobs, 100); err != nil {
+			return r, fmt.Errorf("agq pipelined submit: %w", err)
+		}
+		r.add("submit: one connection, pipeline of 100", perSecond(a), "—", "")
 	}
 	if want("submit") || want("batches") {
 		var as, bs []float64

@@ -3,9 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -71,8 +69,8 @@ func (s *Server) dispatch(conn redcon.Conn, cmd redcon.Command) {
 	if sess == nil || len(cmd.Args) == 0 {
 		return
 	}
-	if isReport(cmd) && pipelinedReports(conn.PeekPipeline(), cmd) {
-		s.dispatchReports(conn, sess, append([]redcon.Command{cmd}, conn.ReadPipeline()...))
+	if pc, ok := conn.(pipelineConn); ok && sess.isAuthed() && pipelinedWrites(conn, cmd) {
+		s.servePipeline(pc, sess, cmd)
 		return
 	}
 	reply, wroteOwn, quit := s.execute(sess, cmd)
@@ -126,111 +124,6 @@ func (s *Server) end(sess *Session, c *Command, name string, start time.Time, r 
 	s.metrics.commands.WithLabelValues(label, result).Inc()
 	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
 	return reply, wroteOwn
-}
-
-// A worker that pipelines its reports — JOB.UPDATE after JOB.UPDATE, each
-// about another job — has them served together: they join the node's
-// groups at once, so a hundred final reports share one commit instead of
-// taking a hundred in turn, and the replies go back in order. Reports
-// about different jobs do not depend on each other, so running them
-// together answers what running them one after the other would. A
-// pipeline with anything else in it, or with two reports about one job,
-// runs one command after another, as Redis runs it.
-
-// isReport reports whether cmd is a JOB.UPDATE with its two arguments.
-func isReport(cmd redcon.Command) bool {
-	return len(cmd.Args) == 3 && resp.Is(cmd.Args[0], "job.update")
-}
-
-// pipelinedReports reports whether first and the commands pipelined after
-// it are all reports, each about another job.
-func pipelinedReports(rest []redcon.Command, first redcon.Command) bool {
-	if len(rest) == 0 || slices.ContainsFunc(rest, notReport) {
-		return false // (a report and the next pop, most often)
-	}
-	ids := make(map[string]struct{}, len(rest)+1)
-	ids[string(first.Args[1])] = struct{}{}
-	for _, c := range rest {
-		if _, dup := ids[string(c.Args[1])]; dup {
-			return false
-		}
-		ids[string(c.Args[1])] = struct{}{}
-	}
-	return true
-}
-
-func notReport(cmd redcon.Command) bool { return !isReport(cmd) }
-
-// dispatchReports runs pipelined reports together, at most a group's worth
-// at a time, and writes their replies in order. Each report is read and
-// added to its group in turn, then each reply awaited: no goroutine per
-// report.
-func (s *Server) dispatchReports(conn redcon.Conn, sess *Session, cmds []redcon.Command) {
-	for len(cmds) > 0 {
-		n := min(len(cmds), engine.MaxGroup)
-		replies := make([]func() []byte, n)
-		for i, cmd := range cmds[:n] {
-			replies[i] = s.startReport(sess, cmd)
-		}
-		for _, reply := range replies {
-			conn.WriteRaw(reply())
-		}
-		cmds = cmds[n:]
-	}
-}
-
-// startReport starts one of pipelined reports: read, checked and added to
-// its group, as run would do it. The function it answers waits for the
-// reply. A report that fails its checks, a snooze, and one whose group
-// failed before reaching the database run as any other command.
-func (s *Server) startReport(sess *Session, cmd redcon.Command) (reply func() []byte) {
-	start := time.Now()
-	c, name := s.begin(sess, cmd, start)
-	alone := func() []byte {
-		r, _, _ := s.execute(sess, cmd)
-		return r
-	}
-	if s.admit(sess, c, name, cmd.Args) != nil {
-		return alone
-	}
-	ctx, cancel := s.ctxForCommand(sess)
-	r, err := s.readReportSafely(ctx, sess, cmd.Args)
-	if err != nil {
-		cancel()
-		return alone
-	}
-	wait, ok := s.eng.ReportLater(r)
-	if !ok {
-		cancel()
-		return alone
-	}
-	return func() []byte {
-		defer cancel()
-		err := wait(ctx)
-		if err != nil && engine.SafeToRetry(err) && ctx.Err() == nil {
-			return alone() // nothing reached the database: once more, as run does
-		}
-		var out resp.Reply = resp.OK
-		if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
-			err = resp.ErrNoAuth
-		}
-		if err != nil {
-			out = nil
-		}
-		reply, _ := s.end(sess, c, name, start, out, err)
-		return reply
-	}
-}
-
-// readReportSafely is readReport with a panic turned into an error (the
-// command then runs alone, where run reports it).
-func (s *Server) readReportSafely(ctx context.Context, sess *Session, args [][]byte) (r engine.Report, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("reading a report panicked: %v", p)
-		}
-	}()
-	return s.readReport(ctx, sess, args)
 }
 
 // admit checks that the session may run c with these arguments.

@@ -53,20 +53,9 @@ func (e *Engine) Push(ctx context.Context, queue string, jobs []NewJob) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	var ready, handed int64
-	now := e.clock.Now()
-	for i, r := range res {
-		switch {
-		case !r.Created || jobs[i].RunAt.After(now):
-		case r.Delivered != nil:
-			handed++
-		default:
-			ready++
-		}
-	}
-	n, err := e.pushedDepth(ctx, queue, ready)
+	n, err := e.PushDepths(ctx, queue, []Pushed{{Jobs: jobs, Results: res}})
 	if err != nil {
 		return 0, err
 	}
-	return max(n, ready) + handed, nil
+	return n[0], nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -79,9 +80,12 @@ type conn struct {
 	partial []byte
 	// out holds the replies not yet flushed, in outp's array from the
 	// pool (both nil while there are none); werr is the first write error.
-	out      []byte
-	outp     *[]byte
-	werr     error
+	out  []byte
+	outp *[]byte
+	werr error
+	// rerr is a read error AwaitPipeline met, for the serve loop's next
+	// read.
+	rerr     error
 	detached bool
 	closed   bool
 	small    [smallRead]byte
@@ -141,6 +145,9 @@ type protocolError struct{ error }
 // detached connection's (the serve loop may still look at its own).
 func (c *conn) read(cmds *[]redcon.Command) error {
 	for len(*cmds) == 0 {
+		if c.rerr != nil {
+			return c.rerr
+		}
 		// The start of a command is awaited in the small buffer; the rest
 		// of one that did not fit is read into a pooled one.
 		buf, bp := c.small[:], (*[]byte)(nil)
@@ -256,6 +263,55 @@ func (c *conn) ReadPipeline() []redcon.Command {
 	cmds := c.cmds
 	c.cmds = nil
 	return cmds
+}
+
+// TakePipeline removes the first n of the commands PeekPipeline shows and
+// returns them: a handler serving a pipeline in runs takes a command at a
+// time, and leaves the rest to the serve loop where its run ends.
+func (c *conn) TakePipeline(n int) []redcon.Command {
+	n = min(n, len(c.cmds))
+	taken := c.cmds[:n:n]
+	if c.cmds = c.cmds[n:]; len(c.cmds) == 0 {
+		c.cmds = nil
+	}
+	return taken
+}
+
+// AwaitPipeline reads more of the pipeline while the commands taken from
+// it are being served: it returns true as soon as another command has
+// arrived, false once done is closed first — a client that waits for its
+// replies before sending more gets them when they are ready, not later.
+// A read error is kept for the serve loop's next read.
+func (c *conn) AwaitPipeline(done <-chan struct{}) bool {
+	if len(c.cmds) > 0 {
+		return true
+	}
+	if c.rerr != nil {
+		return false
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-done:
+			c.nc.SetReadDeadline(time.Unix(1, 0)) // ends the read at once
+		case <-stop:
+		}
+	}()
+	err := c.read(&c.cmds)
+	close(stop)
+	<-stopped
+	if g, ok := c.nc.(*GuardedConn); ok {
+		g.mu.Lock()
+		g.restoreDeadline()
+		g.mu.Unlock()
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.rerr = err
+	}
+	return len(c.cmds) > 0
 }
 
 func (c *conn) Close() error {

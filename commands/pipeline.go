@@ -1,0 +1,349 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/agq/agq/engine"
+	"github.com/agq/agq/resp"
+)
+
+// A pipeline of writes — LPUSH, JOB.SUBMIT, JOB.UPDATE of any kind — is
+// served in runs: each write is read, checked and added to its engine
+// group at once, without waiting for the one before it, so that a pipeline
+// of thousands of submissions (redis-cli --pipe) shares a few commits
+// instead of taking one each. Each reply is still written once its write
+// is on disk, in the pipeline's order, and a refused write is that
+// command's reply alone.
+//
+// A run ends, its replies all written, before any other command (a read,
+// a blocking pop, AUTH…), before a second write about a job id or unique
+// key already in it, before a batch (a JOB.SUBMIT array or an LPUSH of
+// several jobs, one transaction of its own, run in turn), and at a group's
+// worth of writes. So each command sees the writes sent before it, as when
+// Redis runs a pipeline one command after another, and a connection holds
+// at most a group's worth of commands and replies at once. While a run's
+// writes commit it keeps reading the pipeline, so that what the client
+// sends meanwhile joins the next group; a client that waits for its
+// replies gets them as soon as they are ready.
+
+// pipelineConn is what Serve's connections offer for serving a pipeline
+// in runs.
+type pipelineConn interface {
+	redcon.Conn
+	TakePipeline(n int) []redcon.Command
+	AwaitPipeline(done <-chan struct{}) bool
+	Flush() error
+}
+
+type writeKind int
+
+const (
+	notWrite writeKind = iota
+	// groupedWrite is one job or one report: it joins its group.
+	groupedWrite
+	// batchWrite stores several jobs in one transaction of its own.
+	batchWrite
+)
+
+// writeKindOf tells the writes a run serves from other commands.
+func writeKindOf(cmd redcon.Command) writeKind {
+	name := cmd.Args[0]
+	switch {
+	case resp.Is(name, "job.update"):
+		return groupedWrite
+	case resp.Is(name, "lpush"):
+		if len(cmd.Args) > 3 {
+			return batchWrite
+		}
+		return groupedWrite
+	case resp.Is(name, "job.submit"):
+		if len(cmd.Args) == 2 && bytes.HasPrefix(bytes.TrimSpace(cmd.Args[1]), []byte("[")) {
+			return batchWrite
+		}
+		return groupedWrite
+	}
+	return notWrite
+}
+
+// pipelinedWrites reports whether cmd and the next command of the
+// pipeline are both writes: a lone write, or a write followed by a read (a
+// report and the next pop, most often), runs as any other command.
+func pipelinedWrites(conn redcon.Conn, cmd redcon.Command) bool {
+	next := conn.PeekPipeline()
+	return len(next) > 0 && writeKindOf(cmd) != notWrite && writeKindOf(next[0]) != notWrite
+}
+
+// servePipeline serves cmd and the writes pipelined after it in runs,
+// leaving the first other command to the serve loop.
+func (s *Server) servePipeline(conn pipelineConn, sess *Session, cmd redcon.Command) {
+	run := &pipelineRun{s: s, conn: conn, sess: sess, keys: map[string]struct{}{}}
+	for {
+		if writeKindOf(cmd) == batchWrite {
+			run.end()
+			reply, _, _ := s.execute(sess, cmd)
+			conn.WriteRaw(reply)
+		} else {
+			run.add(cmd)
+		}
+		next := conn.PeekPipeline()
+		if len(next) == 0 && len(run.entries) > 0 && conn.AwaitPipeline(run.outcomes()) {
+			next = conn.PeekPipeline()
+		}
+		if len(next) == 0 || writeKindOf(next[0]) == notWrite {
+			run.end()
+			return
+		}
+		cmd = conn.TakePipeline(1)[0]
+	}
+}
+
+// pipelineRun is the writes of a pipeline being served together.
+type pipelineRun struct {
+	s       *Server
+	conn    pipelineConn
+	sess    *Session
+	entries []*pipelined
+	// awaited counts the entries handed to an awaiting goroutine; done
+	// closes once those all have their outcomes.
+	awaited int
+	done    chan struct{}
+	// keys are the job ids and unique keys the entries write.
+	keys map[string]struct{}
+}
+
+// pipelined is one write of a run.
+type pipelined struct {
+	cmd    redcon.Command
+	c      *Command
+	name   string
+	start  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+	keys   []string
+	// send adds the write to its group and sets await; nil for a command
+	// that runs alone when its reply is due (refused, a snooze).
+	send  func()
+	await func(context.Context) (resp.Reply, error)
+	reply resp.Reply
+	err   error
+	// An LPUSH's jobs, once stored: its reply is counted as the run ends.
+	queue  string
+	pushed *engine.Pushed
+}
+
+// add adds a write to the run, ending the run first when it is full or
+// already writes the same job.
+func (r *pipelineRun) add(cmd redcon.Command) {
+	e := r.s.prepareWrite(r.sess, cmd)
+	if len(r.entries) >= engine.MaxGroup || r.holdsAny(e.keys) {
+		r.end()
+	}
+	if e.send != nil {
+		e.send()
+	}
+	for _, k := range e.keys {
+		r.keys[k] = struct{}{}
+	}
+	r.entries = append(r.entries, e)
+}
+
+func (r *pipelineRun) holdsAny(keys []string) bool {
+	for _, k := range keys {
+		if _, ok := r.keys[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// outcomes hands the entries not yet awaited to a goroutine that awaits
+// them, and returns a channel closed once every entry of the run has its
+// outcome.
+func (r *pipelineRun) outcomes() <-chan struct{} {
+	batch := r.entries[r.awaited:]
+	r.awaited = len(r.entries)
+	prev, done := r.done, make(chan struct{})
+	go func() {
+		for _, e := range batch {
+			e.wait()
+		}
+		if prev != nil {
+			<-prev
+		}
+		close(done)
+	}()
+	r.done = done
+	return done
+}
+
+// end awaits the run's writes, writes their replies in order and sends
+// them, and starts an empty run.
+func (r *pipelineRun) end() {
+	if len(r.entries) == 0 {
+		return
+	}
+	if r.done != nil {
+		<-r.done
+	}
+	for _, e := range r.entries[r.awaited:] {
+		e.wait()
+	}
+	r.countPushes()
+	for _, e := range r.entries {
+		r.conn.WriteRaw(r.s.pipelinedReply(r.sess, e))
+		e.cancel()
+	}
+	r.conn.Flush() // a failed write shows at the serve loop's next read
+	r.entries, r.awaited, r.done = nil, 0, nil
+	clear(r.keys)
+}
+
+// countPushes answers the run's LPUSHes, with one count per queue.
+func (r *pipelineRun) countPushes() {
+	byQueue := map[string][]*pipelined{}
+	for _, e := range r.entries {
+		if e.pushed != nil && e.err == nil {
+			byQueue[e.queue] = append(byQueue[e.queue], e)
+		}
+	}
+	for queue, es := range byQueue {
+		pushes := make([]engine.Pushed, len(es))
+		for i, e := range es {
+			pushes[i] = *e.pushed
+		}
+		ctx, cancel := r.s.ctxForCommand(r.sess)
+		depths, err := r.s.eng.PushDepths(ctx, queue, pushes)
+		cancel()
+		for i, e := range es {
+			if err != nil {
+				e.err = err
+			} else {
+				e.reply = resp.Int(depths[i])
+			}
+		}
+	}
+}
+
+func (e *pipelined) wait() {
+	if e.await != nil {
+		e.reply, e.err = e.await(e.ctx)
+	}
+}
+
+// pipelinedReply encodes a write's reply. A write that runs alone, and one
+// whose group failed before reaching the database, run as any other
+// command — but not an LPUSH whose jobs are stored, which would store
+// them again.
+func (s *Server) pipelinedReply(sess *Session, e *pipelined) []byte {
+	if e.await == nil || (e.pushed == nil && e.err != nil && engine.SafeToRetry(e.err) && e.ctx.Err() == nil) {
+		reply, _, _ := s.execute(sess, e.cmd)
+		return reply
+	}
+	out, err := e.reply, e.err
+	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
+		err = resp.ErrNoAuth
+	}
+	if err != nil {
+		out = nil
+	}
+	reply, _ := s.end(sess, e.c, e.name, e.start, out, err)
+	return reply
+}
+
+// prepareWrite reads and checks a write, as its handler would, without
+// adding it to its group yet.
+func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) {
+	e = &pipelined{cmd: cmd, start: time.Now()}
+	e.c, e.name = s.begin(sess, cmd, e.start)
+	e.ctx, e.cancel = s.ctxForCommand(sess)
+	if s.admit(sess, e.c, e.name, cmd.Args) != nil {
+		return e
+	}
+	if e.c.Name == "job.update" {
+		// Known before reading: a report that then runs alone keeps its
+		// place among the reports about its job.
+		e.keys = []string{"job:" + string(cmd.Args[1])}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			e.send = nil // it runs alone, where run reports the panic
+		}
+	}()
+	switch e.c.Name {
+	case "job.update":
+		s.prepareReport(sess, e)
+	case "lpush", "job.submit":
+		s.prepareSubmission(e)
+	}
+	return e
+}
+
+func (s *Server) prepareReport(sess *Session, e *pipelined) {
+	r, err := s.readReport(e.ctx, sess, e.cmd.Args)
+	if err != nil {
+		return
+	}
+	e.send = func() {
+		wait, ok := s.eng.ReportLater(r)
+		if !ok {
+			return // a snooze: alone
+		}
+		e.await = func(ctx context.Context) (resp.Reply, error) { return resp.OK, wait(ctx) }
+	}
+}
+
+func (s *Server) prepareSubmission(e *pipelined) {
+	job, queue, err := s.readSubmission(e.cmd.Args)
+	if err != nil {
+		return // refused: its handler says why
+	}
+	e.keys = []string{"job:" + job.ID}
+	if job.UniqueKey != "" {
+		e.keys = append(e.keys, "unique:"+job.UniqueKey)
+	}
+	e.send = func() {
+		wait := s.eng.SubmitLater(job)
+		e.await = func(ctx context.Context) (resp.Reply, error) {
+			res, err := wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if queue == "" {
+				return resp.BulkString(res.ID), nil
+			}
+			e.queue = queue
+			e.pushed = &engine.Pushed{Jobs: []engine.NewJob{job}, Results: []engine.SubmitResult{res}}
+			return nil, nil
+		}
+	}
+}
+
+// readSubmission reads the job of a JOB.SUBMIT of one object or an LPUSH
+// of one job, as cmdJobSubmit and cmdLPush read it; queue is LPUSH's.
+func (s *Server) readSubmission(args [][]byte) (job engine.NewJob, queue string, err error) {
+	docs := [][]byte{bytes.TrimSpace(args[1])}
+	if resp.Is(args[0], "lpush") {
+		if !bytes.HasPrefix(args[1], []byte("queue:")) {
+			return job, "", resp.ErrReadOnlyKeys
+		}
+		queues, err := queueKeys(args[1:2])
+		if err != nil {
+			return job, "", err
+		}
+		queue, docs = queues[0], args[2:]
+	}
+	jobs, err := s.parseJobs(docs, queue, false)
+	if err != nil {
+		return job, "", err
+	}
+	if len(jobs) != 1 {
+		return job, "", fmt.Errorf("%d jobs where one was read", len(jobs))
+	}
+	return jobs[0], queue, nil
+}

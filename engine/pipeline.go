@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// SubmitLater adds one job to the node's next group of single submissions
+// at once and answers how to await its outcome, so that a pipeline of
+// submissions joins one group instead of waiting for a commit each, as
+// ReportLater does for reports.
+func (e *Engine) SubmitLater(job NewJob) (wait func(context.Context) (SubmitResult, error)) {
+	pending := e.groups.submits.Add(job)
+	return func(ctx context.Context) (SubmitResult, error) {
+		out, err := pending.Wait(ctx)
+		if err != nil {
+			return SubmitResult{}, err
+		}
+		return out.res, out.err
+	}
+}
+
+// Pushed is one LPUSH whose jobs committed: the jobs and their results.
+type Pushed struct {
+	Jobs    []NewJob
+	Results []SubmitResult
+}
+
+// PushDepths answers LPUSHes to one queue that committed together, in the
+// order they were sent, with one count of the queue for all of them.
+// Redis answers each LPUSH with the queue's length right after it; the
+// count taken after the last stands for the last, and each earlier push
+// answers it less the ready jobs pushed after it, but never less than the
+// jobs pushed so far in the run. So the replies grow within the run, each
+// counts at least the jobs its own push made ready (plus, as for Push,
+// those handed at once to waiting pops), and a script filling an empty
+// queue sees 1, 2, 3… as Redis answers it.
+func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []Pushed) ([]int64, error) {
+	now := e.clock.Now()
+	ready := make([]int64, len(pushes))
+	handed := make([]int64, len(pushes))
+	var total int64
+	for i, p := range pushes {
+		ready[i], handed[i] = pushCounts(p, now)
+		total += ready[i]
+	}
+	n, err := e.pushedDepth(ctx, queue, total)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(pushes))
+	var readySoFar, handedSoFar int64
+	for i := range pushes {
+		readySoFar += ready[i]
+		handedSoFar += handed[i]
+		out[i] = max(n-(total-readySoFar), readySoFar) + handedSoFar
+	}
+	return out, nil
+}
+
+// pushCounts counts a push's jobs that it made ready and those handed at
+// once to waiting pops; jobs that existed already or are due later count
+// neither.
+func pushCounts(p Pushed, now time.Time) (ready, handed int64) {
+	for i, r := range p.Results {
+		switch {
+		case !r.Created || p.Jobs[i].RunAt.After(now):
+		case r.Delivered != nil:
+			handed++
+		default:
+			ready++
+		}
+	}
+	return ready, handed
+}
