@@ -57,8 +57,9 @@ func (d *retryDecisions) add(id string, retry bool, delay time.Duration) {
 
 // decideColumns is what a sweep reads of each job it locks to end its
 // attempt: the facts of the retry decision, then whether the move counts
-// the attempt at all.
-const decideColumns = `j.id, j.attempt, j.max_attempts, j.retry_backoff_seconds`
+// the attempt at all. Deliveries ended by their steps' failures count
+// against the steps, not against the job.
+const decideColumns = `j.id, j.attempt - j.step_failures, j.max_attempts, j.retry_backoff_seconds`
 
 // decideRows reads rows of (decideColumns, counts) and asks the policy about
 // each job whose attempt the move counts, as base describes the failure;
