@@ -273,7 +273,7 @@ func deliveryJSON(j engine.Job) []byte {
 	return b
 }
 
-// jobJSON is the full record JOB.WAIT and JOB.LIST answer (JOB.GET adds its steps).
+// jobJSON is the full record JOB.WAIT and JOB.LIST answer (JOB.GET and GET job:<id> add its steps).
 func jobJSON(j engine.Job) []byte {
 	b, _ := json.Marshal(jobFields(j))
 	return b

@@ -290,7 +290,7 @@ func stepWait(secs float64, zeroOK bool) (time.Duration, bool) {
 	return time.Duration(secs * float64(time.Second)), true
 }
 
-// jobGetJSON is JOB.GET's job: its JSON with its count of steps.
+// jobGetJSON is the job as JOB.GET and GET job:<id> show it: with its count of steps.
 func jobGetJSON(j engine.Job) []byte {
 	m := jobFields(j)
 	m["steps"] = j.Steps
