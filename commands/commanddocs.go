@@ -36,6 +36,7 @@ const (
 	groupSchedules  = "schedules"
 	groupWorkers    = "workers"
 	groupPubSub     = "pubsub"
+	groupWorkflows  = "workflows"
 )
 
 var commandDocs = map[string]commandDoc{
@@ -62,6 +63,12 @@ var commandDocs = map[string]commandDoc{
 	"job.list":   {group: groupJobs, syntax: "[QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]", summary: "Pages through jobs by id, like SCAN."},
 	"job.cancel": {group: groupJobs, syntax: "job_id", summary: "Cancels a job: at once if it waits, through its worker if it runs.", write: true},
 	"job.retry":  {group: groupJobs, syntax: "job_id", summary: "Queues a failed or cancelled job again with a fresh set of attempts.", write: true},
+
+	"step.begin":    {group: groupWorkflows, syntax: "job_id step_id [json] [DELIVERY token]", summary: "Begins a durable step of a job the worker holds, or answers its output from an earlier delivery.", write: true},
+	"step.complete": {group: groupWorkflows, syntax: "job_id step_id [output_json] [DELIVERY token]", summary: "Keeps the output of a step the worker began.", write: true},
+	"step.fail":     {group: groupWorkflows, syntax: "job_id step_id error_json [DELIVERY token]", summary: "Fails the open step: the job retries at the step's backoff, or fails.", write: true},
+	"step.sleep":    {group: groupWorkflows, syntax: "job_id step_id seconds [DELIVERY token]", summary: "Puts the job to sleep durably; in a later delivery the same call answers OK.", write: true},
+	"job.steps":     {group: groupWorkflows, syntax: "job_id [CURSOR c] [LIMIT n]", summary: "The job's steps, in the order first begun, as a JSON array."},
 
 	"key.create": {group: groupKeys, syntax: "role principal", summary: "Mints a key for a principal with a role (admin, worker, producer) and answers it, once.", write: true},
 	"key.revoke": {group: groupKeys, syntax: "principal", summary: "Revokes the principal's key; its connections lose their authentication.", write: true},

@@ -94,12 +94,22 @@ func refusalReply(err error) *resp.Error {
 // jobRefusal words a refusal about job id; nil when err is no refusal.
 func jobRefusal(id string, err error) *resp.Error {
 	var (
-		owner   *engine.NotOwnerError
-		state   *engine.StateError
-		stale   *engine.StaleDeliveryError
-		snoozes *engine.SnoozeLimitError
+		owner    *engine.NotOwnerError
+		state    *engine.StateError
+		stale    *engine.StaleDeliveryError
+		snoozes  *engine.SnoozeLimitError
+		notBegun *engine.StepNotBegunError
+		attempts *engine.StepAttemptsError
+		kind     *engine.StepKindError
+		steps    *engine.StepLimitError
 	)
 	switch {
+	case errors.As(err, &notBegun), errors.As(err, &attempts), errors.As(err, &kind):
+		return resp.Errorf("%s", err.Error())
+	case errors.As(err, &steps):
+		return resp.Errorf("job %s %s", id, steps)
+	case errors.Is(err, engine.ErrStepsNotHolder):
+		return resp.CodeErrorf("NOPERM", "only the worker holding job %s reads its steps", id)
 	case errors.As(err, &snoozes):
 		return resp.Errorf("job %s was %s", id, snoozes)
 	case errors.Is(err, engine.ErrNotFound):

@@ -241,7 +241,7 @@ func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp
 	if err != nil {
 		return nil, err
 	}
-	return resp.Bulk(jobJSON(j)), nil
+	return resp.Bulk(jobGetJSON(j)), nil
 }
 
 // JOB.WAIT job_id timeout — the job once it is completed, failed or

@@ -273,9 +273,15 @@ func deliveryJSON(j engine.Job) []byte {
 	return b
 }
 
-// jobJSON is the full record JOB.GET, JOB.WAIT and JOB.LIST answer.
+// jobJSON is the full record JOB.WAIT and JOB.LIST answer (JOB.GET and GET job:<id> add its steps).
 func jobJSON(j engine.Job) []byte {
-	m := map[string]any{
+	b, _ := json.Marshal(jobFields(j))
+	return b
+}
+
+// jobFields are the job's JSON fields.
+func jobFields(j engine.Job) map[string]any {
+	return map[string]any{
 		"job_id":                j.ID,
 		"queue":                 j.Queue,
 		"type":                  j.Type,
@@ -303,8 +309,6 @@ func jobJSON(j engine.Job) []byte {
 		"updated_at":            j.UpdatedAt.UTC(),
 		"snoozes":               j.Snoozes,
 	}
-	b, _ := json.Marshal(m)
-	return b
 }
 
 func rawOrNull(r json.RawMessage) json.RawMessage {

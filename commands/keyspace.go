@@ -307,7 +307,7 @@ func (ks *keyspace) lookup(ctx context.Context, key string, withValue bool) (key
 		if err != nil {
 			return keyValue{}, notFoundIsMissing(err)
 		}
-		return keyValue{typ: "string", str: jobJSON(j), ttl: noExpiry}, nil
+		return keyValue{typ: "string", str: jobGetJSON(j), ttl: noExpiry}, nil
 	default: // kindJobWorker
 		j, err := st.KeyspaceJobProbe(ctx, name)
 		if err != nil || j.Holder == "" {

@@ -39,6 +39,8 @@ type AsIs struct {
 	IDs   []string
 	Event func(store.JobState) string
 	Tell  func(store.JobState) []wakeup.Message
+	// StepID names the step the event is about, if any.
+	StepID string
 }
 
 // transition runs one transition and publishes the effects it returns,
@@ -52,13 +54,15 @@ func (e *Engine) transition(ctx context.Context, run func() (Effects, error)) er
 
 // StatusEvent is one transition of one job, as job.<id>.status carries it.
 type StatusEvent struct {
-	JobID    string    `json:"job_id"`
-	Queue    string    `json:"queue"`
-	Event    string    `json:"event"`
-	Status   string    `json:"status"`
-	Attempt  int       `json:"attempt"`
-	WorkerID string    `json:"worker_id,omitempty"`
-	At       time.Time `json:"at"`
+	JobID    string `json:"job_id"`
+	Queue    string `json:"queue"`
+	Event    string `json:"event"`
+	Status   string `json:"status"`
+	Attempt  int    `json:"attempt"`
+	WorkerID string `json:"worker_id,omitempty"`
+	// StepID names the step of a step_completed, step_failed or sleeping.
+	StepID string    `json:"step_id,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // queueEvent is a transition as queue.<name>.events carries it.
@@ -113,7 +117,7 @@ func (e *Engine) asIs(ctx context.Context, a AsIs) ([]StatusEvent, []wakeup.Mess
 	evs := make([]StatusEvent, len(states))
 	var msgs []wakeup.Message
 	for i, j := range states {
-		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt}
+		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt, StepID: a.StepID}
 		if j.WorkerID != nil {
 			evs[i].WorkerID = *j.WorkerID
 		}

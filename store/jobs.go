@@ -62,6 +62,8 @@ type Job struct {
 	UpdatedAt       time.Time
 	// Snoozes counts the times its holder put it back for later.
 	Snoozes int
+	// Steps counts its steps and sleeps; only JobGet reads it.
+	Steps int
 }
 
 // jobColumns is the select list scanJob reads.
@@ -78,12 +80,14 @@ func jobCols(a string) string {
 	@created_at, @started_at, @finished_at, @updated_at, @snoozes`)
 }
 
-func scanJob(row pgx.Row) (Job, error) {
+// scanJob reads jobColumns, then the extra destinations.
+func scanJob(row pgx.Row, extra ...any) (Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
+	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
-		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes)
+		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes}
+	err := row.Scan(append(dest, extra...)...)
 	return j, err
 }
 
@@ -197,7 +201,11 @@ func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 	if !storable(id) {
 		return Job{}, ErrNotFound
 	}
-	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	// Its count of steps is the highest order of one (job_steps_order).
+	var steps int
+	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+`,
+		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1) FROM jobs WHERE id = $1`, id), &steps)
+	j.Steps = steps
 	return j, interpretError(err)
 }
 

@@ -55,6 +55,7 @@ func lostJobsSQL(errText, cond string) string {
 		finished_at = ` + givenBackFinished + `,
 		errors = CASE WHEN j.cancel_requested THEN j.errors
 		         ELSE ` + withError(errText) + ` END,
+		step_failures = CASE WHEN j.cancel_requested THEN j.step_failures ELSE ` + stepFailuresCounted + ` END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
 	FROM ` + decided + `

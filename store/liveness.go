@@ -59,7 +59,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT `+decideColumns+`, NOT j.cancel_requested
+			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
 			WHERE j.status = 'running' AND j.lease_expires_at < now()
 			ORDER BY j.lease_expires_at LIMIT $1
@@ -92,7 +92,7 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 	n := 0
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT `+decideColumns+`, NOT j.cancel_requested
+			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
 			WHERE j.status = 'running' AND j.deadline_at < now() - $2::interval
 			ORDER BY j.deadline_at LIMIT $1
@@ -127,6 +127,7 @@ var failTimedOutSQL = `
 		status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN NOT d.retry THEN 'failed' ELSE 'retrying' END,
 		finished_at = ` + givenBackFinished + `,
 		errors = ` + withError("format('timed out after %s seconds', j.timeout_seconds)") + `,
+		step_failures = CASE WHEN j.cancel_requested THEN j.step_failures ELSE ` + stepFailuresCounted + ` END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 		run_at = CASE WHEN j.cancel_requested OR NOT d.retry THEN j.run_at ELSE ` + retryAt + ` END,
 		` + clearRunning + `, updated_at = now()

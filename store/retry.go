@@ -57,8 +57,27 @@ func (d *retryDecisions) add(id string, retry bool, delay time.Duration) {
 
 // decideColumns is what a sweep reads of each job it locks to end its
 // attempt: the facts of the retry decision, then whether the move counts
-// the attempt at all.
-const decideColumns = `j.id, j.attempt, j.max_attempts, j.retry_backoff_seconds`
+// the attempt at all. Deliveries ended by their steps' failures count
+// against the steps, not against the job.
+const decideColumns = `j.id, j.attempt - j.step_failures, j.max_attempts, j.retry_backoff_seconds`
+
+// openStep is a column of the step the job's current delivery left open
+// (job_steps_open), the latest begun; NULL when none is.
+func openStep(col string) string {
+	return `(SELECT s.` + col + ` FROM job_steps s WHERE s.job_id = j.id AND s.status = 'running'
+		AND s.delivery = j.delivery ORDER BY s.began_at DESC LIMIT 1)`
+}
+
+// lostDecideColumns is decideColumns for deliveries lost or timed out: one
+// that ends with a step open is decided by that step's attempts and
+// backoff, and counts against the step, not against the job.
+var lostDecideColumns = `j.id, coalesce(` + openStep("attempts") + `, j.attempt - j.step_failures),
+	coalesce(` + openStep("max_attempts") + `, j.max_attempts),
+	coalesce(` + openStep("retry_backoff_seconds") + `, j.retry_backoff_seconds)`
+
+// stepFailuresCounted is j.step_failures once a sweep ended its delivery
+// as failed: one more when a step was open (see lostDecideColumns).
+var stepFailuresCounted = `j.step_failures + CASE WHEN ` + openStep("step_id") + ` IS NULL THEN 0 ELSE 1 END`
 
 // decideRows reads rows of (decideColumns, counts) and asks the policy about
 // each job whose attempt the move counts, as base describes the failure;

@@ -96,15 +96,16 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 			delivery        *string
 			cancelRequested bool
 			attempt, max    int
+			stepFailures    int
 			backoff         float64
 			queue, typ      string
 			requires        []string
 			errors          []errorEntry
 		}
 		err := tx.QueryRow(ctx, `
-			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, retry_backoff_seconds, queue, type, requires, errors
+			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures, retry_backoff_seconds, queue, type, requires, errors
 			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
-			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.backoff, &cur.queue, &cur.typ, &cur.requires, &cur.errors)
+			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.stepFailures, &cur.backoff, &cur.queue, &cur.typ, &cur.requires, &cur.errors)
 		if err != nil {
 			return err
 		}
@@ -212,7 +213,8 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 		case StatusFailed:
 			// The failure joins the error history and the retry is timed
 			// by the database's clock, like every other time of the job.
-			retry, delay, err := s.nextRetry(Failure{Attempt: cur.attempt, MaxAttempts: cur.max,
+			// Deliveries its steps' failures ended count against the steps.
+			retry, delay, err := s.nextRetry(Failure{Attempt: cur.attempt - cur.stepFailures, MaxAttempts: cur.max,
 				BackoffSeconds: cur.backoff, Retryable: p.Retryable})
 			if err != nil {
 				return err
@@ -369,10 +371,14 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 			return nil
 		}
 		_, err := tx.Exec(ctx, `
-			UPDATE jobs SET status = 'queued', attempt = 0, worker_id = NULL, cancel_requested = false,
+			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
 			WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
 		fx.Moved, fx.Ready = []string{id}, []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+		_, err = tx.Exec(ctx, jobRetryStepsSQL, id)
 		return err
 	})
 	if err != nil {

@@ -211,7 +211,7 @@ func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
 // says whether the attempt is spent (the worker died holding it) or not.
 func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) error {
 	rows, err := tx.Query(ctx, `
-		SELECT `+decideColumns+`, $2 AND NOT j.cancel_requested
+		SELECT `+lostDecideColumns+`, $2 AND NOT j.cancel_requested
 		FROM jobs j WHERE j.worker_id = $1 AND j.status = 'running'
 		ORDER BY j.id FOR UPDATE`, workerID, countAttempt)
 	if err != nil {
@@ -235,6 +235,7 @@ var requeueHeldSQL = `
 	UPDATE jobs j SET
 		status = ` + givenBackStatus + `,
 		attempt = CASE WHEN $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		step_failures = CASE WHEN $4 AND NOT j.cancel_requested THEN ` + stepFailuresCounted + ` ELSE j.step_failures END,
 		finished_at = ` + givenBackFinished + `,
 		errors = CASE WHEN $4 THEN ` + withError("'worker ' || j.worker_id || ' was lost while holding the job'") + `
 		         ELSE j.errors END,
@@ -293,7 +294,7 @@ func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 // but no longer runs (jobs_running_worker), the attempt counted.
 func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) error {
 	rows, err := tx.Query(ctx, `
-		SELECT `+decideColumns+`, NOT j.cancel_requested
+		SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 		FROM jobs j
 		WHERE j.worker_id = $1 AND j.status = 'running' AND j.ack_deadline IS NULL AND j.id <> ALL($2::text[])
 		ORDER BY j.id FOR UPDATE`, workerID, running)

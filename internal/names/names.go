@@ -15,6 +15,12 @@ const Rule = "1-128 letters, digits, '_', '-' or '.'"
 // ScheduleRule is what a schedule name must be.
 const ScheduleRule = "1-64 letters, digits, '_', '-' or '.'"
 
+// StepRule is what a step id must be.
+const StepRule = "1-128 letters, digits, '_', '-', '.' or ':'"
+
+// Step reports whether s may be a step's id: StepRule.
+func Step(s string) bool { return valid(s, 128, ".:") }
+
 // Queue reports whether s is a queue name: Rule, ^[A-Za-z0-9_.-]{1,128}$,
 // checked without a regular expression since every submitted job is.
 func Queue(s string) bool { return valid(s, 128, ".") }

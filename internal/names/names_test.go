@@ -24,6 +24,7 @@ func TestEachRuleIsItsRegexp(t *testing.T) {
 		{"Schedule", Schedule, regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)},
 		{"Worker", Worker, regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)},
 		{"Principal", Principal, regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)},
+		{"Step", Step, regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)},
 	}
 	for _, r := range rules {
 		for _, s := range cases {

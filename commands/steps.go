@@ -1,0 +1,299 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agq/agq/engine"
+	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/resp"
+)
+
+func (s *Server) stepCommands() []*Command {
+	worker := roleWorker | roleAdmin
+	return []*Command{
+		{Name: "step.begin", Arity: -3, Roles: worker, Handler: s.cmdStepBegin},
+		{Name: "step.complete", Arity: -3, Roles: worker, Handler: s.cmdStepComplete},
+		{Name: "step.fail", Arity: -4, Roles: worker, Handler: s.cmdStepFail},
+		{Name: "step.sleep", Arity: -4, Roles: worker, Handler: s.cmdStepSleep},
+		{Name: "job.steps", Arity: -2, Roles: readers | roleWorker, Handler: s.cmdJobSteps},
+	}
+}
+
+// maxStepWait bounds a sleep and a retry_after_seconds.
+const maxStepWait = 30 * 24 * time.Hour
+
+// stepBeginDoc is STEP.BEGIN's optional object.
+type stepBeginDoc struct {
+	Input               json.RawMessage `json:"input"`
+	MaxAttempts         *int            `json:"max_attempts"`
+	RetryBackoffSeconds *float64        `json:"retry_backoff_seconds"`
+}
+
+// stepFailDoc is STEP.FAIL's error object.
+type stepFailDoc struct {
+	Message           string   `json:"message"`
+	NonRetryable      bool     `json:"non_retryable"`
+	RetryAfterSeconds *float64 `json:"retry_after_seconds"`
+}
+
+// STEP.BEGIN job_id step_id [json] [DELIVERY token]
+func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	b := engine.StepBeginParams{StepParams: p}
+	if len(rest) == 1 {
+		var doc stepBeginDoc
+		if err := decodeStepDoc(rest[0], &doc); err != nil {
+			return nil, resp.Errorf("invalid step: %s", err)
+		}
+		if doc.MaxAttempts != nil && (*doc.MaxAttempts < 1 || *doc.MaxAttempts > 1000) {
+			return nil, resp.Errorf("invalid step: max_attempts must be between 1 and 1000")
+		}
+		if f := doc.RetryBackoffSeconds; f != nil && !(*f >= 0 && *f <= 86400) {
+			return nil, resp.Errorf("invalid step: retry_backoff_seconds must be between 0 and 86400")
+		}
+		b.Input, b.MaxAttempts, b.BackoffSeconds = doc.Input, doc.MaxAttempts, doc.RetryBackoffSeconds
+	}
+	r, err := s.eng.StepBegin(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if r.Execute {
+		return resp.Bulk(`{"execute":true,"attempt":` + strconv.Itoa(r.Attempt) + `}`), nil
+	}
+	out, _ := json.Marshal(struct {
+		Execute bool            `json:"execute"`
+		Output  json.RawMessage `json:"output"`
+	}{false, r.Output})
+	return resp.Bulk(out), nil
+}
+
+// STEP.COMPLETE job_id step_id [output_json] [DELIVERY token]
+func (s *Server) cmdStepComplete(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	var output json.RawMessage
+	if len(rest) == 1 {
+		if !json.Valid(rest[0]) {
+			return nil, resp.Errorf("invalid step output: must be JSON")
+		}
+		output = rest[0]
+	}
+	if err := s.eng.StepComplete(ctx, p, output); err != nil {
+		return nil, err
+	}
+	return resp.OK, nil
+}
+
+// STEP.FAIL job_id step_id error_json [DELIVERY token]
+func (s *Server) cmdStepFail(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 1 {
+		return nil, resp.Errorf("wrong number of arguments for 'step.fail' command")
+	}
+	var doc stepFailDoc
+	if err := decodeStepDoc(rest[0], &doc); err != nil {
+		return nil, resp.Errorf("invalid step error: %s", err)
+	}
+	f := engine.StepFailParams{StepParams: p, Message: doc.Message, NonRetryable: doc.NonRetryable}
+	if f.Message == "" {
+		f.Message = "failed without an error message"
+	}
+	if doc.RetryAfterSeconds != nil {
+		d, ok := stepWait(*doc.RetryAfterSeconds, true)
+		if !ok {
+			return nil, resp.Errorf("invalid step error: retry_after_seconds must be between 0 and 2592000 (30 days)")
+		}
+		f.RetryAfter = &d
+	}
+	r, err := s.eng.StepFail(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Retry {
+		return resp.Bulk(`{"retry":false}`), nil
+	}
+	return resp.Bulk(`{"retry":true,"retry_at":"` + r.RetryAt.UTC().Format(time.RFC3339Nano) + `"}`), nil
+}
+
+// STEP.SLEEP job_id step_id seconds [DELIVERY token]
+func (s *Server) cmdStepSleep(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 1 {
+		return nil, resp.Errorf("wrong number of arguments for 'step.sleep' command")
+	}
+	secs, err := strconv.ParseFloat(string(rest[0]), 64)
+	d, ok := stepWait(secs, false)
+	if err != nil || !ok {
+		return nil, resp.Errorf("seconds must be more than 0 and at most 2592000 (30 days)")
+	}
+	r, err := s.eng.StepSleep(ctx, engine.StepSleepParams{StepParams: p, For: d})
+	if err != nil {
+		return nil, err
+	}
+	if !r.Sleeping {
+		return resp.OK, nil
+	}
+	return resp.SimpleString("SLEEPING " + r.WakeAt.UTC().Format(time.RFC3339Nano)), nil
+}
+
+// JOB.STEPS job_id [CURSOR c] [LIMIT n] — a JSON array of the job's steps in
+// the order first begun; the next page starts at CURSOR c + the number
+// answered.
+func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	p := engine.JobStepsParams{JobID: string(args[1]), Limit: 100}
+	for i := 2; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			return nil, resp.ErrSyntax
+		}
+		n, err := resp.ParseInt(args[i+1])
+		switch resp.Upper(args[i]) {
+		case "CURSOR":
+			if err != nil || n < 0 || n > engine.MaxSteps {
+				return nil, resp.Errorf("CURSOR must be between 0 and %d", engine.MaxSteps)
+			}
+			p.After = int(n)
+		case "LIMIT":
+			if err != nil || n < 1 || n > 1000 {
+				return nil, resp.Errorf("LIMIT must be between 1 and 1000")
+			}
+			p.Limit = int(n)
+		default:
+			return nil, resp.ErrSyntax
+		}
+	}
+	if sess.principal().Role == auth.RoleWorker {
+		w, err := s.hotWorker(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		p.Holder = w.ID
+	}
+	steps, err := s.eng.JobSteps(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Bulk(stepsJSON(steps)), nil
+}
+
+// stepsJSON is JOB.STEPS's array.
+func stepsJSON(steps []engine.Step) []byte {
+	type stepJSON struct {
+		StepID      string          `json:"step_id"`
+		Kind        string          `json:"kind"`
+		Status      string          `json:"status"`
+		Attempts    int             `json:"attempts"`
+		Input       json.RawMessage `json:"input"`
+		Output      json.RawMessage `json:"output"`
+		Errors      json.RawMessage `json:"errors"`
+		BeganAt     time.Time       `json:"began_at"`
+		CompletedAt *time.Time      `json:"completed_at"`
+		WakeAt      *time.Time      `json:"wake_at"`
+	}
+	out := make([]stepJSON, len(steps))
+	for i, st := range steps {
+		out[i] = stepJSON{StepID: st.StepID, Kind: st.Kind, Status: st.Status, Attempts: st.Attempts,
+			Input: rawOrNull(st.Input), Output: rawOrNull(st.Output), Errors: rawOrNull(st.Errors),
+			BeganAt: st.BeganAt.UTC(), CompletedAt: utcOrNil(st.CompletedAt), WakeAt: utcOrNil(st.WakeAt)}
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+func utcOrNil(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// readStepCall reads what every STEP.* call has: the job, the step, the
+// trailing DELIVERY token, and the calling worker. It answers the
+// arguments between the step id and the token, at most most of them.
+func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte, most int) (engine.StepParams, [][]byte, error) {
+	p := engine.StepParams{JobID: string(args[1]), StepID: string(args[2])}
+	rest := args[3:]
+	if n := len(rest); n >= 2 && resp.Is(rest[n-2], "delivery") {
+		u, err := uuid.Parse(string(rest[n-1]))
+		if err != nil {
+			return p, nil, resp.Errorf("invalid delivery: must be the token the job was delivered with")
+		}
+		p.Delivery, rest = u.String(), rest[:n-2]
+	}
+	if len(rest) > most {
+		return p, nil, resp.Errorf("wrong number of arguments for '%s' command", resp.Lower(args[0]))
+	}
+	for _, a := range rest {
+		if int64(len(a)) > s.opts.MaxPayload {
+			return p, nil, resp.ErrPayloadTooBig
+		}
+		if err := textError(a); err != nil {
+			return p, nil, resp.Errorf("invalid step: %s", err)
+		}
+	}
+	if sess.principal().Role == auth.RoleAdmin {
+		p.Admin = true
+		return p, rest, nil
+	}
+	w, err := s.hotWorker(ctx, sess)
+	if err != nil {
+		return p, nil, err
+	}
+	p.WorkerID = w.ID
+	return p, rest, nil
+}
+
+// decodeStepDoc decodes a step call's object strictly: unknown fields are
+// refused, as in a job.
+func decodeStepDoc(raw []byte, v any) error {
+	body := bytes.TrimSpace(raw)
+	if len(body) == 0 || body[0] != '{' {
+		return errors.New("must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errors.New(jsonmsg.Reason(err))
+	}
+	if dec.More() {
+		return errors.New("must be one JSON object")
+	}
+	return nil
+}
+
+// stepWait is secs as a duration within maxStepWait; zero allowed when
+// zeroOK.
+func stepWait(secs float64, zeroOK bool) (time.Duration, bool) {
+	if math.IsNaN(secs) || secs < 0 || secs == 0 && !zeroOK || secs > maxStepWait.Seconds() {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
+}
+
+// jobGetJSON is the job as JOB.GET and GET job:<id> show it: with its count of steps.
+func jobGetJSON(j engine.Job) []byte {
+	m := jobFields(j)
+	m["steps"] = j.Steps
+	b, _ := json.Marshal(m)
+	return b
+}

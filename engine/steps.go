@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/store"
+)
+
+// Durable steps (STEP.*): a job's holder names the steps of its work, and
+// agq keeps their outputs so that a later delivery resumes after the last
+// completed one. Each call is the careful path, alone: steps are few next
+// to a job's claim and report, and each must be durable when answered.
+
+// Step calls and their outcomes, as the store applies them.
+type (
+	StepParams      = store.StepParams
+	StepBeginParams = store.StepBeginParams
+	StepBeginResult = store.StepBeginResult
+	StepFailParams  = store.StepFailParams
+	StepFailResult  = store.StepFailResult
+	StepSleepParams = store.StepSleepParams
+	StepSleepResult = store.StepSleepResult
+	Step            = store.Step
+	JobStepsParams  = store.JobStepsParams
+)
+
+// MaxSteps is how many steps and sleeps one job may have.
+const MaxSteps = store.MaxSteps
+
+// Refusals of step calls.
+type (
+	// StepNotBegunError: the step was not begun by this delivery.
+	StepNotBegunError = store.StepNotBegunError
+	// StepAttemptsError: begun past its attempts, the step failed the job.
+	StepAttemptsError = store.StepAttemptsError
+	// StepKindError: the id names a sleep where a step was expected, or
+	// the other way round.
+	StepKindError = store.StepKindError
+	// StepLimitError: the job has MaxSteps steps already.
+	StepLimitError = store.StepLimitError
+)
+
+// ErrStepsNotHolder: a worker read the steps of a job it does not hold.
+var ErrStepsNotHolder = errors.New("only the worker holding the job reads its steps")
+
+// checkStep refuses a step id that breaks its rule.
+func checkStep(p StepParams) error {
+	if !names.Step(p.StepID) {
+		return &InvalidNameError{What: "step_id", Rule: names.StepRule}
+	}
+	return nil
+}
+
+// stepError names the job a step call's refusal is about.
+func stepError(id string, err error) error {
+	var notBegun *StepNotBegunError
+	var attempts *StepAttemptsError
+	var kind *StepKindError
+	var limit *StepLimitError
+	if errors.As(err, &notBegun) || errors.As(err, &attempts) || errors.As(err, &kind) || errors.As(err, &limit) {
+		return &JobError{JobID: id, Err: err}
+	}
+	return jobError(id, err)
+}
+
+// StepBegin is STEP.BEGIN: run the step now, or use the output it
+// completed with in an earlier delivery for an equal input.
+func (e *Engine) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error) {
+	if err := checkStep(p.StepParams); err != nil {
+		return StepBeginResult{}, err
+	}
+	var res StepBeginResult
+	err := e.transition(ctx, func() (Effects, error) {
+		var sfx store.Effects
+		var err error
+		res, sfx, err = e.store.StepBegin(ctx, p)
+		return stepEffects(sfx), stepError(p.JobID, err)
+	})
+	return res, err
+}
+
+// StepComplete is STEP.COMPLETE: the step's output is kept.
+func (e *Engine) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error {
+	if err := checkStep(p); err != nil {
+		return err
+	}
+	return e.transition(ctx, func() (Effects, error) {
+		changed, err := e.store.StepComplete(ctx, p, output)
+		fx := Effects{}
+		if changed {
+			fx.AsIs = []AsIs{stepNamed("step_completed", p)}
+		}
+		return fx, stepError(p.JobID, err)
+	})
+}
+
+// StepFail is STEP.FAIL: the job's attempt ends with the step's failure,
+// retried or final as the retry policy decides with the step's attempts.
+func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult, error) {
+	if err := checkStep(p.StepParams); err != nil {
+		return StepFailResult{}, err
+	}
+	var res StepFailResult
+	err := e.transition(ctx, func() (Effects, error) {
+		var sfx store.Effects
+		var changed bool
+		var err error
+		res, changed, sfx, err = e.store.StepFail(ctx, p)
+		fx := stepEffects(sfx)
+		if changed {
+			fx.AsIs = append([]AsIs{stepNamed("step_failed", p.StepParams)}, fx.AsIs...)
+		}
+		return fx, stepError(p.JobID, err)
+	})
+	return res, err
+}
+
+// StepSleep is STEP.SLEEP: the job sleeps until its wake time, or, in a
+// delivery after it woke, carries on.
+func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepResult, error) {
+	if err := checkStep(p.StepParams); err != nil {
+		return StepSleepResult{}, err
+	}
+	var res StepSleepResult
+	err := e.transition(ctx, func() (Effects, error) {
+		var sfx store.Effects
+		var changed bool
+		var err error
+		res, changed, sfx, err = e.store.StepSleep(ctx, p)
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		if changed {
+			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
+		}
+		return fx, stepError(p.JobID, err)
+	})
+	return res, err
+}
+
+// JobSteps is JOB.STEPS: a page of the job's steps in the order first
+// begun. A worker (p.Holder) reads only the steps of a job it holds.
+func (e *Engine) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error) {
+	steps, err := e.store.JobSteps(ctx, p)
+	if errors.Is(err, store.ErrNotHolder) {
+		err = ErrStepsNotHolder
+	}
+	if errors.Is(err, ErrStepsNotHolder) || errors.Is(err, ErrNotFound) {
+		return nil, &JobError{JobID: p.JobID, Err: err}
+	}
+	return steps, err
+}
+
+// stepEffects are the effects of a step call that may have ended the job's
+// attempt: announced as the job then is (retrying, failed, cancelled).
+func stepEffects(sfx store.Effects) Effects {
+	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+	if len(sfx.Moved) > 0 {
+		fx.AsIs = []AsIs{finishedAsIs(sfx.Moved)}
+	}
+	return fx
+}
+
+// stepNamed announces a step's event on its job.
+func stepNamed(event string, p StepParams) AsIs {
+	a := named(event, p.JobID)
+	a.StepID = p.StepID
+	return a
+}
