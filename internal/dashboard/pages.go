@@ -153,9 +153,14 @@ type jobData struct {
 	Job      engine.Job
 	Errors   []jobError
 	Logs     []string
+	Steps    []engine.Step
+	More     bool // the job has more steps than the page lists
 	Terminal bool
 	Retry    bool // failed or cancelled: JOB.RETRY applies
 }
+
+// jobStepsShown bounds the steps a job page lists.
+const jobStepsShown = 200
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
@@ -173,6 +178,9 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 	_ = json.Unmarshal(j.Errors, &data.Errors)
 	if logs, _, err := d.eng.JobLogs(r.Context(), id, 0); err == nil {
 		data.Logs = logs
+	}
+	if steps, err := d.eng.JobSteps(r.Context(), engine.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
+		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
 	}
 	refresh := 2
 	if data.Terminal {
