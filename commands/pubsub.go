@@ -137,7 +137,9 @@ func (sub *subscriber) cutOff() {
 	sub.once.Do(func() {
 		close(sub.gone)
 		nc := sub.sess.netConn
-		nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		// Closing the connection ends a write its full socket holds up.
+		stop := time.AfterFunc(100*time.Millisecond, func() { nc.Close() })
+		defer stop.Stop()
 		sub.wmu.Lock()
 		sub.conn.WriteError("ERR subscriber too slow: " + strconv.Itoa(subscriberQueue) + " messages unread; disconnected")
 		sub.conn.Flush()

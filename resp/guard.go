@@ -20,6 +20,11 @@ type Limits struct {
 	MaxCommand int64 // bytes per whole command (default 256 MiB)
 	// Budget, when set, is shared by every connection: see Budget.
 	Budget *Budget
+	// ReplyTimeout is how long replies may wait for a client that stopped
+	// reading them (its socket full) before its connection is closed
+	// (default 60 s): a client never drains agq's memory or holds its
+	// goroutine for longer, and others are served meanwhile.
+	ReplyTimeout time.Duration
 }
 
 // PreAuthLimits are what a client may send before it authenticates: enough
@@ -28,6 +33,9 @@ type Limits struct {
 var PreAuthLimits = Limits{MaxArgs: 10, MaxBulk: 16 << 10, MaxInline: 16 << 10, MaxCommand: 64 << 10}
 
 func (l Limits) withDefaults() Limits {
+	if l.ReplyTimeout <= 0 {
+		l.ReplyTimeout = time.Minute
+	}
 	if l.MaxArgs <= 0 {
 		l.MaxArgs = 1 << 16
 	}
@@ -111,6 +119,13 @@ type GuardedConn struct {
 // zero fields take their defaults.
 func NewGuardedConn(c net.Conn, limits Limits) *GuardedConn {
 	return &GuardedConn{conn: c, frame: guardFrame{lim: limits.withDefaults()}, parkWake: make(chan struct{}, 1)}
+}
+
+// replyTimeout is the connection's Limits.ReplyTimeout.
+func (c *GuardedConn) replyTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frame.lim.ReplyTimeout
 }
 
 // SetLimits replaces the limits from the next command on: agq is stricter

@@ -227,6 +227,11 @@ func nextCommand(b []byte, argsbuf [][]byte) (complete bool, args [][]byte, rest
 // flush writes the pending replies and gives their buffer back.
 func (c *conn) flush() error {
 	if len(c.out) > 0 && c.werr == nil {
+		if g, ok := c.nc.(*GuardedConn); ok {
+			// A client that stopped reading is closed once its replies
+			// have waited the limit; a write error ends the connection.
+			g.SetWriteDeadline(time.Now().Add(g.replyTimeout()))
+		}
 		_, c.werr = c.nc.Write(c.out)
 	}
 	if c.outp != nil {

@@ -272,3 +272,64 @@ func TestServeWaitsOutAcceptErrors(t *testing.T) {
 		t.Fatalf("Serve after its listener closed: %v", err)
 	}
 }
+
+// A client that stops reading its replies is closed once they have waited
+// ReplyTimeout, and another client is served meanwhile.
+func TestAClientThatStopsReadingIsClosedAfterTheReplyTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guarded := NewGuardedListener(ln, Limits{ReplyTimeout: 300 * time.Millisecond})
+	big := strings.Repeat("x", 64<<10)
+	closedWith := make(chan error, 2)
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(guarded, func(c redcon.Conn, cmd redcon.Command) {
+			if string(cmd.Args[0]) == "big" {
+				c.WriteBulkString(big)
+				return
+			}
+			c.WriteString("PONG")
+		}, nil, func(_ redcon.Conn, err error) { closedWith <- err })
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-served
+	})
+
+	stuck, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	go func() { // 64 MiB of replies, never read
+		for range 1024 {
+			if _, err := stuck.Write([]byte("*1\r\n$3\r\nbig\r\n")); err != nil {
+				return
+			}
+		}
+	}()
+
+	other, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := other.Write([]byte("*1\r\n$4\r\nping\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(other).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("the other client got %q, %v", line, err)
+	}
+
+	select {
+	case err := <-closedWith:
+		if err == nil {
+			t.Fatal("the stuck client's connection ended without an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client that stopped reading was not closed")
+	}
+}
