@@ -85,3 +85,53 @@ func TestKillDuringStepCompletionsKeepsEveryStepAnswered(t *testing.T) {
 		t.Fatalf("STEP.BEGIN %s after the restart = %s, want %s", last, got, want)
 	}
 }
+
+// A durable sleep outlives agq: killed (SIGKILL) while the job sleeps,
+// agq restarted wakes it on time, and the same call then answers OK.
+func TestASleepWakesOnTimeAcrossAnAgqRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := newAgqProcess(t, buildAgq(t), agqtest.NewDatabase(t))
+	srv.start(ctx)
+	admin := redis.NewClient(srv.clientOptions("", srv.adminKey))
+	defer admin.Close()
+	key := mustText(ctx, t, admin, "KEY.CREATE", "worker", "sleeper")
+	mustText(ctx, t, admin, "JOB.SUBMIT", `{"job_id":"nap","queue":"naps","type":"nap"}`)
+	reg := `{"worker_id":"sleeper","hostname":"h","agw_version":"1","capabilities":{"tools":[],"types":["nap"]}}`
+	pop := func(c *redis.Client) string {
+		t.Helper()
+		v, err := c.BRPop(ctx, 20*time.Second, "queue:naps").Result()
+		if err != nil || len(v) != 2 {
+			t.Fatalf("BRPOP: %v %v", v, err)
+		}
+		var job struct {
+			Delivery string `json:"delivery"`
+		}
+		if err := json.Unmarshal([]byte(v[1]), &job); err != nil {
+			t.Fatal(err)
+		}
+		return job.Delivery
+	}
+
+	w := redis.NewClient(srv.clientOptions("sleeper", key))
+	defer w.Close()
+	mustText(ctx, t, w, "WORKER.REGISTER", reg)
+	d := pop(w)
+	slept := time.Now()
+	if got := mustText(ctx, t, w, "STEP.SLEEP", "nap", "wait", "3", "DELIVERY", d); len(got) < 9 || got[:9] != "SLEEPING " {
+		t.Fatalf("STEP.SLEEP = %q", got)
+	}
+	srv.kill()
+	srv.start(ctx)
+
+	w2 := redis.NewClient(srv.clientOptions("sleeper", key))
+	defer w2.Close()
+	mustText(ctx, t, w2, "WORKER.REGISTER", reg)
+	d2 := pop(w2)
+	if woke := time.Since(slept); woke < 3*time.Second || woke > 8*time.Second {
+		t.Fatalf("the job woke after %v, not on its 3 s", woke)
+	}
+	if got := mustText(ctx, t, w2, "STEP.SLEEP", "nap", "wait", "3", "DELIVERY", d2); got != "OK" {
+		t.Fatalf("STEP.SLEEP after the wake = %q, want OK", got)
+	}
+}
