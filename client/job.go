@@ -85,9 +85,10 @@ type runningJob struct {
 	cancel  context.CancelCauseFunc
 	started time.Time
 
-	mu    sync.Mutex // keeps one job's reports in order
-	acked bool
-	final bool
+	mu     sync.Mutex // keeps one job's reports in order
+	acked  bool
+	final  bool
+	ending bool // guarded by the worker's mu
 	// ended: a step failed or the job went to sleep, which ended the
 	// delivery on agq; nothing more is reported.
 	ended bool
@@ -108,6 +109,7 @@ func (w *Worker) runJob(r *runningJob) {
 	ack := time.AfterFunc(w.opts.AckAfter, func() { r.acknowledge(w) })
 	result, err := w.call(ctx, j)
 	ack.Stop()
+	w.handlerReturned(r)
 	cause := context.Cause(r.ctx)
 	if ctx.Err() != nil && cause == nil {
 		cause = context.Cause(ctx)

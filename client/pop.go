@@ -52,13 +52,15 @@ func (w *Worker) popLoop() {
 }
 
 // waitFree waits until a slot is free and returns how many are; 0 when
-// popping stopped.
+// popping stopped. While jobs are ending (their reports on the way) and
+// fewer than half the slots are free, it waits for those slots too: one
+// pop for many slots, not one for each.
 func (w *Worker) waitFree() int {
 	for {
 		w.mu.Lock()
-		free := w.free
+		free, ending := w.free, w.ending
 		w.mu.Unlock()
-		if free > 0 {
+		if free > 0 && (ending == 0 || 2*free >= w.opts.Concurrency) {
 			return free
 		}
 		select {
@@ -96,9 +98,20 @@ func (w *Worker) track(msg *jobMessage) *runningJob {
 	return r
 }
 
+// handlerReturned counts r among the jobs whose slot frees soon.
+func (w *Worker) handlerReturned(r *runningJob) {
+	w.mu.Lock()
+	w.ending++
+	r.ending = true
+	w.mu.Unlock()
+}
+
 func (w *Worker) untrack(r *runningJob) {
 	w.mu.Lock()
 	w.free++
+	if r.ending {
+		w.ending--
+	}
 	if w.running[r.job.ID()] == r {
 		delete(w.running, r.job.ID())
 	}

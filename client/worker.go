@@ -77,6 +77,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	free    int                    // slots without a job
+	ending  int                    // jobs whose handler returned, their report on its way
 	running map[string]*runningJob // by job id
 	freed   chan struct{}          // a slot was freed (capacity 1)
 
