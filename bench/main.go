@@ -112,7 +112,7 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
 	if want("burn") {
-		var as, bs, ars, aps, abs []measure
+		var as, bs, ars, aps, abs, acs []measure
 		for i := range max(o.repeat, 1) {
 			statements := o.statements && i == 0
 			say("burn-down of %d jobs, %d agq worker connections (run %d of %d)", o.jobs, o.workers, i+1, max(o.repeat, 1))
@@ -154,10 +154,16 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 					return r, err
 				}
 			}
-			say("jobs/s: agq %.0f, with running %.0f, report and next pop pipelined %.0f, batched %.0f; River %.0f", a.rate(), ar.rate(), ap.rate(), ab.rate(), b.rate())
-			as, bs, ars, aps, abs = append(as, a), append(bs, b), append(ars, ar), append(aps, ap), append(abs, ab)
+			say("burn-down with one client package worker of %d slots", clientSlots)
+			ac, err := agqBurnDownClient(ctx, cl, s, o.jobs, i)
+			if err != nil {
+				return r, fmt.Errorf("agq client package burn-down: %w", err)
+			}
+			say("jobs/s: agq %.0f, with running %.0f, report and next pop pipelined %.0f, batched %.0f, client package %.0f; River %.0f",
+				a.rate(), ar.rate(), ap.rate(), ab.rate(), ac.rate(), b.rate())
+			as, bs, ars, aps, abs, acs = append(as, a), append(bs, b), append(ars, ar), append(aps, ap), append(abs, ab), append(acs, ac)
 		}
-		a, b, ar, ap, ab := median(as), median(bs), median(ars), median(aps), median(abs)
+		a, b, ar, ap, ab, ac := median(as), median(bs), median(ars), median(aps), median(abs), median(acs)
 		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
 		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
 		r.costs("burn-down", a, b)
@@ -169,6 +175,9 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		r.add("burn-down batched: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ab.cost.commits, ab.cost.walBytes), "", "")
 		r.add("burn-down batched: CPU per job, agq / PostgreSQL / clients", micros(ab.cost.agqCPU)+" / "+micros(ab.cost.pgCPU)+" / "+micros(ab.cost.self), "", "")
 		r.add("burn-down batched: PostgreSQL waits (share of samples)", ab.waits, "", "")
+		r.rates(fmt.Sprintf("burn-down, client package worker (one process, %d slots, no-op handler), %d jobs", clientSlots, o.jobs), ac.rate(), b.rate())
+		r.add("burn-down client package: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ac.cost.commits, ac.cost.walBytes), "", "")
+		r.add("burn-down client package: CPU per job, agq / PostgreSQL / client process", micros(ac.cost.agqCPU)+" / "+micros(ac.cost.pgCPU)+" / "+micros(ac.cost.self), "", "")
 	}
 	if want("continuous") {
 		say("continuous: %d producers of single jobs while working, %v", o.producers, o.continuous)

@@ -301,3 +301,48 @@ func buildCookbookWorker(t *testing.T, program string) string {
 	}
 	return bin
 }
+
+// TestCookbookClientWorkerRunsAsPrinted builds the cookbook's worker
+// written with the client package, as printed, runs it, and drives it with
+// jobs that complete and fail; SIGTERM drains and unregisters it.
+//
+// Not parallel: buildCookbookWorker builds in one directory per process.
+func TestCookbookClientWorkerRunsAsPrinted(t *testing.T) {
+	page := readPage(t, "cookbook.md")
+	program := fencedBlock(t, page, "```go title=\"client-worker.go\"")
+	worker := buildCookbookWorker(t, program)
+
+	a := agqtest.Start(t, heartbeatEvery(time.Second))
+	admin := a.Admin(t)
+	cmd := exec.Command(worker)
+	cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID=reverser-2", "AGQ_KEY="+a.CreateKey(t, "worker", "reverser-2"))
+	p := startProcess(t, "client-worker.go", cmd)
+	waitWorker(t, admin, "reverser-2", "ACTIVE")
+
+	ctx := context.Background()
+	wait := func(doc string) jobView {
+		t.Helper()
+		id, err := admin.Do(ctx, "JOB.SUBMIT", doc).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := admin.Do(ctx, "JOB.WAIT", id, 20).Text()
+		if err != nil {
+			t.Fatalf("JOB.WAIT %s: %v", id, err)
+		}
+		return decodeJob(t, raw)
+	}
+	if j := wait(`{"type":"reverse","payload":{"text":"hello, agq"}}`); j.Status != "completed" || j.worker() != "reverser-2" ||
+		!strings.Contains(string(j.Result), `"output":"qga ,olleh"`) {
+		t.Fatalf("job %+v, result %s", j, j.Result)
+	}
+	if j := wait(`{"type":"reverse","payload":{"text":""},"max_attempts":3}`); j.Status != "failed" || j.Attempt != 1 ||
+		len(j.Errors) != 1 || j.Errors[0].Error != "nothing to reverse" {
+		t.Fatalf("job %+v", j)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.waitExit(t, 20*time.Second); code != 0 {
+		t.Fatalf("the worker exited %d after SIGTERM", code)
+	}
+	waitWorker(t, admin, "reverser-2", "UNREGISTERED")
+}

@@ -1,0 +1,16 @@
+// Package client is a Go library for agq's workers and producers, over
+// plain RESP with go-redis.
+//
+// A Worker registers, heartbeats, and keeps its slots full with one
+// BLMPOP … COUNT <free slots> per round trip; it reports the jobs of many
+// slots in one pipeline and acknowledges a delivery only when its job runs
+// long enough to need it. A handler's ctx ends on the job's timeout, on its
+// cancellation and on shutdown. Step and Job.Sleep use agq's durable steps,
+// so that a job delivered again resumes after its last completed step.
+//
+// A Producer submits jobs (one, or a batch or graph in one round trip),
+// reads, waits for, cancels, retries and follows them.
+//
+// The package imports go-redis and the standard library only: a program
+// that uses it compiles nothing of the agq server.
+package client

@@ -1,0 +1,249 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// jobMessage is the job as a pop delivers it.
+type jobMessage struct {
+	JobID          string          `json:"job_id"`
+	Queue          string          `json:"queue"`
+	Type           string          `json:"type"`
+	Requires       []string        `json:"requires"`
+	Plan           json.RawMessage `json:"plan"`
+	Inputs         json.RawMessage `json:"inputs"`
+	Payload        json.RawMessage `json:"payload"`
+	Parents        json.RawMessage `json:"parents"`
+	Priority       int             `json:"priority"`
+	Attempt        int             `json:"attempt"`
+	MaxAttempts    int             `json:"max_attempts"`
+	TimeoutSeconds float64         `json:"timeout_seconds"`
+	Delivery       string          `json:"delivery"`
+	raw            string
+}
+
+// Job is one delivery of a job to a handler.
+type Job struct {
+	msg *jobMessage
+	w   *Worker
+	run *runningJob
+}
+
+// ID is the job's id.
+func (j *Job) ID() string { return j.msg.JobID }
+
+// Type is the job's type.
+func (j *Job) Type() string { return j.msg.Type }
+
+// Queue is the queue the job was taken from.
+func (j *Job) Queue() string { return j.msg.Queue }
+
+// Attempt numbers the job's deliveries from 1 (a snooze or a sleep keeps it).
+func (j *Job) Attempt() int { return j.msg.Attempt }
+
+// MaxAttempts is how many attempts the job has.
+func (j *Job) MaxAttempts() int { return j.msg.MaxAttempts }
+
+// Payload is the job's payload as JSON.
+func (j *Job) Payload() json.RawMessage { return j.msg.Payload }
+
+// Parents is, for a job submitted with after, each parent's status and
+// result as JSON.
+func (j *Job) Parents() json.RawMessage { return j.msg.Parents }
+
+// Raw is the job as agq delivered it.
+func (j *Job) Raw() string { return j.msg.raw }
+
+// Decode decodes the job's payload into a T.
+func Decode[T any](j *Job) (T, error) {
+	var v T
+	if len(j.msg.Payload) == 0 {
+		return v, nil
+	}
+	err := json.Unmarshal(j.msg.Payload, &v)
+	if err != nil {
+		err = fmt.Errorf("client: decoding the payload of job %s: %w", j.ID(), err)
+	}
+	return v, err
+}
+
+// Progress reports how far the job got (the job's progress in JOB.GET).
+func (j *Job) Progress(ctx context.Context, currentTask, percent int) error {
+	return j.run.update(ctx, map[string]any{"current_task": currentTask, "progress_percent": percent})
+}
+
+// runningJob is a job a slot runs.
+type runningJob struct {
+	job     *Job
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	started time.Time
+
+	mu     sync.Mutex // keeps one job's reports in order
+	acked  bool
+	final  bool
+	ending bool // guarded by the worker's mu
+	// ended: a step failed or the job went to sleep, which ended the
+	// delivery on agq; nothing more is reported.
+	ended bool
+}
+
+// runJob runs a delivered job's handler and reports how it ended. The slot
+// stays taken until agq has the report.
+func (w *Worker) runJob(r *runningJob) {
+	defer w.untrack(r)
+	defer r.cancel(nil)
+	j := r.job
+	ctx := r.ctx
+	if secs := j.msg.TimeoutSeconds; secs > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, time.Duration(secs*float64(time.Second)), errJobTimeout)
+		defer stop()
+	}
+	ack := time.AfterFunc(w.opts.AckAfter, func() { r.acknowledge(w) })
+	result, err := w.call(ctx, j)
+	ack.Stop()
+	w.handlerReturned(r)
+	cause := context.Cause(r.ctx)
+	if ctx.Err() != nil && cause == nil {
+		cause = context.Cause(ctx)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.final = true
+	if r.ended || errors.Is(cause, errCancelConfirmed) || errors.Is(cause, ErrDeliveryLost) {
+		return
+	}
+	doc, failed := finalReport(result, err, cause)
+	if failed {
+		w.failed.Add(1)
+		w.log.Warn("job failed", "job_id", j.ID(), "error", doc["error"], "retryable", doc["retryable"])
+	} else if doc["status"] == "completed" {
+		w.completed.Add(1)
+	}
+	switch o, rerr := r.send(w, w.reportCtx, doc); o {
+	case outcomeOK, outcomeCancelled, outcomeLost:
+	default:
+		w.log.Error("could not report the job's end", "job_id", j.ID(), "error", rerr)
+	}
+}
+
+// call runs the job's handler; a panic is a failed attempt.
+func (w *Worker) call(ctx context.Context, j *Job) (result any, err error) {
+	h := w.handlers[j.Type()]
+	if h == nil {
+		h = w.fallback
+	}
+	if h == nil {
+		return nil, Permanent(fmt.Errorf("no handler for jobs of type %q", j.Type()))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("handler panicked", "job_id", j.ID(), "panic", p, "stack", string(debug.Stack()))
+			result, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h(ctx, j)
+}
+
+// finalReport is the JOB.UPDATE document for how the handler ended.
+func finalReport(result any, err, cause error) (doc map[string]any, failed bool) {
+	var snooze *snoozeError
+	switch {
+	case errors.Is(cause, errCancelledByServer):
+		return map[string]any{"status": "cancelled"}, false
+	case err == nil:
+		return map[string]any{"status": "completed", "output": result}, false
+	case errors.As(err, &snooze):
+		return map[string]any{"status": "snoozed", "seconds": max(snooze.d.Seconds(), 0.001)}, false
+	case errors.Is(cause, errShuttingDown):
+		return map[string]any{"status": "failed", "error": "worker shutting down: " + err.Error(), "retryable": true}, true
+	case errors.Is(cause, errJobTimeout):
+		return map[string]any{"status": "failed", "error": "timed out: " + err.Error(), "retryable": true}, true
+	default:
+		return map[string]any{"status": "failed", "error": err.Error(), "retryable": !IsPermanent(err)}, true
+	}
+}
+
+// acknowledge tells agq that a long job is running, before its
+// acknowledgement timeout gives the delivery to another worker.
+func (r *runningJob) acknowledge(w *Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.final || r.acked {
+		return
+	}
+	r.acked = true
+	if o, err := r.send(w, r.ctx, map[string]any{"status": "running"}); o != outcomeOK && r.ctx.Err() == nil {
+		w.log.Warn("could not acknowledge the job", "job_id", r.job.ID(), "error", err)
+	}
+}
+
+// update sends a report the handler asked for.
+func (r *runningJob) update(ctx context.Context, doc map[string]any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch o, err := r.send(r.job.w, ctx, doc); o {
+	case outcomeOK:
+		r.acked = true
+		return nil
+	case outcomeCancelled:
+		return ErrCancelled
+	case outcomeLost:
+		return fmt.Errorf("%w: %v", ErrDeliveryLost, err)
+	default:
+		return err
+	}
+}
+
+// send reports doc about this delivery until agq answers, retrying
+// connection trouble (agq applies a repeated report once). CANCELLED and a
+// lost delivery end the handler's ctx. Called with r.mu held.
+func (r *runningJob) send(w *Worker, ctx context.Context, doc map[string]any) (outcome, error) {
+	doc["delivery"] = r.job.msg.Delivery
+	doc["attempt"] = r.job.msg.Attempt
+	body, err := json.Marshal(doc)
+	if err != nil {
+		body, _ = json.Marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
+			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
+	}
+	b := w.newBackoff()
+	for {
+		err := w.report(ctx, r.job.ID(), body)
+		o := classify(err)
+		switch o {
+		case outcomeOK:
+			return o, nil
+		case outcomeCancelled:
+			r.cancel(errCancelConfirmed)
+			return o, err
+		case outcomeLost:
+			r.cancel(fmt.Errorf("%w: %v", ErrDeliveryLost, err))
+			return o, err
+		case outcomeNotRegistered:
+			w.reg.lost()
+			if err := w.ensureRegistered(ctx); err != nil {
+				return outcomeConn, err
+			}
+		case outcomeConn:
+			w.reg.lost()
+		default:
+			return o, err
+		}
+		if ctx.Err() != nil {
+			return outcomeConn, err
+		}
+		wait := b.Next()
+		w.log.Warn("JOB.UPDATE failed", "job_id", r.job.ID(), "error", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return outcomeConn, err
+		}
+	}
+}

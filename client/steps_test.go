@@ -1,0 +1,135 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/client"
+)
+
+func TestSteps(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ResumeAfterALostDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var charged, packed, shipped atomic.Int64
+		inThird := make(chan struct{}, 2)
+		release := make(chan struct{})
+		handler := func(ctx context.Context, j *client.Job) (any, error) {
+			order, err := client.Decode[struct{ Amount int }](j)
+			if err != nil {
+				return nil, err
+			}
+			charge, err := client.Step(ctx, j, "charge", order, func(context.Context) (string, error) {
+				charged.Add(1)
+				return "ch_1", nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			box, err := client.Step(ctx, j, "pack", nil, func(context.Context) (int, error) {
+				packed.Add(1)
+				return 7, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			label, err := client.Step(ctx, j, "ship", nil, func(ctx context.Context) (string, error) {
+				if shipped.Add(1) == 1 {
+					inThird <- struct{}{}
+					<-release // the first delivery is lost meanwhile
+				}
+				return "1Z999", nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"charge": charge, "box": box, "label": label}, nil
+		}
+		first := b.startWorker(t, "shop-1", map[string]client.HandlerFunc{"order": handler}, nil)
+		id := b.submit(t, 1, client.JobSpec{Type: "order", Payload: map[string]int{"amount": 10}})[0]
+		<-inThird
+		// The first worker stops popping, and agq takes its job back as
+		// it would from a worker that died: the delivery is lost.
+		first.stop()
+		if err := b.admin.Do(context.Background(), "WORKER.UNREGISTER", "shop-1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		b.startWorker(t, "shop-2", map[string]client.HandlerFunc{"order": handler}, nil)
+		j := b.waitAll(t, []string{id})[0]
+		close(release)
+		if err := first.wait(t); err != nil {
+			t.Fatal(err)
+		}
+		var result struct {
+			Output map[string]any `json:"output"`
+		}
+		json.Unmarshal(j.Result, &result)
+		if j.Status != "completed" || result.Output["charge"] != "ch_1" || result.Output["box"] != 7.0 || result.Output["label"] != "1Z999" {
+			t.Fatalf("job %s: %s", j.Status, j.Result)
+		}
+		if charged.Load() != 1 || packed.Load() != 1 || shipped.Load() != 2 {
+			t.Fatalf("charged %d, packed %d, shipped %d times; want 1, 1, 2", charged.Load(), packed.Load(), shipped.Load())
+		}
+		if got, err := b.producer.Get(context.Background(), id); err != nil || got.Steps != 3 {
+			t.Fatalf("JOB.GET: %+v, %v; want 3 steps", got, err)
+		}
+	})
+
+	t.Run("AFailedStepRetriesTheJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var tries atomic.Int64
+		b.startWorker(t, "flaky-1", map[string]client.HandlerFunc{"flaky": func(ctx context.Context, j *client.Job) (any, error) {
+			return client.Step(ctx, j, "call", nil, func(context.Context) (int64, error) {
+				if n := tries.Add(1); n < 2 {
+					return 0, errors.New("carrier down")
+				} else {
+					return n, nil
+				}
+			})
+		}}, nil)
+		j := b.waitAll(t, b.submit(t, 1, client.JobSpec{Type: "flaky", RetryBackoff: 100 * time.Millisecond}))[0]
+		if j.Status != "completed" || j.Attempt != 2 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "carrier down") {
+			t.Fatalf("job %+v", j)
+		}
+	})
+
+	t.Run("APermanentStepErrorFailsTheJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.startWorker(t, "perm-1", map[string]client.HandlerFunc{"perm": func(ctx context.Context, j *client.Job) (any, error) {
+			return client.Step(ctx, j, "call", nil, func(context.Context) (int, error) {
+				return 0, client.Permanent(errors.New("card declined"))
+			})
+		}}, nil)
+		j := b.waitAll(t, b.submit(t, 1, client.JobSpec{Type: "perm"}))[0]
+		if j.Status != "failed" || j.Attempt != 1 {
+			t.Fatalf("job %+v", j)
+		}
+	})
+
+	t.Run("SleepWakesTheJobLater", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var runs atomic.Int64
+		b.startWorker(t, "sleepy-1", map[string]client.HandlerFunc{"sleepy": func(ctx context.Context, j *client.Job) (any, error) {
+			runs.Add(1)
+			if err := j.Sleep(ctx, "cool-off", time.Second); err != nil {
+				return nil, err
+			}
+			return "awake", nil
+		}}, nil)
+		start := time.Now()
+		j := b.waitAll(t, b.submit(t, 1, client.JobSpec{Type: "sleepy"}))[0]
+		if j.Status != "completed" || runs.Load() != 2 || time.Since(start) < time.Second {
+			t.Fatalf("job %+v after %d runs, %v", j, runs.Load(), time.Since(start))
+		}
+	})
+}
