@@ -62,6 +62,15 @@ type Job struct {
 	UpdatedAt       time.Time
 	// Snoozes counts the times its holder put it back for later.
 	Snoozes int
+	// After names the job's parents, nil for a job without any.
+	After           []string
+	OnParentFailure string
+	// PendingParents counts the parents not yet ended (JobGet only).
+	PendingParents int
+	// Parents are the parents' statuses and results (a delivery's only);
+	// ParentsTruncated says the results did not fit.
+	Parents          map[string]ParentState
+	ParentsTruncated bool
 }
 
 // jobColumns is the select list scanJob reads.
@@ -75,7 +84,7 @@ func jobCols(a string) string {
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
-	@created_at, @started_at, @finished_at, @updated_at, @snoozes`)
+	@created_at, @started_at, @finished_at, @updated_at, @snoozes, @after, @on_parent_failure`)
 }
 
 func scanJob(row pgx.Row) (Job, error) {
@@ -83,7 +92,8 @@ func scanJob(row pgx.Row) (Job, error) {
 	err := row.Scan(&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
-		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes)
+		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
+		&j.After, &j.OnParentFailure)
 	return j, err
 }
 
@@ -121,6 +131,11 @@ type NewJob struct {
 	UniqueKey string
 	// Hand, when set, offers the job to a worker blocked in a pop.
 	Hand *Handoff
+	// After names the jobs that must end before this one runs; with
+	// OnParentFailure (ParentFailureCancel when empty, ParentFailureRun)
+	// saying what a parent's failure or cancellation does to it.
+	After           []string
+	OnParentFailure string
 }
 
 // Handoff offers a job due now to a worker waiting for one: the job is
@@ -198,6 +213,9 @@ func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 		return Job{}, ErrNotFound
 	}
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	if err == nil && j.After != nil {
+		j.PendingParents, err = s.PendingParents(ctx, id)
+	}
 	return j, interpretError(err)
 }
 

@@ -353,7 +353,9 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 		fx = Effects{}
 		var status, queue string
 		var requires []string
-		if err := tx.QueryRow(ctx, `SELECT status, queue, requires FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &queue, &requires); err != nil {
+		var inGraph bool
+		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs WHERE id = $1 FOR UPDATE`,
+			id).Scan(&status, &queue, &requires, &inGraph); err != nil {
 			return err
 		}
 		switch status {
@@ -372,8 +374,19 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 			UPDATE jobs SET status = 'queued', attempt = 0, worker_id = NULL, cancel_requested = false,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
 			WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
 		fx.Moved, fx.Ready = []string{id}, []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
-		return err
+		if inGraph {
+			pending, restored, err := retryInGraph(ctx, tx, id)
+			if pending {
+				fx.Ready = nil
+			}
+			fx.Moved = append(fx.Moved, restored...)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return Effects{}, interpretError(err)
