@@ -131,6 +131,13 @@ func TestChildWaitsForItsParents(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.finish(t, "g", "c", "completed")
+	// LPUSH counts a pending job among those it pushed.
+	if n, err := admin.Do(ctx, "LPUSH", "queue:lp", `{"job_id":"lp-1","queue":"lp"}`, `{"job_id":"lp-2","queue":"lp","after":["lp-1"]}`).Int(); err != nil || n != 2 {
+		t.Fatalf("LPUSH of a parent and its child: %d, %v", n, err)
+	}
+	if n, err := admin.Do(ctx, "LLEN", "queue:lp").Int(); err != nil || n != 1 {
+		t.Fatalf("LLEN with a pending job: %d, %v", n, err)
+	}
 	// A child of ended parents is not pending at all.
 	if _, err := admin.Do(ctx, "JOB.SUBMIT", `{"job_id":"d","queue":"g","type":"t","after":["a","c"]}`).Result(); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,16 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // StatusPending is a job waiting for the jobs named in its after.
@@ -56,10 +59,20 @@ func (s *Store) submitWithParents(ctx context.Context, jobs []NewJob, batch bool
 		}
 		return linkParents(ctx, tx, jobs, res, batch)
 	})
+	if isDeadlock(err) {
+		// Parents locked in id order can still meet a group of reports
+		// ending them in another order: sending it again settles it.
+		return nil, fmt.Errorf("%w: the jobs named in after were ending meanwhile", ErrConflict)
+	}
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	return res, nil
+}
+
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 func indexed(batch bool, i int, err error) error {
@@ -139,7 +152,7 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []NewJob, res []SubmitResu
 				failed, cause = parentEndedText(p, ps), p
 			}
 		}
-		mode := cmpOr(j.OnParentFailure, ParentFailureCancel)
+		mode := cmp.Or(j.OnParentFailure, ParentFailureCancel)
 		errText := ""
 		if st == "" && failed != "" && mode == ParentFailureCancel {
 			st, errText = StatusCancelled, failed
@@ -176,13 +189,6 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []NewJob, res []SubmitResu
 // parentEndedText is the error of a job cancelled because of its parent.
 func parentEndedText(parent, status string) string {
 	return "parent " + parent + " " + status
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Released is a pending job made claimable, queued or scheduled.
@@ -235,7 +241,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 			// dependency_checks_job finds a job's marks.
 			rows, err = tx.Query(ctx, `
 				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id
-				WHERE c.job_id = ANY($1::text[]) ORDER BY c.id LIMIT $2 FOR UPDATE OF c SKIP LOCKED`, ids, limit)
+				WHERE c.job_id = ANY($1::text[]) LIMIT $2 FOR UPDATE OF c SKIP LOCKED`, ids, limit)
 		} else {
 			rows, err = tx.Query(ctx, `
 				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id

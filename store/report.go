@@ -19,8 +19,8 @@ type Effects struct {
 	// Moved are the jobs the reports moved out of running, in the order
 	// of the reports: a report re-sent, which changes nothing, is not here.
 	Moved []string
-	// Parents are jobs that ended with children waiting for them: their
-	// dependencies to settle (DependenciesSettle).
+	// Parents are jobs that ended, perhaps with children waiting for
+	// them: their dependencies to settle (DependenciesSettle).
 	Parents []string
 }
 
@@ -95,6 +95,9 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		// delivery, a cancelled job.
 		var one Effects
 		one, errs[i] = s.JobUpdate(ctx, p)
+		// A job this path ended may have children: it is rare enough to
+		// look (DependenciesSettle finds no mark for a plain job).
+		one.Parents = append(one.Parents, one.Done...)
 		fx.Merge(one)
 	}
 	return errs, fx
