@@ -63,6 +63,7 @@ func refusalReply(err error) *resp.Error {
 		scheduleEx *engine.ScheduleExistsError
 		badName    *engine.InvalidNameError
 		exists     *engine.JobExistsError
+		noParent   *engine.ParentNotFoundError
 	)
 	switch {
 	case errors.As(err, &notWorker):
@@ -76,6 +77,8 @@ func refusalReply(err error) *resp.Error {
 	case errors.As(err, &noSchedule):
 		return resp.Errorf("no such schedule '%s'", noSchedule.Name)
 	case errors.As(err, &cannotFire), errors.As(err, &scheduleEx), errors.As(err, &badName):
+		return resp.Errorf("%s", err.Error())
+	case errors.As(err, &noParent):
 		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &exists):
 		// An id is one job: submitting it again is idempotent only with

@@ -33,6 +33,7 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
 		{Name: "job.cancel", Arity: 2, Roles: producer, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
+		{Name: "job.parents", Arity: -2, Roles: worker, Handler: s.cmdJobParents},
 	}
 }
 
@@ -104,6 +105,9 @@ func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (r
 			if jobs, err = s.parseJobs(raw, "", true); err != nil {
 				return nil, err
 			}
+		}
+		if err := checkAfterTotal(jobs); err != nil {
+			return nil, err
 		}
 		res, err := s.eng.SubmitBatch(ctx, jobs)
 		if err != nil {
@@ -276,7 +280,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 		case "STATUS":
 			p.Status = strings.ToLower(v)
 			switch p.Status {
-			case engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
+			case engine.StatusPending, engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
 				engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled:
 			default:
 				return nil, resp.Errorf("unknown status '%s'", v)

@@ -36,6 +36,8 @@ type jobSpec struct {
 	RunAt               *time.Time      `json:"run_at"`
 	DelaySeconds        *float64        `json:"delay_seconds"`
 	UniqueKey           string          `json:"unique_key"`
+	After               *[]string       `json:"after"`
+	OnParentFailure     string          `json:"on_parent_failure"`
 }
 
 // planTools is the part of a plan that names the tools it needs.
@@ -196,7 +198,48 @@ func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (engine.NewJob, 
 		return engine.NewJob{}, err
 	}
 	j.Requires = requires
+	if err := afterFromSpec(spec, &j); err != nil {
+		return engine.NewJob{}, err
+	}
 	return j, nil
+}
+
+// afterFromSpec reads after and on_parent_failure.
+func afterFromSpec(spec jobSpec, j *engine.NewJob) error {
+	switch spec.OnParentFailure {
+	case "", engine.ParentFailureCancel, engine.ParentFailureRun:
+		j.OnParentFailure = spec.OnParentFailure
+	default:
+		return fmt.Errorf("on_parent_failure must be \"cancel\" or \"run\"")
+	}
+	if spec.After == nil {
+		return nil
+	}
+	after := *spec.After
+	if len(after) == 0 || len(after) > engine.MaxParents {
+		return fmt.Errorf("after must name 1 to %d jobs", engine.MaxParents)
+	}
+	seen := make(map[string]bool, len(after))
+	for _, p := range after {
+		if seen[p] {
+			return fmt.Errorf("after names job %s twice", p)
+		}
+		seen[p] = true
+	}
+	j.After = after
+	return nil
+}
+
+// checkAfterTotal bounds the after entries of one submission.
+func checkAfterTotal(jobs []engine.NewJob) error {
+	n := 0
+	for _, j := range jobs {
+		n += len(j.After)
+	}
+	if n > engine.MaxAfterEntries {
+		return resp.Errorf("invalid job batch: more than %d after entries", engine.MaxAfterEntries)
+	}
+	return nil
 }
 
 // deriveRequires: the given list, else the tools of plan.tasks, else the
@@ -244,18 +287,21 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 // name order, as a map of them would be encoded: a struct encodes without
 // sorting keys or boxing values, and a pop of many jobs encodes each.
 type delivery struct {
-	Attempt        int             `json:"attempt"`
-	Delivery       string          `json:"delivery,omitempty"`
-	Inputs         json.RawMessage `json:"inputs"`
-	JobID          string          `json:"job_id"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Payload        json.RawMessage `json:"payload"`
-	Plan           json.RawMessage `json:"plan"`
-	Priority       int             `json:"priority"`
-	Queue          string          `json:"queue"`
-	Requires       []string        `json:"requires"`
-	TimeoutSeconds int             `json:"timeout_seconds"`
-	Type           string          `json:"type"`
+	Attempt     int                           `json:"attempt"`
+	Delivery    string                        `json:"delivery,omitempty"`
+	Inputs      json.RawMessage               `json:"inputs"`
+	JobID       string                        `json:"job_id"`
+	MaxAttempts int                           `json:"max_attempts"`
+	Parents     map[string]engine.ParentState `json:"parents,omitempty"`
+	// ParentsTruncated: the parents' results did not fit (JOB.PARENTS).
+	ParentsTruncated bool            `json:"parents_truncated,omitempty"`
+	Payload          json.RawMessage `json:"payload"`
+	Plan             json.RawMessage `json:"plan"`
+	Priority         int             `json:"priority"`
+	Queue            string          `json:"queue"`
+	Requires         []string        `json:"requires"`
+	TimeoutSeconds   int             `json:"timeout_seconds"`
+	Type             string          `json:"type"`
 }
 
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
@@ -265,6 +311,7 @@ func deliveryJSON(j engine.Job) []byte {
 		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
 		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
 		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
+		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated,
 	}
 	if j.Status == engine.StatusRunning && j.Delivery != nil {
 		d.Delivery = *j.Delivery
@@ -281,7 +328,7 @@ func jobJSON(j engine.Job) []byte {
 
 // jobFields are the job's JSON fields.
 func jobFields(j engine.Job) map[string]any {
-	return map[string]any{
+	m := map[string]any{
 		"job_id":                j.ID,
 		"queue":                 j.Queue,
 		"type":                  j.Type,
@@ -309,6 +356,11 @@ func jobFields(j engine.Job) map[string]any {
 		"updated_at":            j.UpdatedAt.UTC(),
 		"snoozes":               j.Snoozes,
 	}
+	// Only a job with parents has these: other jobs read as they always did.
+	if j.After != nil {
+		m["after"], m["pending_parents"], m["on_parent_failure"] = j.After, j.PendingParents, j.OnParentFailure
+	}
+	return m
 }
 
 func rawOrNull(r json.RawMessage) json.RawMessage {

@@ -23,7 +23,7 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
 			return Effects{Done: cfx.Done}, jobError(id, err)
 		}
-		return Effects{Done: cfx.Done, AsIs: []AsIs{{IDs: []string{id},
+		return Effects{Done: cfx.Done, Parents: cfx.Done, AsIs: []AsIs{{IDs: []string{id},
 			Event: func(j store.JobState) string {
 				if j.Status == store.StatusRunning {
 					return "cancel_requested"
@@ -40,14 +40,17 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 	})
 }
 
-// RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued.
+// RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued,
+// or pending while a parent has not ended; the jobs its end cancelled are
+// restored down the graph.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
 		rfx, err := e.store.JobRetry(ctx, id)
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
 			return Effects{Ready: rfx.Ready}, jobError(id, err)
 		}
-		return Effects{Ready: rfx.Ready, AsIs: []AsIs{named("retried", id)}}, nil
+		// Moved holds the job and the jobs of its graph it restored.
+		return Effects{Ready: rfx.Ready, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
 	})
 }
 

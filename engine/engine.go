@@ -36,6 +36,9 @@ type Config struct {
 	Logger         zerolog.Logger
 	// Registerer takes the engine's metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// MaxParentResults bounds the parents' results a delivery carries,
+	// and a page of JOB.PARENTS; default 1 MiB.
+	MaxParentResults int64
 	// Clock tells the engine's own time (the database keeps the jobs'):
 	// when limits were seen, when events happened; nil: the real clock.
 	Clock clock.Clock
@@ -66,6 +69,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
 	cfg.MaxSnoozes = cmp.Or(cfg.MaxSnoozes, 100)
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
+	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
 	e := &Engine{
 		Reads:   st,
 		cfg:     cfg,

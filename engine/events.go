@@ -30,6 +30,9 @@ type Effects struct {
 	AsIs []AsIs
 	// Messages are other pub/sub messages (job.cancel, worker events).
 	Messages []wakeup.Message
+	// Parents are jobs that ended with children waiting: their
+	// dependencies are settled after the commit.
+	Parents []string
 }
 
 // AsIs announces jobs by their status after the commit: Event names the
@@ -82,6 +85,9 @@ type queueEvent struct {
 func (e *Engine) publish(ctx context.Context, fx Effects) {
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.Free(fx.Freed)
+	if len(fx.Parents) > 0 {
+		defer e.settle(ctx, fx.Parents)
+	}
 	if !e.hub.Wanted() {
 		return
 	}
@@ -151,6 +157,9 @@ func submittedEvents(jobs []store.NewJob, res []store.SubmitResult, errs []error
 		status := store.StatusQueued
 		if jobs[i].RunAt.After(now) {
 			status = store.StatusScheduled
+		}
+		if r.Status != "" {
+			status = r.Status
 		}
 		evs = append(evs, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: "submitted", Status: status})
 	}

@@ -45,7 +45,8 @@ func (e *Engine) newGroups() groups {
 			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, rfx := e.store.JobsFinish(ctx, reports)
-				e.publish(ctx, Effects{Ready: rfx.Ready, Done: rfx.Done, Freed: rfx.Freed, AsIs: []AsIs{finishedAsIs(rfx.Moved)}})
+				e.publish(ctx, Effects{Ready: rfx.Ready, Done: rfx.Done, Freed: rfx.Freed, AsIs: []AsIs{finishedAsIs(rfx.Moved)},
+					Parents: rfx.Parents})
 				return errs
 			},
 		}),

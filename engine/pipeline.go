@@ -10,6 +10,9 @@ import (
 // submissions joins one group instead of waiting for a commit each, as
 // ReportLater does for reports.
 func (e *Engine) SubmitLater(job NewJob) (wait func(context.Context) (SubmitResult, error)) {
+	if err := checkAfter([]NewJob{job}); err != nil {
+		return func(context.Context) (SubmitResult, error) { return SubmitResult{}, err }
+	}
 	pending := e.groups.submits.Add(job)
 	return func(ctx context.Context) (SubmitResult, error) {
 		out, err := pending.Wait(ctx)

@@ -29,6 +29,12 @@ func (e *Engine) Claim(ctx context.Context, w Worker, queues []string, limit int
 	var inactive *store.WorkerNotActiveError
 	switch {
 	case err == nil:
+		if err := e.attachParents(ctx, res.jobs); err != nil {
+			// Without their parents the jobs cannot be delivered: they
+			// go back untouched.
+			e.giveBackNow(w.ID, res.jobs)
+			return "", nil, err
+		}
 		return res.queue, res.jobs, nil
 	case errors.As(err, &inactive) && inactive.State == store.WorkerDraining:
 		return "", nil, ErrWorkerDraining

@@ -9,6 +9,9 @@ import (
 // when one can run it. A job whose id exists with the same contents is the
 // existing job, not a second one.
 func (e *Engine) Submit(ctx context.Context, job NewJob) (SubmitResult, error) {
+	if err := checkAfter([]NewJob{job}); err != nil {
+		return SubmitResult{}, err
+	}
 	out, err := e.groups.submits.Do(ctx, job)
 	if err != nil {
 		return SubmitResult{}, err
@@ -19,6 +22,9 @@ func (e *Engine) Submit(ctx context.Context, job NewJob) (SubmitResult, error) {
 // SubmitBatch stores jobs in one transaction of their own: a bad one
 // stores none.
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult, error) {
+	if err := checkAfter(jobs); err != nil {
+		return nil, err
+	}
 	var res []SubmitResult
 	err := e.transition(ctx, func() (Effects, error) {
 		var notes []ReadyNote

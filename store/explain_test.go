@@ -264,6 +264,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "qlocked AS (", index: "jobs_waiting", maxScanned: 100,
 		},
 	}
+	tests = append(tests, dependencyStatements()...)
 	tests = append(tests, dashboardStatements()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -358,6 +359,13 @@ FROM (
            END AS status
     FROM generate_series(1, 1000000) g
 ) s;
+
+-- Graphs among the jobs in flight: a thousand pending children, each after
+-- twenty of them, and marks of children not yet looked at.
+INSERT INTO job_waits (parent_id, child_id)
+SELECT 'j' || lpad((970001 + (c * 20 + k) % 30000)::text, 8, '0'), 'child-' || c
+FROM generate_series(1, 1000) c, generate_series(0, 19) k;
+INSERT INTO dependency_checks (job_id) SELECT 'child-' || (1 + g % 1000) FROM generate_series(1, 20000) g;
 `
 
 // sinceLastAnalyze is what happened after ANALYZE, as it does between two
@@ -676,4 +684,37 @@ func (n planNode) render() string {
 		b.WriteByte('\n')
 	})
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// dependencyStatements are the statements that settle a parent's end: each
+// reads the few rows of its own parent or child through a key, however
+// many graphs wait.
+func dependencyStatements() []explainCase {
+	// On the scratch database: a completed parent with a pending child,
+	// and the parent's mark, as its end leaves them.
+	settle := func(ctx context.Context, st *store.Store) error {
+		for _, sql := range []string{
+			`INSERT INTO jobs (id, queue, status, max_attempts, timeout_seconds, has_children, finished_at)
+				VALUES ('j00970021', 'ready', 'completed', 3, 3600, true, now()) ON CONFLICT DO NOTHING`,
+			`INSERT INTO jobs (id, queue, status, max_attempts, timeout_seconds, after)
+				VALUES ('child-1', 'ready', 'pending', 3, 3600, '{j00970021}') ON CONFLICT DO NOTHING`,
+			`UPDATE jobs SET status = 'pending' WHERE id = 'child-1'`,
+			`INSERT INTO job_waits VALUES ('j00970021', 'child-1') ON CONFLICT DO NOTHING`,
+			`INSERT INTO dependency_checks (job_id) VALUES ('j00970021')`,
+		} {
+			if _, err := st.Pool.Exec(ctx, sql); err != nil {
+				return err
+			}
+		}
+		_, err := st.DependenciesSettle(ctx, []string{"j00970021"}, 1000)
+		return err
+	}
+	return []explainCase{
+		{name: "SettlingFindsTheMarksOfItsJobsThroughDependencyChecksJob", run: settle,
+			match: "WHERE c.job_id = ANY", index: "dependency_checks_job", maxScanned: 20},
+		{name: "SettlingAParentDeletesItsWaitsThroughTheKey", run: settle,
+			match: "DELETE FROM job_waits w USING", index: "job_waits_pkey", maxScanned: 100},
+		{name: "ReleasingAChildProbesJobWaitsChild", run: settle,
+			match: "WITH d AS (\n\t\t\tDELETE FROM dependency_checks", index: "job_waits_child", maxScanned: 100},
+	}
 }

@@ -64,6 +64,15 @@ type Job struct {
 	Snoozes int
 	// Steps counts its steps and sleeps; only JobGet reads it.
 	Steps int
+	// After names the job's parents, nil for a job without any.
+	After           []string
+	OnParentFailure string
+	// PendingParents counts the parents not yet ended (JobGet only).
+	PendingParents int
+	// Parents are the parents' statuses and results (a delivery's only);
+	// ParentsTruncated says the results did not fit.
+	Parents          map[string]ParentState
+	ParentsTruncated bool
 }
 
 // jobColumns is the select list scanJob reads.
@@ -77,7 +86,7 @@ func jobCols(a string) string {
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
-	@created_at, @started_at, @finished_at, @updated_at, @snoozes`)
+	@created_at, @started_at, @finished_at, @updated_at, @snoozes, @after, @on_parent_failure`)
 }
 
 // scanJob reads jobColumns, then the extra destinations.
@@ -86,7 +95,8 @@ func scanJob(row pgx.Row, extra ...any) (Job, error) {
 	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
-		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes}
+		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
+		&j.After, &j.OnParentFailure}
 	err := row.Scan(append(dest, extra...)...)
 	return j, err
 }
@@ -125,6 +135,11 @@ type NewJob struct {
 	UniqueKey string
 	// Hand, when set, offers the job to a worker blocked in a pop.
 	Hand *Handoff
+	// After names the jobs that must end before this one runs; with
+	// OnParentFailure (ParentFailureCancel when empty, ParentFailureRun)
+	// saying what a parent's failure or cancellation does to it.
+	After           []string
+	OnParentFailure string
 }
 
 // Handoff offers a job due now to a worker waiting for one: the job is
@@ -206,6 +221,9 @@ func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+`,
 		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1) FROM jobs WHERE id = $1`, id), &steps)
 	j.Steps = steps
+	if err == nil && j.After != nil {
+		j.PendingParents, err = s.PendingParents(ctx, id)
+	}
 	return j, interpretError(err)
 }
 

@@ -142,6 +142,12 @@ type RetentionParams struct {
 	Limit     int
 }
 
+// unfinishedChild is true of a job (jobs.id) any of whose children is not
+// finished: a parent is kept while its results may still be delivered.
+// jobs_children finds the children; only parents pay for it.
+const unfinishedChild = `EXISTS (SELECT 1 FROM jobs c WHERE c.after @> ARRAY[jobs.id] AND c.after IS NOT NULL
+	AND c.status NOT IN ('completed', 'failed', 'cancelled'))`
+
 // JobsDeleteExpired deletes up to Limit completed and up to Limit failed or
 // cancelled jobs past their retention, oldest first, in one short
 // statement, so the table stays small without long locks. Each kind is
@@ -153,9 +159,11 @@ func (s *Store) JobsDeleteExpired(ctx context.Context, p RetentionParams) (int, 
 	tag, err := s.Pool.Exec(ctx, `
 		WITH completed AS (
 			SELECT id FROM jobs WHERE status = 'completed' AND finished_at < now() - $1::interval
+			  AND NOT (has_children AND `+unfinishedChild+`)
 			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
 		), failed AS (
 			SELECT id FROM jobs WHERE status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval
+			  AND NOT (has_children AND `+unfinishedChild+`)
 			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
 		)
 		DELETE FROM jobs WHERE id IN (SELECT id FROM completed UNION ALL SELECT id FROM failed)`,

@@ -19,6 +19,9 @@ type Effects struct {
 	// Moved are the jobs the reports moved out of running, in the order
 	// of the reports: a report re-sent, which changes nothing, is not here.
 	Moved []string
+	// Parents are jobs that ended, perhaps with children waiting for
+	// them: their dependencies to settle (DependenciesSettle).
+	Parents []string
 }
 
 // Merge adds o's effects to f's.
@@ -27,6 +30,7 @@ func (f *Effects) Merge(o Effects) {
 	f.Ready = append(f.Ready, o.Ready...)
 	f.Freed.Merge(o.Freed)
 	f.Moved = append(f.Moved, o.Moved...)
+	f.Parents = append(f.Parents, o.Parents...)
 }
 
 // Freed counts, per queue and per job type, the jobs that left running:
@@ -91,6 +95,9 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		// delivery, a cancelled job.
 		var one Effects
 		one, errs[i] = s.JobUpdate(ctx, p)
+		// A job this path ended may have children: it is rare enough to
+		// look (DependenciesSettle finds no mark for a plain job).
+		one.Parents = append(one.Parents, one.Done...)
 		fx.Merge(one)
 	}
 	return errs, fx
@@ -132,11 +139,12 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 		id, status, queue, typ string
 		requires               []string
 		runAt                  time.Time
+		hasChildren            bool
 	}
 	done := make([]finished, 0, n)
 	scan := func(rows pgx.Rows) error {
 		var f finished
-		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt); err != nil {
+		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt, &f.hasChildren); err != nil {
 			return err
 		}
 		done = append(done, f)
@@ -191,6 +199,9 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 			fx.Ready = append(fx.Ready, ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
 		} else {
 			fx.Done = append(fx.Done, f.id)
+			if f.hasChildren {
+				fx.Parents = append(fx.Parents, f.id)
+			}
 		}
 	}
 	return applied, nil
@@ -229,7 +240,7 @@ var finishManySQL = `
 	  AND (r.worker = '' OR j.worker_id = r.worker)
 	  AND (r.attempt = 0 OR j.attempt = r.attempt)
 	  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
-	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at`
+	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at, j.has_children`
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
 // status running or none) gathered from different clients: one statement

@@ -166,7 +166,8 @@ func TestJobsSubmitEach(t *testing.T) {
 	if !errors.Is(errs[2], store.ErrInvalidInput) {
 		t.Errorf("the bad job: %v, want invalid input", errs[2])
 	}
-	want := []store.SubmitResult{{"new-1", true, "q", true, nil}, {"old", false, "q", true, nil}, {}, {"new-1", false, "q", true, nil}, {"new-1", false, "q", true, nil}}
+	want := []store.SubmitResult{{ID: "new-1", Created: true, Queue: "q", Same: true}, {ID: "old", Queue: "q", Same: true}, {},
+		{ID: "new-1", Queue: "q", Same: true}, {ID: "new-1", Queue: "q", Same: true}}
 	for i, w := range want {
 		if i != 2 && (errs[i] != nil || res[i] != w) {
 			t.Errorf("job %d: %+v, %v; want %+v", i, res[i], errs[i], w)

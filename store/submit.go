@@ -24,6 +24,9 @@ type SubmitResult struct {
 	// Delivered is the job as handed to its Handoff's worker, running;
 	// nil when it was not.
 	Delivered *Job
+	// Status is set when the job was created waiting for its parents
+	// (pending) or cancelled because one of them failed: not claimable.
+	Status string
 }
 
 // JobExistsError means a submission's job_id names an existing job with
@@ -46,6 +49,13 @@ func (e *JobExistsError) Error() string {
 // less for any number): when an id or unique_key is held already, the COPY
 // fails whole and the statement below sorts the jobs out.
 func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, []ReadyNote, error) {
+	if withParents(jobs) {
+		res, err := s.submitWithParents(ctx, jobs, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		return res, submittedNotes(jobs, res), nil
+	}
 	if dueNow(jobs) {
 		err := s.copyJobs(ctx, jobs)
 		if err == nil {
@@ -87,6 +97,9 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 // may be handed over by the lean statement of a small group; the other
 // ways in insert every job as usual.
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
+	if withParents(jobs) {
+		return s.submitEachWithParents(ctx, jobs)
+	}
 	if dueNow(jobs) {
 		// A large group goes as one COPY (its four round trips pay from
 		// about 50 jobs), a smaller one whose jobs name ids and keys of
@@ -291,7 +304,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 				AND j.unique_key IS NOT DISTINCT FROM nullif(i.unique_key, '')) AS same
 			FROM jobs j
 			WHERE ins.id IS NULL
-			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('queued', 'scheduled', 'running', 'retrying')))
+			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying')))
 			ORDER BY j.id = i.id DESC LIMIT 1
 		) held ON true`,
 		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
@@ -339,7 +352,7 @@ func submittedNotes(jobs []NewJob, results []SubmitResult) []ReadyNote {
 	var notes []ReadyNote
 	now := time.Now()
 	for i, j := range jobs {
-		if !results[i].Created || results[i].Delivered != nil {
+		if !results[i].Created || results[i].Delivered != nil || results[i].Status != "" {
 			continue
 		}
 		var at int64

@@ -355,7 +355,9 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 		fx = Effects{}
 		var status, queue string
 		var requires []string
-		if err := tx.QueryRow(ctx, `SELECT status, queue, requires FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &queue, &requires); err != nil {
+		var inGraph bool
+		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs WHERE id = $1 FOR UPDATE`,
+			id).Scan(&status, &queue, &requires, &inGraph); err != nil {
 			return err
 		}
 		switch status {
@@ -378,8 +380,18 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 			return err
 		}
 		fx.Moved, fx.Ready = []string{id}, []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
-		_, err = tx.Exec(ctx, jobRetryStepsSQL, id)
-		return err
+		if _, err := tx.Exec(ctx, jobRetryStepsSQL, id); err != nil {
+			return err
+		}
+		if inGraph {
+			pending, restored, err := retryInGraph(ctx, tx, id)
+			if pending {
+				fx.Ready = nil
+			}
+			fx.Moved = append(fx.Moved, restored...)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return Effects{}, interpretError(err)

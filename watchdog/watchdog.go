@@ -37,6 +37,10 @@ type Config struct {
 	Interval        time.Duration // between sweeps; default 1s
 	RetentionEvery  time.Duration // between retention passes; default 1m
 	Batch           int           // rows per statement; default 500
+	// Settle settles up to limit marks of jobs after other jobs that a
+	// crash or a path without settling left (engine.SettleDependencies),
+	// publishing what it released; optional.
+	Settle func(ctx context.Context, limit int) (int, error)
 	// Recovered counts recoveries by kind; optional.
 	Recovered *prometheus.CounterVec
 	// Clock times the grace windows and retention passes, and the sweeps;
@@ -124,6 +128,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	steps = append(steps, step{"timed_out_job", func() (int, error) {
 		return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
 	}})
+	if w.cfg.Settle != nil {
+		steps = append(steps, step{"dependency_check", func() (int, error) { return w.cfg.Settle(ctx, w.cfg.Batch) }})
+	}
 	if now.Sub(w.lastRetention) >= w.cfg.RetentionEvery {
 		steps = append(steps, step{"retention_delete", func() (int, error) {
 			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{

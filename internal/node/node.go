@@ -182,6 +182,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		AckTimeout:        cfg.AckTimeout,
 		MaxSnoozes:        cfg.MaxSnoozes,
+		MaxParentResults:  cfg.MaxPayload,
 		Logger:            n.log,
 		Registerer:        n.registry,
 	}, n.store, n.hub)

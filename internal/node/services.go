@@ -51,6 +51,7 @@ func (n *Node) newElector(ctx context.Context) error {
 				RetainCompleted:   n.cfg.RetainCompleted,
 				RetainFailed:      n.cfg.RetainFailed,
 				Recovered:         recovered,
+				Settle:            n.engine.SettleDependencies,
 			})
 			leading := []service.Service{wd, sched}
 			if err := service.StartAll(ctx, leading...); err != nil {

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agq/agq/store"
+)
+
+// Jobs after other jobs (JOB.SUBMIT's after): a child waits pending until
+// its parents ended. A parent's end marks it in its own transaction; the
+// engine settles the mark once that committed (settle), and the leader's
+// sweep settles whatever a crash or another path left (SettleDependencies).
+
+// StatusPending is a job waiting for its parents.
+const StatusPending = store.StatusPending
+
+// What a parent's failure or cancellation does to a pending child.
+const (
+	ParentFailureCancel = store.ParentFailureCancel
+	ParentFailureRun    = store.ParentFailureRun
+)
+
+// Limits of after.
+const (
+	// MaxParents bounds one job's after.
+	MaxParents = 10000
+	// MaxAfterEntries bounds the after entries of one submission.
+	MaxAfterEntries = 100000
+)
+
+// ParentNotFoundError: an after names a job that does not exist, or one
+// later in the same batch (or the job itself).
+type ParentNotFoundError = store.ParentNotFoundError
+
+// ParentState is a parent as the popped job carries it.
+type ParentState = store.ParentState
+
+// settleRound bounds the marks one settling transaction takes.
+const settleRound = 1000
+
+// maxSettleRounds bounds the rounds settled on a report's path: a deeper
+// cascade or a larger fan-out is left to the leader's sweep.
+const maxSettleRounds = 50
+
+// checkAfter refuses an after naming the job itself or a job later in the
+// same batch: a graph is submitted parents first, so no cycle can be made.
+func checkAfter(jobs []NewJob) error {
+	pos := make(map[string]int, len(jobs))
+	for i, j := range jobs {
+		if _, ok := pos[j.ID]; !ok {
+			pos[j.ID] = i
+		}
+	}
+	for i, j := range jobs {
+		for _, p := range j.After {
+			if k, ok := pos[p]; ok && k >= i {
+				err := error(&ParentNotFoundError{ID: p})
+				if len(jobs) > 1 {
+					err = fmt.Errorf("job %d: %w", i, err)
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// settle settles the dependencies of jobs that ended with children, and
+// what that settling cancelled in turn, round after round, publishing each
+// round's effects.
+func (e *Engine) settle(ctx context.Context, ids []string) {
+	for range maxSettleRounds {
+		st, err := e.store.DependenciesSettle(ctx, ids, settleRound)
+		if err != nil {
+			e.log.Warn().Err(err).Msg("settling dependencies; the leader's sweep will")
+			return
+		}
+		e.publish(ctx, settledEffects(st))
+		next := make([]string, 0, len(st.Cancelled))
+		for _, c := range st.Cancelled {
+			next = append(next, c.ID)
+		}
+		if st.More {
+			next = append(next, ids...)
+		}
+		if len(next) == 0 {
+			return
+		}
+		ids = next
+	}
+}
+
+// SettleDependencies is the leader's sweep: it settles the oldest marks,
+// up to limit, and the cascades they start, and answers how many it took.
+func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error) {
+	st, err := e.store.DependenciesSettle(ctx, nil, limit)
+	if err != nil {
+		return 0, err
+	}
+	e.publish(ctx, settledEffects(st))
+	if len(st.Cancelled) > 0 {
+		ids := make([]string, len(st.Cancelled))
+		for i, c := range st.Cancelled {
+			ids[i] = c.ID
+		}
+		e.settle(ctx, ids)
+	}
+	n := len(st.Released) + len(st.Cancelled)
+	if st.More {
+		n = max(n, limit)
+	}
+	return n, nil
+}
+
+// settledEffects: released jobs wake pops and say ready; cancelled ones
+// wake JOB.WAITs and say cancelled.
+func settledEffects(st store.Settled) Effects {
+	fx := Effects{Ready: store.ReleasedNotes(st.Released)}
+	for _, r := range st.Released {
+		fx.Events = append(fx.Events, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: "ready", Status: r.Status})
+	}
+	for _, c := range st.Cancelled {
+		fx.Done = append(fx.Done, c.ID)
+		fx.Events = append(fx.Events, StatusEvent{JobID: c.ID, Queue: c.Queue, Event: store.StatusCancelled,
+			Status: store.StatusCancelled, Attempt: c.Attempt})
+	}
+	return fx
+}
+
+// attachParents gives each claimed job that has parents their statuses
+// and, within the payload limit, their results.
+func (e *Engine) attachParents(ctx context.Context, jobs []Job) error {
+	for i := range jobs {
+		if jobs[i].After == nil {
+			continue
+		}
+		parents, truncated, err := e.store.JobParentsOf(ctx, jobs[i].After, e.cfg.MaxParentResults)
+		if err != nil {
+			return err
+		}
+		jobs[i].Parents, jobs[i].ParentsTruncated = parents, truncated
+	}
+	return nil
+}
+
+// parentsPage is how many parents one JOB.PARENTS reply holds at most.
+const parentsPage = 100
+
+// JobParents is JOB.PARENTS: a page of the parents of a job, after
+// cursor, with their results, for the worker holding the job (or an
+// admin, worker ""). The page ends early where the results would pass the
+// payload limit; next is "" after the last page.
+func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]ParentState, next string, err error) {
+	j, err := e.store.JobGet(ctx, id)
+	if err != nil {
+		return nil, "", jobError(id, err)
+	}
+	if worker != "" {
+		switch {
+		case j.Status != StatusRunning:
+			return nil, "", jobError(id, &StateError{Status: j.Status})
+		case j.WorkerID == nil || *j.WorkerID != worker:
+			return nil, "", jobError(id, &NotOwnerError{Owner: *j.WorkerID})
+		}
+	}
+	rows, err := e.store.JobParentsPage(ctx, id, cursor, parentsPage)
+	if err != nil {
+		return nil, "", err
+	}
+	page = make(map[string]ParentState, len(rows))
+	var size int64
+	for i, r := range rows {
+		size += int64(len(r.Result))
+		if i > 0 && size > e.cfg.MaxParentResults {
+			return page, rows[i-1].ID, nil
+		}
+		page[r.ID] = r.ParentState
+	}
+	if len(rows) == parentsPage {
+		next = rows[len(rows)-1].ID
+	}
+	return page, next, nil
+}

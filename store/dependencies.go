@@ -1,0 +1,587 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// StatusPending is a job waiting for the jobs named in its after.
+const StatusPending = "pending"
+
+// Values of NewJob.OnParentFailure.
+const (
+	ParentFailureCancel = "cancel"
+	ParentFailureRun    = "run"
+)
+
+// ParentNotFoundError means a job's after names a job that does not exist.
+type ParentNotFoundError struct{ ID string }
+
+func (e *ParentNotFoundError) Error() string {
+	return "job " + e.ID + " named in after does not exist"
+}
+
+// withParents reports whether any job names parents.
+func withParents(jobs []NewJob) bool {
+	for _, j := range jobs {
+		if len(j.After) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// submitWithParents is JobsSubmit for jobs of which some name parents: one
+// transaction inserts them all, then links each created child to its
+// parents. A batch's error names the index of its job.
+func (s *Store) submitWithParents(ctx context.Context, jobs []NewJob, batch bool) ([]SubmitResult, error) {
+	var res []SubmitResult
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
+			return err
+		}
+		for i, r := range res {
+			if r.ID == "" {
+				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
+			}
+			if !r.Same {
+				return indexed(batch, i, &JobExistsError{ID: r.ID})
+			}
+		}
+		return linkParents(ctx, tx, jobs, res, batch)
+	})
+	if isDeadlock(err) {
+		// Parents locked in id order can still meet a group of reports
+		// ending them in another order: sending it again settles it.
+		return nil, fmt.Errorf("%w: the jobs named in after were ending meanwhile", ErrConflict)
+	}
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return res, nil
+}
+
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+func indexed(batch bool, i int, err error) error {
+	if batch {
+		return fmt.Errorf("job %d: %w", i, err)
+	}
+	return err
+}
+
+// linkParents gives each job the tx created with an after its parents: a
+// wait for each parent not ended, and its status — pending while any
+// waits, cancelled at once when a parent already failed or was cancelled
+// and the job does not run on a parent's failure. A job re-sent (not
+// created) is the existing job: its after is not looked at again.
+//
+// The parents' rows are locked, in id order, so that a parent ending at
+// the same time either ends first (its status here says so) or waits for
+// this commit and then sees has_children set (its end is marked).
+func linkParents(ctx context.Context, tx pgx.Tx, jobs []NewJob, res []SubmitResult, batch bool) error {
+	var parents []string
+	seen := map[string]bool{}
+	for i, j := range jobs {
+		if !res[i].Created {
+			continue
+		}
+		for _, p := range j.After {
+			if !seen[p] {
+				seen[p] = true
+				parents = append(parents, p)
+			}
+		}
+	}
+	if len(parents) == 0 {
+		return nil
+	}
+	slices.Sort(parents)
+	status := make(map[string]string, len(parents))
+	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE`, parents)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return err
+		}
+		status[id] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var waitParent, waitChild, unended []string
+	var kids, modes, kidStatus, kidError, kidCause, afterAll []string
+	var first, last []int32
+	marked := map[string]bool{}
+	for i, j := range jobs {
+		if !res[i].Created || len(j.After) == 0 {
+			continue
+		}
+		st, failed, cause := "", "", ""
+		for _, p := range j.After {
+			ps, ok := status[p]
+			if !ok {
+				return indexed(batch, i, &ParentNotFoundError{ID: p})
+			}
+			switch {
+			case !IsTerminal(ps):
+				st = StatusPending
+				waitParent, waitChild = append(waitParent, p), append(waitChild, j.ID)
+				if !marked[p] {
+					marked[p] = true
+					unended = append(unended, p)
+				}
+			case ps != StatusCompleted && failed == "":
+				failed, cause = parentEndedText(p, ps), p
+			}
+		}
+		mode := cmp.Or(j.OnParentFailure, ParentFailureCancel)
+		errText := ""
+		if st == "" && failed != "" && mode == ParentFailureCancel {
+			st, errText = StatusCancelled, failed
+		}
+		res[i].Status = st
+		kids, modes, kidStatus, kidError = append(kids, j.ID), append(modes, mode), append(kidStatus, st), append(kidError, errText)
+		kidCause = append(kidCause, cause)
+		first = append(first, int32(len(afterAll)+1))
+		afterAll = append(afterAll, j.After...)
+		last = append(last, int32(len(afterAll)))
+	}
+	b := &pgx.Batch{}
+	if len(unended) > 0 {
+		b.Queue(`UPDATE jobs SET has_children = true WHERE id = ANY($1::text[]) AND NOT has_children`, unended)
+		// job_waits_pkey takes the rows in one probe each.
+		b.Queue(`INSERT INTO job_waits (parent_id, child_id) SELECT * FROM unnest($1::text[], $2::text[])
+			ON CONFLICT DO NOTHING`, waitParent, waitChild)
+	}
+	// Child rows by their key (jobs_pkey).
+	b.Queue(`
+		UPDATE jobs j SET after = ($1::text[])[c.first:c.last], on_parent_failure = c.mode,
+			status = coalesce(nullif(c.status, ''), j.status),
+			cancelled_by = CASE WHEN c.status = 'cancelled' THEN c.cause END,
+			finished_at = CASE WHEN c.status = 'cancelled' THEN now() END,
+			errors = CASE WHEN c.error <> '' THEN j.errors || jsonb_build_array(jsonb_build_object(
+				'attempt', j.attempt, 'error', c.error, 'at', now())) ELSE j.errors END,
+			updated_at = now()
+		FROM unnest($2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[])
+			AS c(id, first, last, mode, status, error, cause)
+		WHERE j.id = c.id`, afterAll, kids, first, last, modes, kidStatus, kidError, kidCause)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// parentEndedText is the error of a job cancelled because of its parent.
+func parentEndedText(parent, status string) string {
+	return "parent " + parent + " " + status
+}
+
+// Released is a pending job made claimable, queued or scheduled.
+type Released struct {
+	ID, Queue, Status string
+	Requires          []string
+	RunAt             time.Time
+}
+
+// Settled is what settling dependencies did: jobs released, jobs
+// cancelled because of a parent (each in the queue named), and whether
+// marks were left for another round.
+type Settled struct {
+	Released  []Released
+	Cancelled []JobState
+	More      bool
+}
+
+// maxSettleWaits bounds the waits one settling transaction deletes: a
+// parent of a million children is settled in many short transactions.
+const maxSettleWaits = 10000
+
+// check is one row of dependency_checks with its job's status ("" when
+// the job is gone).
+type check struct {
+	id     int64
+	job    string
+	status string
+}
+
+// DependenciesSettle looks at the marks of dependency_checks: those of the
+// jobs named, or, with ids nil, the oldest up to limit (the leader's
+// sweep, for marks left by a crash or by a path that does not settle at
+// once). Marks another caller holds are skipped. For each parent that
+// ended it deletes the waits for it, cancels the children that it ending
+// failed or cancelled cancels, and marks the others; then, in a second
+// transaction that sees the first committed, it releases every marked
+// pending job no wait is left for. Siblings settling one child at once
+// each delete only their own waits, and the last to commit sees all of
+// them gone. Cancelled children that are parents are marked by the
+// trigger: the caller settles them in the next round.
+func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int) (Settled, error) {
+	var out Settled
+	var toRelease []int64
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		out, toRelease = Settled{}, nil
+		var rows pgx.Rows
+		var err error
+		if ids != nil {
+			// dependency_checks_job finds a job's marks.
+			rows, err = tx.Query(ctx, `
+				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id
+				WHERE c.job_id = ANY($1::text[]) LIMIT $2 FOR UPDATE OF c SKIP LOCKED`, ids, limit)
+		} else {
+			rows, err = tx.Query(ctx, `
+				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id
+				ORDER BY c.id LIMIT $1 FOR UPDATE OF c SKIP LOCKED`, limit)
+		}
+		if err != nil {
+			return err
+		}
+		checks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (check, error) {
+			var c check
+			return c, r.Scan(&c.id, &c.job, &c.status)
+		})
+		if err != nil {
+			return err
+		}
+		out.More = len(checks) >= limit
+		ended := map[string]string{}
+		var endedIDs []string
+		var drop []int64
+		for _, c := range checks {
+			switch {
+			case IsTerminal(c.status):
+				if _, ok := ended[c.job]; !ok {
+					ended[c.job] = c.status
+					endedIDs = append(endedIDs, c.job)
+				}
+			case c.status == StatusPending:
+				toRelease = append(toRelease, c.id)
+			default:
+				drop = append(drop, c.id)
+			}
+		}
+		if len(endedIDs) > 0 {
+			more, released, cancelled, err := settleEnded(ctx, tx, ended, endedIDs)
+			if err != nil {
+				return err
+			}
+			out.Cancelled = cancelled
+			toRelease = append(toRelease, released...)
+			if more {
+				out.More = true
+			} else {
+				for _, c := range checks {
+					if IsTerminal(c.status) {
+						drop = append(drop, c.id)
+					}
+				}
+			}
+		}
+		if len(drop) > 0 {
+			_, err = tx.Exec(ctx, `DELETE FROM dependency_checks WHERE id = ANY($1::bigint[])`, drop)
+		}
+		return err
+	})
+	if err != nil || len(toRelease) == 0 {
+		return out, interpretError(err)
+	}
+	released, err := s.releaseChecked(ctx, toRelease)
+	out.Released = released
+	return out, interpretError(err)
+}
+
+// settleEnded deletes the waits for the ended parents (up to
+// maxSettleWaits), cancels the children a failed or cancelled parent
+// cancels, and marks the other children to be released; it answers the
+// marks' ids and whether waits were left.
+func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []string) (more bool, marks []int64, cancelled []JobState, err error) {
+	// job_waits_pkey: the parent's waits, by the key's first column.
+	rows, err := tx.Query(ctx, `
+		DELETE FROM job_waits w USING (
+			SELECT parent_id, child_id FROM job_waits WHERE parent_id = ANY($1::text[]) LIMIT $2) s
+		WHERE w.parent_id = s.parent_id AND w.child_id = s.child_id
+		RETURNING w.parent_id, w.child_id`, ids, maxSettleWaits)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	type wait struct{ parent, child string }
+	waits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wait, error) {
+		var w wait
+		return w, r.Scan(&w.parent, &w.child)
+	})
+	if err != nil {
+		return false, nil, nil, err
+	}
+	more = len(waits) >= maxSettleWaits
+	var failKids, failTexts, failCauses, kids []string
+	failing := map[string]bool{}
+	for _, w := range waits {
+		if st := ended[w.parent]; st != StatusCompleted {
+			if !failing[w.child] {
+				failing[w.child] = true
+				failKids, failTexts = append(failKids, w.child), append(failTexts, parentEndedText(w.parent, st))
+				failCauses = append(failCauses, w.parent)
+			}
+		}
+	}
+	if len(failKids) > 0 {
+		// By key; only pending children that do not run on a parent's
+		// failure. The trigger marks those that are parents themselves.
+		rows, err := tx.Query(ctx, `
+			UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now(), cancelled_by = c.cause,
+				errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'error', c.error, 'at', now()))
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS c(id, error, cause)
+			WHERE j.id = c.id AND j.status = 'pending' AND j.on_parent_failure = 'cancel'
+			RETURNING j.id, j.queue, j.attempt`, failKids, failTexts, failCauses)
+		if err != nil {
+			return false, nil, nil, err
+		}
+		cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobState, error) {
+			j := JobState{Status: StatusCancelled}
+			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
+		})
+		if err != nil {
+			return false, nil, nil, err
+		}
+	}
+	gone := make(map[string]bool, len(cancelled))
+	for _, c := range cancelled {
+		gone[c.ID] = true
+	}
+	marked := map[string]bool{}
+	for _, w := range waits {
+		if !gone[w.child] && !marked[w.child] {
+			marked[w.child] = true
+			kids = append(kids, w.child)
+		}
+	}
+	if len(kids) == 0 {
+		return more, nil, cancelled, nil
+	}
+	rows, err = tx.Query(ctx, `INSERT INTO dependency_checks (job_id) SELECT unnest($1::text[]) RETURNING id`, kids)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	marks, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	return more, marks, cancelled, err
+}
+
+// releaseChecked consumes the marks of pending jobs and releases each that
+// no wait is left for: queued, or scheduled while its run_at is to come;
+// released now, it takes its place among jobs of its priority by the
+// release time. The deletion and the release commit together.
+func (s *Store) releaseChecked(ctx context.Context, marks []int64) ([]Released, error) {
+	rows, err := s.Pool.Query(ctx, `
+		WITH d AS (
+			DELETE FROM dependency_checks WHERE id = ANY($1::bigint[]) RETURNING job_id
+		)
+		UPDATE jobs j SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'queued' END,
+			run_at = greatest(j.run_at, now()), updated_at = now()
+		WHERE j.id IN (SELECT job_id FROM d) AND j.status = 'pending'
+		  -- job_waits_child: one probe.
+		  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
+		RETURNING j.id, j.queue, j.status, j.requires, j.run_at`, marks)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Released, error) {
+		var j Released
+		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Requires, &j.RunAt)
+	})
+}
+
+// ReleasedNotes are the notes that wake pops for released jobs.
+func ReleasedNotes(rel []Released) []ReadyNote {
+	notes := make([]ReadyNote, 0, len(rel))
+	for _, r := range rel {
+		n := ReadyNote{Queue: r.Queue, N: 1, Requires: r.Requires}
+		if r.Status == StatusScheduled {
+			n.At = dueMillis(r.RunAt)
+		}
+		notes = append(notes, n)
+	}
+	return notes
+}
+
+// PendingParents counts the parents of a job not yet ended.
+func (s *Store) PendingParents(ctx context.Context, id string) (int, error) {
+	var n int
+	// job_waits_child.
+	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_waits WHERE child_id = $1`, id).Scan(&n)
+	return n, interpretError(err)
+}
+
+// ParentState is a parent as its child sees it.
+type ParentState struct {
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+}
+
+// submitEachWithParents is JobsSubmitEach for a group of which some jobs
+// name parents: the others go first, the usual way, then each child in a
+// transaction of its own, in order, so that a child may name a job sent
+// before it in the same pipeline and one child's refusal is its own.
+func (s *Store) submitEachWithParents(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
+	results := make([]SubmitResult, len(jobs))
+	errs := make([]error, len(jobs))
+	var plain []NewJob
+	var at []int
+	for i, j := range jobs {
+		if len(j.After) == 0 {
+			plain, at = append(plain, j), append(at, i)
+		}
+	}
+	var notes []ReadyNote
+	if len(plain) > 0 {
+		res, perr, n := s.JobsSubmitEach(ctx, plain)
+		for k, i := range at {
+			results[i], errs[i] = res[k], perr[k]
+		}
+		notes = n
+	}
+	for i, j := range jobs {
+		if len(j.After) == 0 {
+			continue
+		}
+		j.Hand = nil
+		res, err := s.submitWithParents(ctx, []NewJob{j}, false)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		results[i] = res[0]
+		notes = append(notes, submittedNotes([]NewJob{j}, res)...)
+	}
+	return results, errs, notes
+}
+
+// JobParentsOf reads the parents named for a delivery: their statuses,
+// and their results while the results' total is within budget bytes;
+// truncated when it is not (statuses only). Parents deleted since are
+// left out.
+func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) (map[string]ParentState, bool, error) {
+	// jobs_pkey, one probe a parent.
+	rows, err := s.Pool.Query(ctx, `
+		WITH p AS (SELECT id, status, result FROM jobs WHERE id = ANY($1::text[])),
+		t AS (SELECT coalesce(sum(octet_length(result::text)), 0) AS total FROM p)
+		SELECT p.id, p.status, CASE WHEN t.total <= $2 THEN p.result END, t.total > $2 FROM p, t`, after, budget)
+	if err != nil {
+		return nil, false, interpretError(err)
+	}
+	defer rows.Close()
+	out := make(map[string]ParentState, len(after))
+	truncated := false
+	for rows.Next() {
+		var id string
+		var p ParentState
+		if err := rows.Scan(&id, &p.Status, &p.Result, &truncated); err != nil {
+			return nil, false, interpretError(err)
+		}
+		out[id] = p
+	}
+	return out, truncated, interpretError(rows.Err())
+}
+
+// ParentRow is one parent of a page of JOB.PARENTS.
+type ParentRow struct {
+	ID string
+	ParentState
+}
+
+// JobParentsPage reads the parents of job id after cursor, in id order,
+// up to limit, with their results.
+func (s *Store) JobParentsPage(ctx context.Context, id, cursor string, limit int) ([]ParentRow, error) {
+	if !storable(id, cursor) {
+		return nil, nil
+	}
+	// The child by jobs_pkey, each parent likewise.
+	rows, err := s.Pool.Query(ctx, `
+		SELECT j.id, j.status, j.result
+		FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS p(id) JOIN jobs j ON j.id = p.id
+		WHERE c.id = $1 AND p.id > $2
+		ORDER BY p.id LIMIT $3`, id, cursor, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParentRow, error) {
+		var p ParentRow
+		return p, r.Scan(&p.ID, &p.Status, &p.Result)
+	})
+	return out, interpretError(err)
+}
+
+// retryInGraph completes JobRetry of job id (locked, made queued by tx)
+// when it has parents or children: it waits again, pending, for the
+// parents not ended; the jobs its end cancelled, and theirs down the
+// graph, are restored to pending, waiting likewise; and its pending
+// children wait for it again. It answers whether the job itself waits,
+// and the jobs restored.
+func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, restored []string, err error) {
+	// The descendants cancelled because of it, level by level (their
+	// parents found through jobs_children).
+	rows, err := tx.Query(ctx, `
+		WITH RECURSIVE d(id) AS (
+			SELECT c.id FROM jobs c WHERE c.after @> ARRAY[$1::text] AND c.after IS NOT NULL
+				AND c.status = 'cancelled' AND c.cancelled_by = $1
+			UNION
+			SELECT c.id FROM d JOIN jobs c ON c.after @> ARRAY[d.id] AND c.after IS NOT NULL
+				AND c.status = 'cancelled' AND c.cancelled_by = d.id
+		)
+		UPDATE jobs j SET status = 'pending', finished_at = NULL, cancelled_by = NULL, attempt = 0,
+			worker_id = NULL, cancel_requested = false, updated_at = now()
+		FROM d WHERE j.id = d.id
+		RETURNING j.id`, id)
+	if err != nil {
+		return false, nil, err
+	}
+	if restored, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return false, nil, err
+	}
+	// Waits again: the job and the restored ones for each parent not
+	// ended (locked, as a submission locks them, so that a parent's end
+	// either comes first or sees has_children), and the job's pending
+	// children for the job.
+	waiting := append([]string{id}, restored...)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT p.id FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
+		WHERE c.id = ANY($1::text[]) ORDER BY p.id FOR NO KEY UPDATE OF p`, waiting)
+	b.Queue(`UPDATE jobs p SET has_children = true FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id)
+		WHERE c.id = ANY($1::text[]) AND p.id = a.id AND NOT p.has_children
+		  AND p.status NOT IN ('completed', 'failed', 'cancelled')`, waiting)
+	b.Queue(`INSERT INTO job_waits (parent_id, child_id)
+		SELECT p.id, c.id FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
+		WHERE c.id = ANY($1::text[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
+		UNION
+		SELECT $2, c.id FROM jobs c WHERE c.after @> ARRAY[$2::text] AND c.after IS NOT NULL AND c.status = 'pending'
+		ON CONFLICT DO NOTHING`, waiting, id)
+	b.Queue(`UPDATE jobs j SET status = 'pending'
+		WHERE j.id = $1 AND EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
+		RETURNING true`, id).QueryRow(func(r pgx.Row) error {
+		err := r.Scan(&pending)
+		if err == pgx.ErrNoRows {
+			return nil
+		}
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return false, nil, err
+	}
+	if len(restored) > 0 {
+		_, err = tx.Exec(ctx, `UPDATE jobs SET has_children = true WHERE id = $1 AND NOT has_children`, id)
+	}
+	return pending, restored, err
+}
