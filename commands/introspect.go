@@ -171,10 +171,12 @@ func (s *Server) cmdInfo(ctx context.Context, _ *Session, args [][]byte) (resp.R
 
 func (s *Server) infoServer(context.Context) ([][2]string, error) {
 	port := ""
-	if s.ln != nil {
-		addr := s.ln.Addr().String()
+	s.mu.Lock()
+	if len(s.lns) > 0 {
+		addr := s.lns[0].Addr().String()
 		port = addr[strings.LastIndexByte(addr, ':')+1:]
 	}
+	s.mu.Unlock()
 	return [][2]string{
 		{"redis_version", "7.0.0"},
 		{"agq_version", Version},

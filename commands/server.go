@@ -62,7 +62,7 @@ type Server struct {
 	nextID   atomic.Int64
 	mu       sync.Mutex
 	sessions map[int64]*Session
-	ln       net.Listener
+	lns      []net.Listener // the plaintext and TLS listeners, in Serve order
 	closed   bool
 }
 
@@ -96,6 +96,10 @@ func New(opts Options, eng *engine.Engine, keys *auth.Keyring, hub *wakeup.Hub, 
 }
 
 // Serve accepts connections on ln until Close; it returns nil after Close.
+// It may serve several listeners at once (plaintext and TLS). A TLS
+// listener's handshake happens on the connection's first read, so a
+// handshake that never finishes is an unauthenticated connection, closed
+// by the auth timeout like any other.
 func (s *Server) Serve(ln net.Listener) error {
 	guarded := resp.NewGuardedListener(ln, s.opts.Limits)
 	s.mu.Lock()
@@ -104,7 +108,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return nil
 	}
-	s.ln = guarded
+	s.lns = append(s.lns, guarded)
 	s.mu.Unlock()
 	return resp.Serve(guarded, s.dispatch, s.accept, s.connClosed)
 }
@@ -113,13 +117,13 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
-	ln := s.ln
+	lns := s.lns
 	sessions := make([]*Session, 0, len(s.sessions))
 	for _, sess := range s.sessions {
 		sessions = append(sessions, sess)
 	}
 	s.mu.Unlock()
-	if ln != nil {
+	for _, ln := range lns {
 		ln.Close()
 	}
 	for _, sess := range sessions {
@@ -135,12 +139,12 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		return false
 	}
 	if len(s.sessions) >= s.opts.MaxClients {
-		conn.NetConn().Write([]byte("-ERR max number of clients reached\r\n"))
+		refuse(conn, "-ERR max number of clients reached\r\n")
 		s.metrics.rejectedConns.WithLabelValues("max_clients").Inc()
 		return false
 	}
 	if !s.makeRoomLocked(hostOf(conn.RemoteAddr())) {
-		conn.NetConn().Write([]byte("-ERR too many connections waiting to authenticate; retry later\r\n"))
+		refuse(conn, "-ERR too many connections waiting to authenticate; retry later\r\n")
 		return false
 	}
 	sess := newSession(s.nextID.Add(1), conn)
@@ -249,4 +253,13 @@ func (s *Server) RecheckKeys(ctx context.Context) {
 			sess.revoke()
 		}
 	}
+}
+
+// refuse tells a turned-away client why, unless it came over TLS: writing
+// there would first wait for its handshake, under s.mu.
+func refuse(conn redcon.Conn, reply string) {
+	if g, ok := conn.NetConn().(*resp.GuardedConn); ok && g.IsTLS() {
+		return
+	}
+	conn.NetConn().Write([]byte(reply))
 }

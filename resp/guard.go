@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"crypto/tls"
 	"net"
 	"sync"
 	"time"
@@ -249,6 +250,12 @@ func (c *GuardedConn) violated(p []byte) (int, error) {
 		c.conn.Write([]byte("-ERR " + err.Error() + "\r\n"))
 	}
 	return 0, err
+}
+
+// IsTLS reports whether the underlying connection is a TLS connection.
+func (c *GuardedConn) IsTLS() bool {
+	_, ok := c.conn.(*tls.Conn)
+	return ok
 }
 
 // Write writes to the underlying connection.

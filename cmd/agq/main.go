@@ -59,7 +59,18 @@ func run(args []string) int {
 		log.Error().Err(err).Msg("agq could not start")
 		return 1
 	}
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for ctx.Err() == nil {
+		select {
+		case <-hup:
+			if err := n.Reload(); err != nil {
+				log.Error().Err(err).Msg("reloading TLS certificates; the old ones stay in use")
+			}
+		case <-ctx.Done():
+		}
+	}
 	log.Info().Msg("shutting down")
 	if err := n.Close(); err != nil {
 		log.Error().Err(err).Msg("shutdown")

@@ -41,6 +41,16 @@ type Config struct {
 	LogLevel          string
 	LogFormat         string
 
+	// TLSListen is the RESP-over-TLS address ("" for none). With TLSCertFile
+	// and TLSKeyFile the HTTP side port is served over TLS too; with
+	// TLSCACertFile clients present certificates as TLSAuthClients says
+	// (yes, optional or no).
+	TLSListen      string
+	TLSCertFile    string
+	TLSKeyFile     string
+	TLSCACertFile  string
+	TLSAuthClients string
+
 	// UI turns the dashboard on the HTTP side port on or off; UIPrefix is
 	// the path it is served under ("/" or "/agq/" behind a reverse proxy).
 	UI       bool
@@ -64,7 +74,7 @@ type setting struct {
 }
 
 var settings = []setting{
-	{"listen", "127.0.0.1:6380", "RESP address", func(c *Config, v string) error { c.Listen = v; return nil }},
+	{"listen", "127.0.0.1:6380", "RESP address (off: only the TLS listener)", func(c *Config, v string) error { c.Listen = v; return nil }},
 	{"http-listen", "127.0.0.1:6381", "health and metrics address (off disables)", func(c *Config, v string) error { c.HTTPListen = v; return nil }},
 	{"database-url", "", "external PostgreSQL URL (unset: managed local cluster in the data dir)", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
 	{"data-dir", "./agq-data", "managed cluster and generated admin key", func(c *Config, v string) error { c.DataDir = v; return nil }},
@@ -124,6 +134,18 @@ var settings = []setting{
 		}
 		c.UIPrefix = v
 		return nil
+	}},
+	{"tls-listen", "", "RESP over TLS address, e.g. 127.0.0.1:6390 (needs tls-cert-file and tls-key-file)", func(c *Config, v string) error { c.TLSListen = v; return nil }},
+	{"tls-cert-file", "", "server certificate (PEM); also puts the HTTP side port on TLS; reread on SIGHUP", func(c *Config, v string) error { c.TLSCertFile = v; return nil }},
+	{"tls-key-file", "", "private key of tls-cert-file (PEM)", func(c *Config, v string) error { c.TLSKeyFile = v; return nil }},
+	{"tls-ca-cert-file", "", "CA certificates (PEM) that client certificates must be signed by", func(c *Config, v string) error { c.TLSCACertFile = v; return nil }},
+	{"tls-auth-clients", "yes", "with tls-ca-cert-file: yes (a client certificate is required), optional or no", func(c *Config, v string) error {
+		switch v {
+		case "yes", "optional", "no":
+			c.TLSAuthClients = v
+			return nil
+		}
+		return fmt.Errorf("must be yes, optional or no")
 	}},
 	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		// Checked here, with the same parser cmd/agq uses, so that a typo
@@ -241,6 +263,12 @@ func Load(args []string, getenv func(string) string, usageOut io.Writer) (Config
 	if c.HTTPListen == "off" {
 		c.HTTPListen = ""
 	}
+	if c.Listen == "off" {
+		c.Listen = ""
+	}
+	if err := c.checkTLS(); err != nil {
+		return Config{}, err
+	}
 	c.Admins, c.Workers, c.Producers, c.Viewers = file.admins, file.workers, file.producers, file.viewers
 	return c, nil
 }
@@ -316,3 +344,18 @@ func keyTable(name string, v any) (map[string]string, error) {
 
 // IsHelp reports whether err means --help was asked for.
 func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// checkTLS reports TLS settings that cannot work together.
+func (c *Config) checkTLS() error {
+	switch {
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("tls-cert-file and tls-key-file go together")
+	case c.TLSListen != "" && c.TLSCertFile == "":
+		return errors.New("tls-listen needs tls-cert-file and tls-key-file")
+	case c.TLSCACertFile != "" && c.TLSCertFile == "":
+		return errors.New("tls-ca-cert-file needs tls-cert-file and tls-key-file")
+	case c.Listen == "" && c.TLSListen == "":
+		return errors.New("listen is off and tls-listen is unset: no RESP listener")
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -44,6 +45,8 @@ type Node struct {
 	engine   *engine.Engine
 	server   *commands.Server
 	respLn   net.Listener
+	tlsLn    net.Listener
+	certs    *certificates // nil without a TLS certificate
 	httpSrv  *http.Server
 	httpLn   net.Listener
 	registry *prometheus.Registry
@@ -206,16 +209,25 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		return nil, err
 	}
 
-	if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		if err := n.server.Serve(n.respLn); err != nil {
-			n.log.Error().Err(err).Msg("RESP server stopped")
+	if cfg.TLSCertFile != "" {
+		if n.certs, err = newCertificates(cfg); err != nil {
+			return nil, err
 		}
-	}()
+	}
+	if cfg.Listen != "" {
+		if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		n.serveRESP(n.respLn)
+	}
+	if cfg.TLSListen != "" {
+		raw, err := net.Listen("tcp", cfg.TLSListen)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", cfg.TLSListen, err)
+		}
+		n.tlsLn = tls.NewListener(raw, n.certs.serverConfig())
+		n.serveRESP(n.tlsLn)
+	}
 
 	if cfg.HTTPListen != "" {
 		if n.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
@@ -226,16 +238,46 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 			return nil, err
 		}
 		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+		serve := func() error { return n.httpSrv.Serve(n.httpLn) }
+		if n.certs != nil {
+			n.httpSrv.TLSConfig = n.certs.httpConfig()
+			serve = func() error { return n.httpSrv.ServeTLS(n.httpLn, "", "") }
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error().Err(err).Msg("HTTP server stopped")
 			}
 		}()
 	}
-	n.log.Info().Str("listen", n.RESPAddr()).Str("http", n.HTTPAddr()).Msg("agq ready")
+	n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil).Msg("agq ready")
 	return n, nil
+}
+
+// serveRESP serves ln with the RESP server until Close.
+func (n *Node) serveRESP(ln net.Listener) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.server.Serve(ln); err != nil {
+			n.log.Error().Err(err).Msg("RESP server stopped")
+		}
+	}()
+}
+
+// Reload reads the TLS certificate, key and CA files again (cmd/agq calls
+// it on SIGHUP). New connections get the new certificate; open ones keep
+// theirs. On an error the certificates in use stay.
+func (n *Node) Reload() error {
+	if n.certs == nil {
+		return nil
+	}
+	if err := n.certs.load(); err != nil {
+		return err
+	}
+	n.log.Info().Str("cert", n.cfg.TLSCertFile).Msg("TLS certificates reloaded")
+	return nil
 }
 
 // httpHandler serves /healthz, /readyz and /metrics, and the dashboard
@@ -312,6 +354,15 @@ func (n *Node) RESPAddr() string {
 		return ""
 	}
 	return n.respLn.Addr().String()
+}
+
+// TLSAddr is the address the RESP-over-TLS listener is bound to, "" when
+// there is none.
+func (n *Node) TLSAddr() string {
+	if n.tlsLn == nil {
+		return ""
+	}
+	return n.tlsLn.Addr().String()
 }
 
 // HTTPAddr is the address of the side port, "" when disabled.
