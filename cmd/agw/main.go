@@ -72,8 +72,14 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		log.Warn().Msg("agw runs as root, and so will every job's tools; run it as an unprivileged user")
 	}
 
+	tlsConf, err := s.tlsConfig()
+	if err != nil {
+		log.Error().Err(err).Msg("agw cannot start")
+		return 2
+	}
 	w, err := worker.New(worker.Config{
 		Addr:            s.Addr,
+		TLS:             tlsConf,
 		WorkerID:        s.WorkerID,
 		Key:             s.Key,
 		Queues:          s.Queues,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +28,11 @@ type settings struct {
 	KillGrace       time.Duration
 	LogLevel        string
 	LogFormat       string
+
+	// TLS is on when asked for or when any TLS file is given.
+	TLS                     bool
+	TLSCACertFile           string
+	TLSCertFile, TLSKeyFile string
 }
 
 // setting is one value: a flag, the environment variable it overrides,
@@ -61,6 +68,22 @@ var settingTable = []setting{
 	{"kill-grace", "AGW_KILL_GRACE", pipeline.DefaultKillGrace.String(), "when a job is stopped (timeout, cancellation, shutdown), the time from\n" +
 		"SIGTERM to SIGKILL for its processes",
 		func(s *settings, v string) (err error) { s.KillGrace, err = parseDuration(v); return err }},
+	{"tls", "AGQ_TLS", "no", "yes: connect to agq's TLS port (on by itself when a tls-* file is given)",
+		func(s *settings, v string) error {
+			switch v {
+			case "yes", "no":
+				s.TLS = s.TLS || v == "yes"
+				return nil
+			}
+			return fmt.Errorf("must be yes or no")
+		}},
+	{"tls-ca-cert-file", "AGQ_TLS_CA_CERT_FILE", "", "CA certificates (PEM) that agq's certificate is checked against\n" +
+		"(default: the system's)",
+		func(s *settings, v string) error { s.TLSCACertFile = v; s.TLS = s.TLS || v != ""; return nil }},
+	{"tls-cert-file", "AGQ_TLS_CERT_FILE", "", "client certificate (PEM), for agq's AGQ_TLS_AUTH_CLIENTS",
+		func(s *settings, v string) error { s.TLSCertFile = v; s.TLS = s.TLS || v != ""; return nil }},
+	{"tls-key-file", "AGQ_TLS_KEY_FILE", "", "private key of tls-cert-file (PEM)",
+		func(s *settings, v string) error { s.TLSKeyFile = v; s.TLS = s.TLS || v != ""; return nil }},
 	{"log-level", "AGW_LOG_LEVEL", "info", "debug, info, warn or error",
 		func(s *settings, v string) error { s.LogLevel = v; return nil }},
 	{"log-format", "AGW_LOG_FORMAT", "", "json or console (default: console on a terminal, else json)",
@@ -128,6 +151,9 @@ func parseSettings(args []string, getenv func(string) string, out io.Writer) (se
 	}
 	if !validWorkerID.MatchString(s.WorkerID) {
 		return settings{}, fmt.Errorf("worker-id %q: must be 1 to 64 of A-Z a-z 0-9 _ -", s.WorkerID)
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		return settings{}, fmt.Errorf("tls-cert-file and tls-key-file go together")
 	}
 	if s.Key == "" {
 		return settings{}, fmt.Errorf("no key: set AGQ_KEY (or --key) to the worker's session key")
@@ -242,4 +268,30 @@ func parseTools(v string) ([]string, error) {
 		}
 	}
 	return tools, nil
+}
+
+// tlsConfig is the client side of agq's TLS port, nil when TLS is off.
+func (s settings) tlsConfig() (*tls.Config, error) {
+	if !s.TLS {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.TLSCACertFile != "" {
+		pem, err := os.ReadFile(s.TLSCACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls-ca-cert-file: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls-ca-cert-file: no PEM certificate in %s", s.TLSCACertFile)
+		}
+	}
+	if s.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls-cert-file: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
 }

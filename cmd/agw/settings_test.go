@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -181,5 +182,33 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := newLogger(settings{LogLevel: "loud"}, &out); err == nil {
 		t.Fatal("accepted log level loud")
+	}
+}
+
+func TestSettingsTLS(t *testing.T) {
+	t.Parallel()
+	s, err := parseSettings(nil, env("AGQ_KEY", "k"), &bytes.Buffer{})
+	if err != nil || s.TLS {
+		t.Fatalf("default: TLS %v, %v", s.TLS, err)
+	}
+	if conf, err := s.tlsConfig(); conf != nil || err != nil {
+		t.Fatalf("plaintext tlsConfig = %v, %v", conf, err)
+	}
+	s, err = parseSettings([]string{"--tls", "yes"}, env("AGQ_KEY", "k"), &bytes.Buffer{})
+	if err != nil || !s.TLS {
+		t.Fatalf("--tls yes: TLS %v, %v", s.TLS, err)
+	}
+	if conf, err := s.tlsConfig(); conf == nil || err != nil || conf.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("tlsConfig = %v, %v", conf, err)
+	}
+	s, err = parseSettings(nil, env("AGQ_KEY", "k", "AGQ_TLS_CA_CERT_FILE", "/nonexistent/ca.pem"), &bytes.Buffer{})
+	if err != nil || !s.TLS {
+		t.Fatalf("a CA file turns TLS on: TLS %v, %v", s.TLS, err)
+	}
+	if _, err := s.tlsConfig(); err == nil {
+		t.Fatal("a missing CA file was accepted")
+	}
+	if _, err := parseSettings(nil, env("AGQ_KEY", "k", "AGQ_TLS_CERT_FILE", "c.pem"), &bytes.Buffer{}); err == nil {
+		t.Fatal("a client certificate without its key was accepted")
 	}
 }

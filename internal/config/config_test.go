@@ -302,3 +302,22 @@ admin_key = %q
 		}
 	})
 }
+
+func TestTLSSettings(t *testing.T) {
+	get := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	c, err := config.Load(nil, get(map[string]string{"AGQ_LISTEN": "off", "AGQ_TLS_LISTEN": "127.0.0.1:6390",
+		"AGQ_TLS_CERT_FILE": "s.pem", "AGQ_TLS_KEY_FILE": "k.pem", "AGQ_TLS_AUTH_CLIENTS": "optional"}), io.Discard)
+	if err != nil || c.Listen != "" || c.TLSListen != "127.0.0.1:6390" || c.TLSAuthClients != "optional" {
+		t.Fatalf("Load = %+v, %v", c, err)
+	}
+	for name, env := range map[string]map[string]string{
+		"NoListener":     {"AGQ_LISTEN": "off"},
+		"TLSWithoutCert": {"AGQ_TLS_LISTEN": ":6390"},
+		"CertWithoutKey": {"AGQ_TLS_CERT_FILE": "s.pem"},
+		"BadAuthClients": {"AGQ_TLS_AUTH_CLIENTS": "maybe"},
+	} {
+		if _, err := config.Load(nil, get(env), io.Discard); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 func newClient(cfg Config, poolSize int) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:        cfg.Addr,
+		TLSConfig:   cfg.TLS,
 		Username:    cfg.WorkerID,
 		Password:    cfg.Key,
 		ClientName:  cfg.WorkerID,

@@ -13,6 +13,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -31,6 +32,7 @@ import (
 // Config is what a Worker is told. Zero durations take the defaults below.
 type Config struct {
 	Addr            string
+	TLS             *tls.Config // nil: plaintext
 	WorkerID        string
 	Key             string
 	Queues          []string // in priority order, without the "queue:" prefix
