@@ -33,6 +33,7 @@ type options struct {
 	statements                           bool
 	dashboardJobs, dashboardSamples      int
 	repeat                               int
+	fanIn                                int
 }
 
 func main() {
@@ -49,13 +50,14 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard (default all; submit includes batches)")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
+	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, pipeJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000}
 	}
 	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)
@@ -178,6 +180,31 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		r.rates(fmt.Sprintf("burn-down, client package worker (one process, %d slots, no-op handler), %d jobs", clientSlots, o.jobs), ac.rate(), b.rate())
 		r.add("burn-down client package: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ac.cost.commits, ac.cost.walBytes), "", "")
 		r.add("burn-down client package: CPU per job, agq / PostgreSQL / client process", micros(ac.cost.agqCPU)+" / "+micros(ac.cost.pgCPU)+" / "+micros(ac.cost.self), "", "")
+	}
+	if want("workflows") {
+		say("fan-in: %d parents and one child after all of them", o.fanIn)
+		d, err := agqFanIn(ctx, s, ws, o.fanIn, o.batch)
+		if err != nil {
+			return r, fmt.Errorf("agq fan-in: %w", err)
+		}
+		r.add(fmt.Sprintf("fan-in of %s: last parent's completion to the child's pickup", thousands(o.fanIn)), millis(d), "—", "")
+		say("burn-down of %d three-step jobs, and of %d plain ones beside it", o.jobs, o.jobs)
+		st, err := agqBurnDownSteps(ctx, cl, s, ws, o.jobs)
+		if err != nil {
+			return r, fmt.Errorf("agq three-step burn-down: %w", err)
+		}
+		p, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false, false)
+		if err != nil {
+			return r, fmt.Errorf("agq burn-down: %w", err)
+		}
+		say("jobs/s: three-step %.0f, plain %.0f", st.rate(), p.rate())
+		r.add(fmt.Sprintf("burn-down of three-step jobs, %d jobs (STEP.BEGIN/COMPLETE ×3 with DELIVERY, JOB.UPDATE completed)", o.jobs),
+			perSecond(st.rate()), "—", "")
+		r.add("burn-down of three-step jobs: plain burn-down beside it", perSecond(p.rate()), "—", "")
+		r.add("burn-down of three-step jobs: CPU per job, agq / PostgreSQL (plain)",
+			micros(st.cost.agqCPU)+" / "+micros(st.cost.pgCPU)+" ("+micros(p.cost.agqCPU)+" / "+micros(p.cost.pgCPU)+")", "", "")
+		r.add("burn-down of three-step jobs: write transactions / WAL bytes per job (plain)",
+			fmt.Sprintf("%.2f / %.0f (%.2f / %.0f)", st.cost.commits, st.cost.walBytes, p.cost.commits, p.cost.walBytes), "", "")
 	}
 	if want("continuous") {
 		say("continuous: %d producers of single jobs while working, %v", o.producers, o.continuous)

@@ -11,7 +11,7 @@
 // refusals, timeouts and cancellations that kill whole process groups,
 // draining on SIGTERM, and surviving a restart of agq. They also run the
 // documentation as printed: the commands of docs/quickstart.md, and the
-// go-redis worker and the shell script of docs/cookbook.md.
+// go-redis workers and the shell scripts of docs/cookbook.md.
 //
 // The tests look for left-over processes in /proc, so they run on Linux.
 package e2e

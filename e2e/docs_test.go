@@ -181,10 +181,16 @@ func TestCookbookRunsAsPrinted(t *testing.T) {
 	program := fencedBlock(t, page, "```go title=\"worker.go\"")
 	script := fencedBlock(t, page, "```sh title=\"submit-and-wait.sh\"")
 	shownOutput := strings.TrimSpace(fencedBlock(t, page, "```text title=\"output\""))
+	graphScript := fencedBlock(t, page, "```sh title=\"fan-out-and-wait.sh\"")
+	graphOutput := strings.TrimSpace(fencedBlock(t, page, "```text title=\"graph output\""))
 
 	worker := buildCookbookWorker(t, program)
 	scriptPath := filepath.Join(t.TempDir(), "submit-and-wait.sh")
 	if err := os.WriteFile(scriptPath, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	graphPath := filepath.Join(filepath.Dir(scriptPath), "fan-out-and-wait.sh")
+	if err := os.WriteFile(graphPath, []byte(graphScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -250,6 +256,36 @@ func TestCookbookRunsAsPrinted(t *testing.T) {
 		_, stderr, code := run(t, "no-such-key", `{"type":"reverse","payload":{"text":"x"}}`)
 		if code != 2 || !strings.Contains(stderr, "WRONGPASS") {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("RunsAGraph", func(t *testing.T) {
+		cmd := exec.Command("sh", graphPath, "alpha", "beta", "gamma")
+		cmd.Env = append(cleanEnv(), "REDISCLI_AUTH="+producer, "AGQ_PORT="+port, "HOME="+t.TempDir())
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("fan-out-and-wait.sh: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
+		}
+		stdout := strings.TrimSuffix(out.String(), "\n")
+		if !agqtest.LineMatches(graphOutput, stdout) {
+			t.Fatalf("the script printed\n%s\nthe page shows\n%s", stdout, graphOutput)
+		}
+		last := decodeJob(t, stdout)
+		var graph struct {
+			After []string `json:"after"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &graph); err != nil {
+			t.Fatal(err)
+		}
+		if last.Status != "completed" || string(last.Result) != `{"output":"enod 3","status":"completed"}` || len(graph.After) != 3 {
+			t.Fatalf("last job %+v, result %s, after %v", last, last.Result, graph.After)
+		}
+		for i, id := range graph.After {
+			p := getJob(t, admin, id)
+			want := []string{`"ahpla"`, `"ateb"`, `"ammag"`}[i]
+			if p.Status != "completed" || !strings.Contains(string(p.Result), want) || p.FinishedAt.After(*last.StartedAt) {
+				t.Errorf("parent %s: %+v, result %s; the last job started at %v", id, p, p.Result, last.StartedAt)
+			}
 		}
 	})
 	t.Run("Heartbeats", func(t *testing.T) {

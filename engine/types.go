@@ -73,6 +73,7 @@ type Reads interface {
 	JobList(ctx context.Context, p JobListParams) ([]Job, error)
 	JobStates(ctx context.Context, ids []string) ([]JobState, error)
 	JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error)
+	JobChildren(ctx context.Context, id string, limit int) ([]JobState, error)
 	JobCounts(ctx context.Context) (map[string]int64, error)
 	RunningJobs(ctx context.Context, limit int) ([]Job, error)
 	FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error)

@@ -25,6 +25,16 @@ func dashboardStatements() []explainCase {
 			match: "CROSS JOIN unnest($2::text[]) AS st(status)", index: "jobs_queue_status", maxScanned: 60000,
 		},
 		{
+			// A job page's children: the few jobs naming it, not a walk of
+			// every job with an after.
+			name: "DashboardJobChildrenUseJobsChildren",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.JobChildren(ctx, "j00970021", 101)
+				return err
+			},
+			match: "WHERE after @> ARRAY[$1::text]", index: "jobs_children", maxScanned: 200,
+		},
+		{
 			name: "DashboardChartCountsTheLastHourFromJobsFinished",
 			run: func(ctx context.Context, st *store.Store) error {
 				_, err := st.FinishedPerMinute(ctx, time.Now().Add(-time.Hour), countCap)

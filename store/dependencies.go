@@ -425,6 +425,26 @@ func (s *Store) PendingParents(ctx context.Context, id string) (int, error) {
 	return n, interpretError(err)
 }
 
+// JobChildren reads up to limit of the jobs whose after names job id, with
+// their statuses, in no set order: an ORDER BY would walk jobs_pkey.
+func (s *Store) JobChildren(ctx context.Context, id string, limit int) ([]JobState, error) {
+	if !storable(id) {
+		return nil, nil
+	}
+	// jobs_children: only jobs with an after are in it.
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id, queue, status, attempt, worker_id FROM jobs
+		WHERE after @> ARRAY[$1::text] AND after IS NOT NULL LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobState, error) {
+		var j JobState
+		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID)
+	})
+	return out, interpretError(err)
+}
+
 // ParentState is a parent as its child sees it.
 type ParentState struct {
 	Status string          `json:"status"`

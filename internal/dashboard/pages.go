@@ -1,10 +1,12 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,12 +157,55 @@ type jobData struct {
 	Logs     []string
 	Steps    []engine.Step
 	More     bool // the job has more steps than the page lists
-	Terminal bool
-	Retry    bool // failed or cancelled: JOB.RETRY applies
+	Parents  []relative
+	Children []relative
+	// MoreParents and MoreChildren: the page lists the first ones only.
+	MoreParents  bool
+	MoreChildren bool
+	Terminal     bool
+	Retry        bool // failed or cancelled: JOB.RETRY applies
 }
 
 // jobStepsShown bounds the steps a job page lists.
 const jobStepsShown = 200
+
+// jobRelativesShown bounds the parents, and the children, a job page lists.
+const jobRelativesShown = 100
+
+// relative is a parent or a child of a job; Status is "" for a parent
+// deleted since.
+type relative struct {
+	ID, Status string
+}
+
+// relatives reads the job's first parents, in the order of its after, and
+// some of its children, in id order.
+func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
+	after := data.Job.After
+	data.MoreParents = len(after) > jobRelativesShown
+	after = after[:min(len(after), jobRelativesShown)]
+	if len(after) > 0 {
+		states, err := d.eng.JobStates(ctx, after)
+		if err == nil {
+			status := make(map[string]string, len(states))
+			for _, st := range states {
+				status[st.ID] = st.Status
+			}
+			for _, id := range after {
+				data.Parents = append(data.Parents, relative{ID: id, Status: status[id]})
+			}
+		}
+	}
+	kids, err := d.eng.JobChildren(ctx, data.Job.ID, jobRelativesShown+1)
+	if err != nil {
+		return
+	}
+	data.MoreChildren = len(kids) > jobRelativesShown
+	slices.SortFunc(kids, func(a, b engine.JobState) int { return strings.Compare(a.ID, b.ID) })
+	for _, k := range kids[:min(len(kids), jobRelativesShown)] {
+		data.Children = append(data.Children, relative{ID: k.ID, Status: k.Status})
+	}
+}
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
@@ -182,6 +227,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 	if steps, err := d.eng.JobSteps(r.Context(), engine.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
 		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
 	}
+	d.relatives(r.Context(), &data)
 	refresh := 2
 	if data.Terminal {
 		refresh = 0

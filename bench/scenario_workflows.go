@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fanInRuns numbers the fan-in runs, so that each submits jobs of its own.
+var fanInRuns atomic.Int64
+
+// agqFanIn submits n parents and one child after all of them in one
+// pipeline, works the parents off with BLMPOP COUNT and pipelined
+// reports while one worker waits for the child, and answers the time from
+// the reply to the last parent's completion to the child's pop.
+func agqFanIn(ctx context.Context, s *agqServer, ws []*worker, n, count int) (time.Duration, error) {
+	if len(ws) < 2 {
+		return 0, fmt.Errorf("a fan-in needs two workers")
+	}
+	run := fanInRuns.Add(1)
+	parents, child := fmt.Sprintf("fanin-%d", run), fmt.Sprintf("fanin-%d-child", run)
+	// A JOB.SUBMIT array holds at most 10,000 jobs: the parents go in one,
+	// the child in a second JOB.SUBMIT of the same pipeline.
+	var b strings.Builder
+	b.WriteByte('[')
+	after := make([]string, n)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		after[i] = fmt.Sprintf("%s-%d", parents, i)
+		fmt.Fprintf(&b, `{"job_id":%q,"queue":%q,"type":"bench"}`, after[i], parents)
+	}
+	b.WriteByte(']')
+	ids, _ := json.Marshal(after)
+	pipe := s.admin.Pipeline()
+	pipe.Do(ctx, "JOB.SUBMIT", b.String())
+	pipe.Do(ctx, "JOB.SUBMIT", fmt.Sprintf(`{"job_id":%q,"queue":%q,"type":"bench","after":%s}`, child, child, ids))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("submitting the graph: %w", err)
+	}
+
+	picked := make(chan time.Time, 1)
+	popErr := make(chan error, 1)
+	go func() {
+		res, err := ws[0].c.BRPop(ctx, time.Minute, "queue:"+child).Result()
+		if err != nil {
+			popErr <- fmt.Errorf("waiting for the child: %w", err)
+			return
+		}
+		picked <- time.Now()
+		var d delivered
+		if err := json.Unmarshal([]byte(res[1]), &d); err == nil {
+			ws[0].c.Do(ctx, "JOB.UPDATE", d.ID, fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery))
+		}
+	}()
+
+	var done atomic.Int64
+	var last atomic.Int64 // unix nanoseconds of the last completion's reply
+	var wg sync.WaitGroup
+	workCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make(chan error, len(ws))
+	for _, w := range ws[1:] {
+		wg.Go(func() {
+			for done.Load() < int64(n) {
+				k, err := w.workBatch(workCtx, parents, count)
+				if err != nil {
+					errs <- err
+					stop()
+					return
+				}
+				if done.Add(int64(k)) >= int64(n) && k > 0 {
+					last.Store(time.Now().UnixNano())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	select {
+	case at := <-picked:
+		return at.Sub(time.Unix(0, last.Load())), nil
+	case err := <-popErr:
+		return 0, err
+	}
+}
+
+// stepNames are the steps of a benchmark three-step job.
+var stepNames = []string{"charge", "ship", "mail"}
+
+// agqBurnDownSteps works off n pre-submitted jobs as workers running each
+// as three steps: STEP.BEGIN and STEP.COMPLETE of each with the delivery's
+// token, then JOB.UPDATE completed, one round trip each.
+func agqBurnDownSteps(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int) (measure, error) {
+	queue := "burn-steps"
+	return burnDown(ctx, cl, s, ws, queue, n, false, func(w *worker) (int, error) {
+		return w.workSteps(ctx, queue)
+	})
+}
+
+// workSteps pops a job from queue, waiting up to a second, runs its three
+// steps and reports it completed; it answers how many jobs it completed.
+func (w *worker) workSteps(ctx context.Context, queue string) (int, error) {
+	res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var d delivered
+	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+		return 0, err
+	}
+	for _, step := range stepNames {
+		if err := w.c.Do(ctx, "STEP.BEGIN", d.ID, step, "DELIVERY", d.Delivery).Err(); err != nil {
+			return 0, fmt.Errorf("STEP.BEGIN %s: %w", step, err)
+		}
+		if err := w.c.Do(ctx, "STEP.COMPLETE", d.ID, step, `{"ok":true}`, "DELIVERY", d.Delivery).Err(); err != nil {
+			return 0, fmt.Errorf("STEP.COMPLETE %s: %w", step, err)
+		}
+	}
+	doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)
+	return 1, w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err()
+}
+
+// thousands formats n with commas: 10,000.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
