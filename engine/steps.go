@@ -11,8 +11,9 @@ import (
 
 // Durable steps (STEP.*): a job's holder names the steps of its work, and
 // agq keeps their outputs so that a later delivery resumes after the last
-// completed one. Each call is the careful path, alone: steps are few next
-// to a job's claim and report, and each must be durable when answered.
+// completed one. Each call is durable when answered. Completions share
+// commits in groups, as final reports do; the other calls take the careful
+// path alone.
 
 // Step calls and their outcomes, as the store applies them.
 type (
