@@ -13,13 +13,13 @@ import (
 	"github.com/agq/agq/resp"
 )
 
-// A pipeline of writes — LPUSH, JOB.SUBMIT, JOB.UPDATE of any kind — is
-// served in runs: each write is read, checked and added to its engine
-// group at once, without waiting for the one before it, so that a pipeline
-// of thousands of submissions (redis-cli --pipe) shares a few commits
-// instead of taking one each. Each reply is still written once its write
-// is on disk, in the pipeline's order, and a refused write is that
-// command's reply alone.
+// A pipeline of writes — LPUSH, JOB.SUBMIT, JOB.UPDATE of any kind,
+// STEP.COMPLETE — is served in runs: each write is read, checked and added
+// to its engine group at once, without waiting for the one before it, so
+// that a pipeline of thousands of submissions (redis-cli --pipe) shares a
+// few commits instead of taking one each. Each reply is still written
+// once its write is on disk, in the pipeline's order, and a refused write
+// is that command's reply alone.
 //
 // A run ends, its replies all written, before any other command (a read,
 // a blocking pop, AUTH…), before a second write about a job id or unique
@@ -55,7 +55,7 @@ const (
 func writeKindOf(cmd redcon.Command) writeKind {
 	name := cmd.Args[0]
 	switch {
-	case resp.Is(name, "job.update"):
+	case resp.Is(name, "job.update"), resp.Is(name, "step.complete"):
 		return groupedWrite
 	case resp.Is(name, "lpush"):
 		if len(cmd.Args) > 3 {
@@ -265,9 +265,9 @@ func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) 
 	if s.admit(sess, e.c, e.name, cmd.Args) != nil {
 		return e
 	}
-	if e.c.Name == "job.update" {
+	if e.c.Name == "job.update" || e.c.Name == "step.complete" {
 		// Known before reading: a report that then runs alone keeps its
-		// place among the reports about its job.
+		// place among the writes about its job.
 		e.keys = []string{"job:" + string(cmd.Args[1])}
 	}
 	defer func() {
@@ -278,6 +278,8 @@ func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) 
 	switch e.c.Name {
 	case "job.update":
 		s.prepareReport(sess, e)
+	case "step.complete":
+		s.prepareStepComplete(sess, e)
 	case "lpush", "job.submit":
 		s.prepareSubmission(e)
 	}
@@ -295,6 +297,22 @@ func (s *Server) prepareReport(sess *Session, e *pipelined) {
 			return // a snooze: alone
 		}
 		e.await = func(ctx context.Context) (resp.Reply, error) { return resp.OK, wait(ctx) }
+	}
+}
+
+func (s *Server) prepareStepComplete(sess *Session, e *pipelined) {
+	p, output, err := s.readStepComplete(e.ctx, sess, e.cmd.Args)
+	if err != nil {
+		return
+	}
+	e.send = func() {
+		wait := s.eng.StepCompleteLater(p, output)
+		e.await = func(ctx context.Context) (resp.Reply, error) {
+			if err := wait(ctx); err != nil {
+				return nil, err
+			}
+			return resp.OK, nil
+		}
 	}
 }
 

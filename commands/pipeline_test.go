@@ -190,3 +190,65 @@ func TestCookbookBulkLoadScript(t *testing.T) {
 		t.Fatalf("LLEN after the load = %d, %v; want %d", depth, err, n)
 	}
 }
+
+// A pipeline of step calls about two jobs from one connection answers in
+// order: completions join groups, a refused one is its own reply, and a
+// completion and a report about the same job keep their order.
+func TestPipelinedStepCallsAnswerInOrder(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "piper", "t")
+	submit(t, admin, map[string]any{"type": "t", "queue": "steps-pipe"})
+	submit(t, admin, map[string]any{"type": "t", "queue": "steps-pipe"})
+	j1, j2 := popStep(t, w, "steps-pipe"), popStep(t, w, "steps-pipe")
+	sumBefore, _ := groupSizes(t, a, "step_complete")
+	pipe := w.c.Pipeline()
+	do := func(j stepJob, cmd, step string, args ...any) *redis.Cmd {
+		all := append([]any{cmd, j.id, step}, args...)
+		return pipe.Do(ctx, append(all, "DELIVERY", j.d.Delivery)...)
+	}
+	execute := `{"execute":true,"attempt":1}`
+	cmds := []*redis.Cmd{
+		do(j1, "STEP.BEGIN", "a"),
+		do(j1, "STEP.COMPLETE", "a", `1`),
+		do(j2, "STEP.COMPLETE", "x", `0`),
+		do(j2, "STEP.BEGIN", "b"),
+		do(j2, "STEP.COMPLETE", "b", `2`),
+		do(j1, "STEP.COMPLETE", "a", `1`), // re-sent
+		do(j1, "STEP.BEGIN", "c"),
+		do(j2, "STEP.BEGIN", "c"),
+		do(j1, "STEP.COMPLETE", "c"),
+		do(j2, "STEP.COMPLETE", "c", `"two"`),
+		pipe.Do(ctx, "JOB.UPDATE", j1.id, fmt.Sprintf(`{"status":"completed","delivery":%q}`, j1.d.Delivery)),
+		do(j1, "STEP.COMPLETE", "c"), // after the report: the job is done
+		do(j2, "STEP.BEGIN", "a", `{"input":1}`),
+	}
+	pipe.Exec(ctx)
+	want := []string{execute, "OK", "ERR step x was not begun", execute, "OK", "OK", execute, execute,
+		"OK", "OK", "OK", "ERR", execute}
+	for i, c := range cmds {
+		got, err := c.Text()
+		switch {
+		case strings.HasPrefix(want[i], "ERR"):
+			if err == nil || !strings.HasPrefix(err.Error(), want[i]) {
+				t.Errorf("reply %d = %q, %v; want %q…", i, got, err, want[i])
+			}
+		case got != want[i] || err != nil:
+			t.Errorf("reply %d = %q, %v; want %q", i, got, err, want[i])
+		}
+	}
+	for id, want := range map[string]string{j1.id: `a:1 c:null`, j2.id: `b:2 c:"two" a:null`} {
+		var got []string
+		for _, s := range jobSteps(t, admin, id) {
+			got = append(got, s.StepID+":"+string(s.Output))
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: steps %v, want %s", id, got, want)
+		}
+	}
+	if sum, _ := groupSizes(t, a, "step_complete"); sum-sumBefore != 7 {
+		t.Errorf("%v completions went through their group, want 7", sum-sumBefore)
+	}
+}

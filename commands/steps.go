@@ -81,21 +81,31 @@ func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte)
 
 // STEP.COMPLETE job_id step_id [output_json] [DELIVERY token]
 func (s *Server) cmdStepComplete(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	p, output, err := s.readStepComplete(ctx, sess, args)
 	if err != nil {
 		return nil, err
-	}
-	var output json.RawMessage
-	if len(rest) == 1 {
-		if !json.Valid(rest[0]) {
-			return nil, resp.Errorf("invalid step output: must be JSON")
-		}
-		output = rest[0]
 	}
 	if err := s.eng.StepComplete(ctx, p, output); err != nil {
 		return nil, err
 	}
 	return resp.OK, nil
+}
+
+// readStepComplete reads a STEP.COMPLETE: the call and its output, nil for
+// none.
+func (s *Server) readStepComplete(ctx context.Context, sess *Session, args [][]byte) (engine.StepParams, json.RawMessage, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+	if err != nil {
+		return p, nil, err
+	}
+	var output json.RawMessage
+	if len(rest) == 1 {
+		if !json.Valid(rest[0]) {
+			return p, nil, resp.Errorf("invalid step output: must be JSON")
+		}
+		output = rest[0]
+	}
+	return p, output, nil
 }
 
 // STEP.FAIL job_id step_id error_json [DELIVERY token]

@@ -13,7 +13,9 @@ type groups struct {
 	submits  *group.Runner[store.NewJob, submitOutcome]
 	finishes *group.Runner[store.JobUpdateParams, error]
 	acks     *group.Runner[store.JobUpdateParams, error]
-	claims   *group.Runner[claimRequest, claimResult]
+	// stepCompletes are STEP.COMPLETEs, sharing commits as final reports do.
+	stepCompletes *group.Runner[store.StepCompletion, store.StepCompleteResult]
+	claims        *group.Runner[claimRequest, claimResult]
 }
 
 type submitOutcome struct {
@@ -57,6 +59,10 @@ func (e *Engine) newGroups() groups {
 				e.publish(ctx, Effects{Ready: afx.Ready, Done: afx.Done, Freed: afx.Freed})
 				return errs
 			},
+		}),
+		stepCompletes: group.New(group.Config[store.StepCompletion, store.StepCompleteResult]{
+			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_complete"),
+			Run: e.runStepCompletes,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
 			// One claim at a time: two on one queue would each skip,

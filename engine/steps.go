@@ -11,8 +11,9 @@ import (
 
 // Durable steps (STEP.*): a job's holder names the steps of its work, and
 // agq keeps their outputs so that a later delivery resumes after the last
-// completed one. Each call is the careful path, alone: steps are few next
-// to a job's claim and report, and each must be durable when answered.
+// completed one. Each call is durable when answered. Completions share
+// commits in groups, as final reports do; the other calls take the careful
+// path alone.
 
 // Step calls and their outcomes, as the store applies them.
 type (
@@ -82,19 +83,40 @@ func (e *Engine) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginRes
 	return res, err
 }
 
-// StepComplete is STEP.COMPLETE: the step's output is kept.
+// StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
+// commit of the next group of completions.
 func (e *Engine) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error {
+	return e.StepCompleteLater(p, output)(ctx)
+}
+
+// StepCompleteLater adds a STEP.COMPLETE to its group at once and answers
+// how to await its outcome, as ReportLater does for reports.
+func (e *Engine) StepCompleteLater(p StepParams, output json.RawMessage) (wait func(context.Context) error) {
 	if err := checkStep(p); err != nil {
-		return err
+		return func(context.Context) error { return err }
 	}
-	return e.transition(ctx, func() (Effects, error) {
-		changed, err := e.store.StepComplete(ctx, p, output)
-		fx := Effects{}
-		if changed {
-			fx.AsIs = []AsIs{stepNamed("step_completed", p)}
+	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
+	return func(ctx context.Context) error {
+		res, gerr := pending.Wait(ctx)
+		if gerr != nil {
+			return jobError(p.JobID, gerr)
 		}
-		return fx, stepError(p.JobID, err)
-	})
+		return stepError(p.JobID, res.Err)
+	}
+}
+
+// runStepCompletes serves a group of STEP.COMPLETEs: step_completed for
+// each step one completed.
+func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
+	res, sfx := e.store.StepsComplete(ctx, calls)
+	fx := stepEffects(sfx)
+	for i, r := range res {
+		if r.Changed {
+			fx.AsIs = append(fx.AsIs, stepNamed("step_completed", calls[i].StepParams))
+		}
+	}
+	e.publish(ctx, fx)
+	return res
 }
 
 // StepFail is STEP.FAIL: the job's attempt ends with the step's failure,

@@ -140,6 +140,18 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "PARTITION BY id, worker", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
+			// A group of step completions locks each job through its key
+			// and finds each step through job_steps' key.
+			name: "AStepCompletionGroupUsesThePrimaryKeys",
+			run: func(ctx context.Context, st *store.Store) error {
+				st.StepsComplete(ctx, []store.StepCompletion{
+					{StepParams: store.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Output: []byte(`1`)},
+					{StepParams: store.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
+				return nil
+			},
+			match: "ORDER BY job_id, step_id, ord", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
 			// Found by its key, or among the worker's running jobs (about
 			// 33 here): either way, no more than one worker holds.
 			name: "AReleaseUsesThePrimaryKeyOrJobsRunning",

@@ -351,7 +351,14 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 // StepComplete keeps a step's output; completing it again succeeds and
 // changes nothing. changed reports whether this call completed it.
 func (s *Store) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) (changed bool, err error) {
-	_, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *Effects) error {
+	_, changed, err = s.stepComplete(ctx, p, output)
+	return changed, err
+}
+
+// stepComplete is StepComplete with its effects: a job whose cancellation
+// was asked ends cancelled.
+func (s *Store) stepComplete(ctx context.Context, p StepParams, output json.RawMessage) (fx Effects, changed bool, err error) {
+	fx, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *Effects) error {
 		changed = false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		switch {
@@ -372,7 +379,7 @@ func (s *Store) StepComplete(ctx context.Context, p StepParams, output json.RawM
 			WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID, nullJSON(output))
 		return err
 	})
-	return changed, err
+	return fx, changed, err
 }
 
 // StepFail ends the job's current attempt with its open step's failure.

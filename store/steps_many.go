@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StepCompletion is one STEP.COMPLETE of a group.
+type StepCompletion struct {
+	StepParams
+	Output json.RawMessage
+}
+
+// StepCompleteResult is one completion's outcome; Changed when it
+// completed the step.
+type StepCompleteResult struct {
+	Changed bool
+	Err     error
+}
+
+// StepsComplete applies step completions sent by different clients,
+// gathered into one group: one statement over arrays completes every step
+// running for its job's delivery, the job running for that delivery, held
+// by the caller and not asked to cancel — the usual case — so the group
+// shares one WAL flush. Each other call (a re-send, a refusal, a step not
+// begun, a sleep) takes the careful path (StepComplete) on its own.
+func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, Effects) {
+	out := make([]StepCompleteResult, len(calls))
+	var fx Effects
+	applied, err := s.completeStepsMany(ctx, calls)
+	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+		for i := range out {
+			out[i].Err = interpretError(err)
+		}
+		return out, fx
+	}
+	for i, c := range calls {
+		if applied[i] {
+			out[i].Changed = true
+			continue
+		}
+		var one Effects
+		one, out[i].Changed, out[i].Err = s.stepComplete(ctx, c.StepParams, c.Output)
+		fx.Merge(one)
+	}
+	return out, fx
+}
+
+// completeStepsMany is the set-based part of StepsComplete: applied[i]
+// when call i completed its step.
+func (s *Store) completeStepsMany(ctx context.Context, calls []StepCompletion) ([]bool, error) {
+	applied := make([]bool, len(calls))
+	var jobIDs, stepIDs, workers []string
+	var deliveries, outputs []*string
+	var ords []int32
+	for i, c := range calls {
+		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
+			continue // the careful path says why
+		}
+		worker := c.WorkerID
+		if c.Admin {
+			worker = ""
+		}
+		var delivery, output *string
+		if c.Delivery != "" {
+			d := c.Delivery
+			delivery = &d
+		}
+		if len(c.Output) > 0 {
+			o := string(c.Output)
+			output = &o
+		}
+		jobIDs, stepIDs, workers = append(jobIDs, c.JobID), append(stepIDs, c.StepID), append(workers, worker)
+		deliveries, outputs, ords = append(deliveries, delivery), append(outputs, output), append(ords, int32(i))
+	}
+	if len(ords) == 0 {
+		return applied, nil
+	}
+	var done []int32
+	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+		var ord int32
+		err := rows.Scan(&ord)
+		done = append(done, ord)
+		return err
+	}, completeStepsManySQL, jobIDs, stepIDs, workers, deliveries, outputs, ords)
+	if err != nil {
+		return applied, err
+	}
+	for _, ord := range done {
+		applied[ord] = true
+	}
+	return applied, nil
+}
+
+// completeStepsManySQL completes a group's steps. The jobs are locked
+// through their key, in id order, as the careful path locks each; a step
+// named twice is completed by its first call, the other finding it done.
+const completeStepsManySQL = `
+	WITH u AS (
+		SELECT DISTINCT ON (job_id, step_id) *
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
+			AS u(job_id, step_id, worker, delivery, output, ord)
+		ORDER BY job_id, step_id, ord
+	), j AS (
+		SELECT j.id, j.worker_id, j.delivery FROM jobs j
+		WHERE j.id = ANY($1::text[]) AND j.status = 'running' AND NOT j.cancel_requested AND j.ack_deadline IS NULL
+		ORDER BY j.id FOR UPDATE
+	)
+	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
+	FROM u, j
+	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id
+	  AND (u.worker = '' OR j.worker_id = u.worker)
+	  AND (u.delivery IS NULL OR j.delivery::text = u.delivery)
+	  AND s.kind = 'step' AND s.status = 'running' AND s.delivery = j.delivery
+	RETURNING u.ord`
