@@ -16,9 +16,6 @@ import (
 // parent's completion, its parents completed by batched workers whose
 // reports share commits.
 func TestAJobAfterTenThousandParentsIsQueuedWithinASecondOfTheLast(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10,000 jobs")
-	}
 	t.Parallel()
 	a := agqtest.Start(t)
 	admin := a.Admin(t)
