@@ -16,6 +16,7 @@ import (
 	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/resp"
 )
 
@@ -38,6 +39,10 @@ type jobSpec struct {
 	UniqueKey           string          `json:"unique_key"`
 	After               *[]string       `json:"after"`
 	OnParentFailure     string          `json:"on_parent_failure"`
+	// TraceParent and TraceState are the submitter's W3C trace context:
+	// not part of the job's contents.
+	TraceParent string `json:"traceparent"`
+	TraceState  string `json:"tracestate"`
 }
 
 // planTools is the part of a plan that names the tools it needs.
@@ -201,7 +206,26 @@ func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (engine.NewJob, 
 	if err := afterFromSpec(spec, &j); err != nil {
 		return engine.NewJob{}, err
 	}
+	if err := traceFromSpec(spec, &j); err != nil {
+		return engine.NewJob{}, err
+	}
 	return j, nil
+}
+
+// traceFromSpec reads traceparent and tracestate; a tracestate without a
+// traceparent means nothing and is dropped, as W3C says.
+func traceFromSpec(spec jobSpec, j *engine.NewJob) error {
+	if spec.TraceParent == "" {
+		return nil
+	}
+	if !tracing.ValidParent(spec.TraceParent) {
+		return fmt.Errorf("traceparent must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>")
+	}
+	if len(spec.TraceState) > tracing.MaxStateLen {
+		return fmt.Errorf("tracestate is longer than %d bytes", tracing.MaxStateLen)
+	}
+	j.TraceParent, j.TraceState = spec.TraceParent, spec.TraceState
+	return nil
 }
 
 // afterFromSpec reads after and on_parent_failure.
@@ -301,7 +325,11 @@ type delivery struct {
 	Queue            string          `json:"queue"`
 	Requires         []string        `json:"requires"`
 	TimeoutSeconds   int             `json:"timeout_seconds"`
-	Type             string          `json:"type"`
+	// TraceParent names the span a worker's spans join (its attempt's, or
+	// the submitter's when agq does not trace); TraceState goes with it.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	Type        string `json:"type"`
 }
 
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
@@ -315,6 +343,7 @@ func deliveryJSON(j engine.Job) []byte {
 	}
 	if j.Status == engine.StatusRunning && j.Delivery != nil {
 		d.Delivery = *j.Delivery
+		d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
 	}
 	b, _ := json.Marshal(d)
 	return b

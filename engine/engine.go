@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/internal/clock"
+	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/store"
 )
@@ -42,6 +43,8 @@ type Config struct {
 	// Clock tells the engine's own time (the database keeps the jobs'):
 	// when limits were seen, when events happened; nil: the real clock.
 	Clock clock.Clock
+	// Tracer records the jobs' spans; nil: tracing is off.
+	Tracer *tracing.Tracer
 }
 
 // Engine runs the transitions of jobs and workers.
@@ -61,6 +64,8 @@ type Engine struct {
 	limited limitedPops
 	// deep remembers the queues too deep for LPUSH to count on every push.
 	deep deepQueues
+	// trace is Config.Tracer, nil when tracing is off.
+	trace *tracing.Tracer
 }
 
 // New builds an engine over st, publishing through hub.
@@ -78,6 +83,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 		log:     cfg.Logger,
 		clock:   clock.Or(cfg.Clock),
 		metrics: newMetrics(cfg.Registerer),
+		trace:   cfg.Tracer,
 	}
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's

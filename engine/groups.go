@@ -46,7 +46,9 @@ func (e *Engine) newGroups() groups {
 		finishes: group.New(group.Config[store.JobUpdateParams, error]{
 			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+				traces := e.attemptTraces(ctx, reportIDs(reports))
 				errs, rfx := e.store.JobsFinish(ctx, reports)
+				e.traceReports(traces, reports, errs, rfx.Moved)
 				e.publish(ctx, Effects{Ready: rfx.Ready, Done: rfx.Done, Freed: rfx.Freed, AsIs: []AsIs{finishedAsIs(rfx.Moved)},
 					Parents: rfx.Parents})
 				return errs
@@ -78,10 +80,12 @@ func (e *Engine) newGroups() groups {
 // runSubmits serves a group of single submissions in one transaction,
 // handing jobs over to waiting pops where it can.
 func (e *Engine) runSubmits(ctx context.Context, jobs []store.NewJob) []submitOutcome {
+	spans := e.startSubmissions(jobs)
 	takers := e.offerJobs(jobs)
 	var res []store.SubmitResult
 	defer func() { e.endOffers(takers, res) }() // after a panic midway
 	res, errs, notes := e.store.JobsSubmitEach(ctx, jobs)
+	endSubmissions(spans, res, errs, nil)
 	started := settleOffers(takers, res, errs)
 	e.publish(ctx, Effects{Ready: notes, Events: submittedEvents(jobs, res, errs), Started: started})
 	if len(started) > 0 {
@@ -93,4 +97,13 @@ func (e *Engine) runSubmits(ctx context.Context, jobs []store.NewJob) []submitOu
 		out[i] = submitOutcome{res[i], errs[i]}
 	}
 	return out
+}
+
+// reportIDs are the ids of the jobs reports are about.
+func reportIDs(reports []store.JobUpdateParams) []string {
+	ids := make([]string, len(reports))
+	for i, r := range reports {
+		ids[i] = r.ID
+	}
+	return ids
 }

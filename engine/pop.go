@@ -35,6 +35,7 @@ func (e *Engine) Claim(ctx context.Context, w Worker, queues []string, limit int
 			e.giveBackNow(w.ID, res.jobs)
 			return "", nil, err
 		}
+		e.traceDeliveries(w.ID, res.jobs)
 		return res.queue, res.jobs, nil
 	case errors.As(err, &inactive) && inactive.State == store.WorkerDraining:
 		return "", nil, ErrWorkerDraining
@@ -83,7 +84,9 @@ func (e *Engine) PopWaiting(ctx context.Context, w Worker, refresh func() (Worke
 				e.giveBackNow(waiter.Worker(), []store.Job{*job})
 				return "", nil, ErrClientGone
 			}
-			return job.Queue, []store.Job{*job}, nil
+			jobs := []store.Job{*job}
+			e.traceDeliveries(waiter.Worker(), jobs)
+			return job.Queue, jobs, nil
 		}
 		claimCtx, cancel := context.WithTimeout(ctx, e.cfg.CommandTimeout)
 		queue, jobs, err := e.Claim(claimCtx, w, queues, limit)

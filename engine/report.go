@@ -47,8 +47,12 @@ func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok boo
 // given back; past the snooze limit the job fails instead.
 func (e *Engine) snooze(ctx context.Context, p Report) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
+	traces := e.attemptTraces(ctx, []string{p.ID})
 	return e.transition(ctx, func() (Effects, error) {
 		sfx, err := e.store.JobUpdate(ctx, p)
+		if err == nil {
+			e.traceReports(traces, []Report{p}, nil, sfx.Moved)
+		}
 		// The snooze, or a failure past the limit.
 		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
 		if err == nil && len(sfx.Moved) > 0 {

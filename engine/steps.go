@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/store"
@@ -108,11 +109,22 @@ func (e *Engine) StepCompleteLater(p StepParams, output json.RawMessage) (wait f
 // runStepCompletes serves a group of STEP.COMPLETEs: step_completed for
 // each step one completed.
 func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
+	var traces []store.AttemptTrace
+	if e.trace != nil {
+		traces = make([]store.AttemptTrace, len(calls))
+		for i, c := range calls {
+			traces[i], _ = e.stepTrace(ctx, c.StepParams)
+		}
+	}
 	res, sfx := e.store.StepsComplete(ctx, calls)
 	fx := stepEffects(sfx)
+	now := time.Now()
 	for i, r := range res {
 		if r.Changed {
 			fx.AsIs = append(fx.AsIs, stepNamed("step_completed", calls[i].StepParams))
+			if traces != nil && traces[i].TraceParent != "" {
+				e.trace.StepEnded(attemptOf(traces[i]), calls[i].StepID, traces[i].StepBeganAt, now, "")
+			}
 		}
 	}
 	e.publish(ctx, fx)
@@ -126,6 +138,7 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 		return StepFailResult{}, err
 	}
 	var res StepFailResult
+	t, traced := e.stepTrace(ctx, p.StepParams)
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
@@ -134,6 +147,15 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 		fx := stepEffects(sfx)
 		if changed {
 			fx.AsIs = append([]AsIs{stepNamed("step_failed", p.StepParams)}, fx.AsIs...)
+			if traced {
+				// The step's failure ends the job's attempt too.
+				now, outcome := time.Now(), StatusFailed
+				if res.Retry {
+					outcome = StatusRetrying
+				}
+				e.trace.StepEnded(attemptOf(t), p.StepID, t.StepBeganAt, now, p.Message)
+				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, now, outcome, p.Message)
+			}
 		}
 		return fx, stepError(p.JobID, err)
 	})
@@ -147,6 +169,7 @@ func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepRes
 		return StepSleepResult{}, err
 	}
 	var res StepSleepResult
+	traces := e.attemptTraces(ctx, []string{p.JobID})
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
@@ -155,6 +178,9 @@ func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepRes
 		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
 		if changed {
 			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
+			if t, ok := traces[p.JobID]; ok && res.Sleeping {
+				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, time.Now(), "sleeping", "")
+			}
 		}
 		return fx, stepError(p.JobID, err)
 	})

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 )
 
 // Submit stores one job with the node's next group of single
@@ -25,11 +26,17 @@ func (e *Engine) SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult
 	if err := checkAfter(jobs); err != nil {
 		return nil, err
 	}
+	if e.trace != nil {
+		jobs = slices.Clone(jobs) // their trace context becomes the submission spans'
+	}
+	spans := e.startSubmissions(jobs)
 	var res []SubmitResult
 	err := e.transition(ctx, func() (Effects, error) {
 		var notes []ReadyNote
 		var err error
-		if res, notes, err = e.store.JobsSubmit(ctx, jobs); err != nil {
+		res, notes, err = e.store.JobsSubmit(ctx, jobs)
+		endSubmissions(spans, res, nil, err)
+		if err != nil {
 			return Effects{}, err
 		}
 		return Effects{Ready: notes, Events: submittedEvents(jobs, res, nil)}, nil

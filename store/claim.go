@@ -207,7 +207,8 @@ func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
 	j := &c.Job
 	var refusal string
 	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
-		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &j.After, &refusal)
+		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &j.After,
+		&j.TraceParent, &j.TraceState, &refusal)
 	return c, refusal, err
 }
 
@@ -320,13 +321,14 @@ const claimUpdate = `
 			updated_at = statement_timestamp()
 		FROM fits WHERE j.id = fits.id
 		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
-			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text, j.after`
+			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text, j.after,
+			coalesce(j.traceparent, ''), coalesce(j.tracestate, '')`
 
 // claimRefusals answers, after the claimed jobs, the workers that may not
 // claim and why: their state, or ACTIVE when their capabilities changed.
 const claimRefusals = `
 	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], state
+		0, 0, 0, now(), '', NULL::text[], '', '', state
 	FROM named WHERE NOT ok`
 
 // claimJobsUnlimited is the claim without limits: the next jobs of the
@@ -355,7 +357,7 @@ const claimJobsUnlimited = claimWorkers + `, free AS (
 	UNION ALL` + claimRefusals + `
 	UNION ALL
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], 'LIMITS'
+		0, 0, 0, now(), '', NULL::text[], '', '', 'LIMITS'
 	FROM free WHERE NOT yes`
 
 // claimJobs is the claim itself, under claimLocks' locks.
@@ -432,7 +434,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- again).
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
 		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
-			THEN next_start ELSE 'epoch' END, '', NULL::text[], 'LIMITS'
+			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', 'LIMITS'
 	FROM room
 	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
@@ -440,7 +442,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- other locked jobs perhaps with them). Either way another claim may
 	-- take more. Its next start when it has a rate.
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], 'TYPE'
+		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', 'TYPE'
 	FROM typeroom r
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 

@@ -73,6 +73,9 @@ type Job struct {
 	// ParentsTruncated says the results did not fit.
 	Parents          map[string]ParentState
 	ParentsTruncated bool
+	// TraceParent and TraceState are the job's W3C trace context; a
+	// delivery's only.
+	TraceParent, TraceState string
 }
 
 // jobColumns is the select list scanJob reads.
@@ -140,6 +143,10 @@ type NewJob struct {
 	// saying what a parent's failure or cancellation does to it.
 	After           []string
 	OnParentFailure string
+	// TraceParent and TraceState are the W3C trace context the job is
+	// stored with; not part of its contents (a re-sent job with another
+	// one is the same job).
+	TraceParent, TraceState string
 }
 
 // Handoff offers a job due now to a worker waiting for one: the job is

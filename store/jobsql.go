@@ -41,9 +41,11 @@ const (
 
 // movedColumns is what notifyMoved reads of each job a statement moved out
 // of running: a retrying job is announced as queued, due at the time it
-// returns (NULL when due now).
+// returns (NULL when due now); and the trace context of the delivery it
+// ended (its start NULL when the delivery is given back unstarted).
 const movedColumns = `j.id, CASE WHEN j.status = 'retrying' THEN 'queued' ELSE j.status END, j.queue, j.type,
-	j.requires, j.attempt, CASE WHEN j.run_at > now() THEN j.run_at END`
+	j.requires, j.attempt, CASE WHEN j.run_at > now() THEN j.run_at END,
+	coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), coalesce(j.delivery::text, ''), j.started_at`
 
 // lostJobsSQL gives back, through their key, running jobs a lost worker
 // held (the attempt counted, as the decisions $1-$3 say), their error

@@ -75,7 +75,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 		if err != nil {
 			return err
 		}
-		n, err = notifyMoved(ctx, tx, moved)
+		n, err = s.notifyMoved(ctx, tx, "expired_lease", moved)
 		return err
 	})
 	return n, interpretError(err)
@@ -115,7 +115,7 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 		if err != nil {
 			return err
 		}
-		n, err = notifyMoved(ctx, tx, moved)
+		n, err = s.notifyMoved(ctx, tx, "timed_out_job", moved)
 		return err
 	})
 	return n, interpretError(err)

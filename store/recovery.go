@@ -37,7 +37,7 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 		if err != nil {
 			return err
 		}
-		n, err = notifyMoved(ctx, tx, moved)
+		n, err = s.notifyMoved(ctx, tx, "unacked_delivery", moved)
 		return err
 	})
 	return n, interpretError(err)
@@ -61,8 +61,9 @@ var requeueUnackedSQL = `
 	RETURNING ` + movedColumns
 
 // notifyMoved reads rows of movedColumns for jobs a statement just moved
-// out of running and tells listeners of each (tellMoved). It closes rows.
-func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
+// out of running, for reason, and tells listeners of each (tellMoved) and
+// Config.Recovered of those with trace context. It closes rows.
+func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows pgx.Rows) (int, error) {
 	var all []movedJob
 	for rows.Next() {
 		m, err := scanMoved(rows)
@@ -76,12 +77,33 @@ func notifyMoved(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
+	var traced []RecoveredJob
 	for _, m := range all {
 		if err := tellMoved(ctx, tx, m); err != nil {
 			return 0, err
 		}
+		if m.trace.TraceParent != "" && s.recovered != nil {
+			traced = append(traced, m.trace)
+		}
+	}
+	if len(traced) > 0 {
+		// Recorded as the move is about to commit: a commit failing now
+		// leaves a span of a recovery that did not happen, which only
+		// a lost connection causes.
+		s.recovered(reason, traced)
 	}
 	return len(all), nil
+}
+
+// RecoveredJob is a job a recovery moved out of running, with the trace
+// context of the delivery it ended.
+type RecoveredJob struct {
+	JobID, Status           string
+	Attempt                 int
+	TraceParent, TraceState string
+	Delivery                string
+	// StartedAt is nil for a delivery given back as never started.
+	StartedAt *time.Time
 }
 
 // movedJob is a row of movedColumns.
@@ -90,11 +112,15 @@ type movedJob struct {
 	requires               []string
 	attempt                int
 	due                    *time.Time
+	trace                  RecoveredJob
 }
 
 func scanMoved(rows pgx.Rows) (movedJob, error) {
 	var m movedJob
-	err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due)
+	t := &m.trace
+	err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due,
+		&t.TraceParent, &t.TraceState, &t.Delivery, &t.StartedAt)
+	t.JobID, t.Status, t.Attempt = m.id, m.status, m.attempt
 	return m, err
 }
 

@@ -46,6 +46,8 @@ type Store struct {
 	limitedQueues sync.Map
 	// retry decides every failed attempt.
 	retry RetryPolicy
+	// recovered is Config.Recovered.
+	recovered func(reason string, jobs []RecoveredJob)
 }
 
 // Config sizes the pool and gives the rule of failed attempts.
@@ -55,6 +57,11 @@ type Config struct {
 	// Retry decides whether a failed attempt runs again, and when. A store
 	// without one refuses, with ErrNoRetryPolicy, to fail an attempt.
 	Retry RetryPolicy
+	// Recovered, when set, hears of the jobs with trace context that a
+	// recovery (the watchdog's, a worker's registration or departure)
+	// took out of running, and why: "unacked_delivery", "expired_lease",
+	// "timed_out_job", "dead_worker", "worker_left", "worker_restarted".
+	Recovered func(reason string, jobs []RecoveredJob)
 }
 
 // Open connects to the database and checks that it answers.
@@ -90,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{Pool: pool, retry: cfg.Retry}, nil
+	return &Store{Pool: pool, retry: cfg.Retry, recovered: cfg.Recovered}, nil
 }
 
 // Background returns a store for the leader's background services — the
@@ -104,7 +111,7 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Store{Pool: pool, retry: s.retry}, nil
+	return &Store{Pool: pool, retry: s.retry, recovered: s.recovered}, nil
 }
 
 // Close closes the pool.

@@ -211,7 +211,9 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 		backoff                                    []float64
 		runAt                                      []*time.Time
 		ord                                        []int32
+		traceParent, traceState                    []string
 	}{}
+	withTrace := traced(jobs)
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
 			firstOf[i] = k
@@ -251,6 +253,10 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 		cols.backoff = append(cols.backoff, j.RetryBackoffSeconds)
 		cols.runAt = append(cols.runAt, runAt)
 		cols.ord = append(cols.ord, int32(i))
+		if withTrace {
+			cols.traceParent = append(cols.traceParent, j.TraceParent)
+			cols.traceState = append(cols.traceState, j.TraceState)
+		}
 		n++
 	}
 	got := 0
@@ -270,19 +276,21 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 			FROM unnest($15::text[]) WITH ORDINALITY AS r(r, n)
 		), input AS MATERIALIZED (
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[])
+				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
+				$16::text[], $17::text[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, run_at, ord)
+				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate)
 			JOIN reqs ON reqs.n = i.req
 		), q AS (
 			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
 		), ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-				retry_backoff_seconds, timeout_seconds, run_at, unique_key)
+				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate)
 			SELECT id, queue, type, requires,
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
-				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, '')
+				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
+				nullif(traceparent, ''), nullif(tracestate, '')
 			FROM input ORDER BY ord
 			ON CONFLICT DO NOTHING
 			RETURNING id
@@ -308,7 +316,8 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 			ORDER BY j.id = i.id DESC LIMIT 1
 		) held ON true`,
 		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
-		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, reqSets)
+		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, reqSets,
+		cols.traceParent, cols.traceState)
 	if err != nil {
 		return nil, err
 	}

@@ -45,14 +45,45 @@ const MaxHandoffGroup = copyGroupMin - 1
 
 // copyColumns are the columns copyJobs fills; the others take their
 // defaults (run_at and the timestamps now(), the status queued).
-var copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
-	"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key"}
+// tracedCopyColumns add the trace context, sent only when a job has one.
+var (
+	copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
+		"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key"}
+	tracedCopyColumns = append(slices.Clip(copyColumns), "traceparent", "tracestate")
+)
+
+// traced reports whether any job carries trace context.
+func traced(jobs []NewJob) bool {
+	for _, j := range jobs {
+		if j.TraceParent != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// traceArrays are the jobs' trace context as statement arrays, nil (SQL
+// NULL: every job NULL) when none has any.
+func traceArrays(jobs []NewJob) (parents, states []string) {
+	if !traced(jobs) {
+		return nil, nil
+	}
+	parents, states = make([]string, len(jobs)), make([]string, len(jobs))
+	for i, j := range jobs {
+		parents[i], states[i] = j.TraceParent, j.TraceState
+	}
+	return parents, states
+}
 
 // copyJobs inserts jobs due now with one COPY, in their order (their seq
 // follows it), and registers their queues, in one transaction. A job whose
 // id or unique_key is held already fails it whole with a unique violation.
 func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
 	rows := make([][]any, len(jobs))
+	columns, withTrace := copyColumns, traced(jobs)
+	if withTrace {
+		columns = tracedCopyColumns
+	}
 	var queues []string
 	seen := map[string]bool{}
 	for i, j := range jobs {
@@ -63,12 +94,15 @@ func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
 		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
 			nullJSON(j.Payload), int32(j.Priority), StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
 			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey)}
+		if withTrace {
+			rows[i] = append(rows[i], textOrNull(j.TraceParent), textOrNull(j.TraceState))
+		}
 	}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO queues (name) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, queues); err != nil {
 			return err
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, pgx.CopyFromRows(rows))
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, columns, pgx.CopyFromRows(rows))
 		return err
 	})
 }
@@ -114,8 +148,9 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, 
 	}
 	done := make(map[string]bool, n)
 	handed := map[string]*Job{}
+	traceParents, traceStates := traceArrays(jobs)
 	sql, args := insertDueSQL, []any{ids, queues, types, first, last, plans, inputs, payloads, keys, priorities,
-		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords}
+		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates}
 	scan := func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
@@ -151,6 +186,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, 
 			d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
 			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
 			d.RetryBackoffSeconds, d.WorkerID = j.RetryBackoffSeconds, &j.Hand.Worker
+			d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
 			delivered[i] = d
 		}
 	}
@@ -163,20 +199,20 @@ const insertDueSQL = `
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-			retry_backoff_seconds, timeout_seconds, unique_key)
+			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
-			i.backoff, i.timeout_seconds, nullif(i.unique_key, '')
+			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, '')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[])
+			$9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[])
 			AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-			     timeout_seconds, backoff, ord)
+			     timeout_seconds, backoff, ord, traceparent, tracestate)
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id`
 
 // handDueSQL is insertDueSQL for a group with jobs to hand over (their
-// workers in $16, empty for the others). A job is handed over (h) only
+// workers in $18, empty for the others). A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
 // with capabilities that cover it, nothing in the queue before it that
 // the worker could claim, no limits on its queue or on its own type (a
@@ -190,9 +226,9 @@ const handDueSQL = `
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
 		), i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
-				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[])
+				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[], $18::text[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, hand_to)
+				     timeout_seconds, backoff, ord, traceparent, tracestate, hand_to)
 		), h AS (
 			SELECT i.ord, i.hand_to AS worker_id FROM i
 			-- The worker's row by its key, one probe a job (LIMIT keeps
@@ -219,17 +255,17 @@ const handDueSQL = `
 			             ORDER BY c.priority DESC, c.run_at, c.seq LIMIT 64) a)
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-			retry_backoff_seconds, timeout_seconds, unique_key,
+			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate,
 			worker_id, attempt, delivery, started_at, ack_deadline, lease_expires_at, deadline_at)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
 			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
-			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''),
+			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
 			h.worker_id, CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
 			CASE WHEN h.worker_id IS NOT NULL THEN gen_random_uuid() END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $17::interval END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $18::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $19::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $20::interval END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + make_interval(secs => i.timeout_seconds) END
 		FROM i LEFT JOIN h ON h.ord = i.ord
 		ORDER BY i.ord

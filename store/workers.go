@@ -225,7 +225,11 @@ func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, cou
 	if err != nil {
 		return err
 	}
-	_, err = notifyMoved(ctx, tx, moved)
+	reason := "worker_left"
+	if countAttempt {
+		reason = "dead_worker"
+	}
+	_, err = s.notifyMoved(ctx, tx, reason, moved)
 	return err
 }
 
@@ -309,7 +313,7 @@ func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, run
 	if err != nil {
 		return err
 	}
-	_, err = notifyMoved(ctx, tx, moved)
+	_, err = s.notifyMoved(ctx, tx, "worker_restarted", moved)
 	return err
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/agq/agq/internal/leader"
 	"github.com/agq/agq/internal/pgcluster"
 	"github.com/agq/agq/internal/service"
+	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/migrations"
 	"github.com/agq/agq/resp"
@@ -53,6 +54,7 @@ type Node struct {
 	hub      *wakeup.Hub
 	sweeps   *store.Store // the leader services' own connection
 	elector  *leader.Elector
+	tracer   *tracing.Tracer // nil: tracing is off
 	// services run in the background from Start to Close, started in
 	// order and stopped in reverse.
 	services []service.Service
@@ -147,7 +149,14 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		return nil, err
 	}
 	n.cluster = cl
-	if n.store, err = store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}}); err != nil {
+	if n.tracer, err = tracing.New(ctx, "agq"); err != nil {
+		return nil, err
+	}
+	if n.tracer != nil {
+		n.log.Info().Msg("tracing: exporting spans over OTLP as the OTEL_* variables say")
+	}
+	n.store, err = store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}, Recovered: engine.RecoveryTracer(n.tracer)})
+	if err != nil {
 		return nil, err
 	}
 	applied, err := migrations.Apply(ctx, n.store.Pool)
@@ -188,6 +197,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		MaxParentResults:  cfg.MaxPayload,
 		Logger:            n.log,
 		Registerer:        n.registry,
+		Tracer:            n.tracer,
 	}, n.store, n.hub)
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,
@@ -401,6 +411,14 @@ func (n *Node) Close() error {
 		}
 		if n.store != nil {
 			n.store.Close()
+		}
+		if n.tracer != nil {
+			// The spans still buffered leave before the process does.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := n.tracer.Shutdown(ctx); err != nil {
+				n.log.Warn().Err(err).Msg("exporting the last spans")
+			}
+			cancel()
 		}
 		if n.cluster != nil {
 			n.closeErr = n.cluster.Close()
