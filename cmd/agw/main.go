@@ -77,6 +77,19 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		log.Error().Err(err).Msg("agw cannot start")
 		return 2
 	}
+	tracer, stopTracing, err := newTracer(context.Background())
+	if err != nil {
+		log.Error().Err(err).Msg("tracing")
+		return 2
+	}
+	defer func() {
+		// The last jobs' spans leave before agw does.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn().Err(err).Msg("exporting the last spans")
+		}
+	}()
 	w, err := worker.New(worker.Config{
 		Addr:            s.Addr,
 		TLS:             tlsConf,
@@ -88,6 +101,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Executor:        &pipeline.Executor{Tools: tools, MaxOutput: s.MaxOutput, KillGrace: s.KillGrace},
 		Version:         version,
 		Log:             log,
+		Tracer:          tracer,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("agw cannot start")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
 	"github.com/agq/agq/cmd/agw/internal/stats"
@@ -26,6 +27,8 @@ type jobMessage struct {
 	Delivery       string          `json:"delivery"`
 	MaxAttempts    int             `json:"max_attempts"`
 	TimeoutSeconds float64         `json:"timeout_seconds"`
+	TraceParent    string          `json:"traceparent"`
+	TraceState     string          `json:"tracestate"`
 }
 
 // runJob runs one delivered job: acknowledge it as running (agq re-queues a
@@ -47,6 +50,9 @@ func (w *Worker) runJob(queue, raw string) {
 	defer cancel(nil)
 	w.track(msg.JobID, cancel)
 	defer w.untrack(msg.JobID)
+
+	span := w.startJobSpan(msg)
+	defer span.End()
 
 	started := time.Now()
 	ack := mustMarshal(runningUpdate{Status: "running", Attempt: msg.Attempt, Delivery: msg.Delivery, WorkerID: w.cfg.WorkerID, StartedAt: timestamp(started)})
@@ -71,6 +77,9 @@ func (w *Worker) runJob(queue, raw string) {
 		// The last lines go before the final report, which ends the
 		// job's logs.
 		logs.close()
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 	}
 	w.finish(msg.JobID, delivery{msg.Attempt, msg.Delivery}, res, err, started, log)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
 	"github.com/agq/agq/cmd/agw/internal/stats"
@@ -42,6 +43,9 @@ type Config struct {
 	Version         string
 	Hostname        string // default os.Hostname()
 	Log             zerolog.Logger
+	// Tracer records a span per job, child of the span its delivery's
+	// traceparent names; nil: no tracing.
+	Tracer trace.Tracer
 
 	PopTimeout       time.Duration // BRPOP's timeout (5s)
 	BackoffMin       time.Duration // first wait after a connection error (1s)
