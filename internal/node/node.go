@@ -426,3 +426,7 @@ func (n *Node) Close() error {
 	})
 	return n.closeErr
 }
+
+// Tracing reports whether the node records spans (an OTEL_* endpoint was
+// set when it started).
+func (n *Node) Tracing() bool { return n.tracer != nil }
