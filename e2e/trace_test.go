@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/internal/config"
 )
 
 // The submitter's own span, which job "traced" names in its traceparent.
@@ -30,7 +31,7 @@ func TestOneJobIsOneTraceFromSubmissionToAgw(t *testing.T) {
 	receiver := newSpanReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	a := agqtest.Start(t, heartbeatEvery(time.Second))
+	a := agqtest.Start(t, heartbeatEvery(time.Second), func(c *config.Config) { c.AckTimeout = time.Second })
 	agw := startAgw(t, a.Addr, "agw-traced", a.CreateKey(t, "worker", "agw-traced"))
 	producer := a.Client(t, redis.Options{Password: a.CreateKey(t, "producer", "tracer")})
 
@@ -46,16 +47,19 @@ func TestOneJobIsOneTraceFromSubmissionToAgw(t *testing.T) {
 	if id := submit(t, producer, `{"job_id":"traced","traceparent":"00-`+strings.Repeat("1", 32)+`-`+strings.Repeat("2", 16)+`-01",`+plan+`}`); id != "traced" {
 		t.Fatalf("the re-sent job is %s", id)
 	}
-	runStepsJob(t, a)
+	lostAttempt := runStepsJobs(t, a)
 	agw.signal(t, syscall.SIGTERM)
 	if code := agw.waitExit(t, 10*time.Second); code != 0 {
 		t.Fatalf("agw exited %d", code)
 	}
 
-	var traced, untraced, stepped jobSpans
+	var traced, untraced, stepped, lost jobSpans
 	agqtest.Eventually(t, 15*time.Second, func() error {
 		spans := receiver.received()
 		traced, untraced, stepped = spansOf(spans, "traced"), spansOf(spans, "untraced"), spansOf(spans, "stepped")
+		if lost = spansOf(spans, "lost"); lost.has("agq", "job.attempt", "job.recover") != nil {
+			return lost.has("agq", "job.attempt", "job.recover")
+		}
 		for _, js := range []jobSpans{traced, untraced} {
 			if err := js.has("agq", "job.submit", "job.queued", "job.attempt"); err != nil {
 				return err
@@ -102,14 +106,23 @@ func TestOneJobIsOneTraceFromSubmissionToAgw(t *testing.T) {
 			t.Errorf("job %s: agw's span %+v, want it under the attempt %+v", js.id(), job, attempt)
 		}
 	}
+	// The watchdog took back the delivery nobody acknowledged: the attempt
+	// its traceparent named ends there, the recovery under it.
+	if attempt, recovery := lost.first("job.attempt"), lost.first("job.recover"); attempt.SpanID != lostAttempt ||
+		attempt.Attrs["agq.attempt.outcome"] != "unacked_delivery" || recovery.Parent != lostAttempt ||
+		recovery.Attrs["agq.recovery.reason"] != "unacked_delivery" {
+		t.Errorf("job lost: attempt %+v and recovery %+v, want both about the delivered span %s", attempt, recovery, lostAttempt)
+	}
 	if step, attempt := stepped.first("job.step"), stepped.first("job.attempt"); step.Parent != attempt.SpanID || step.Attrs["agq.step.id"] != "fetch" {
 		t.Errorf("job stepped: its step %+v, want it under the attempt %+v", step, attempt)
 	}
 }
 
-// runStepsJob submits job "stepped" and runs it as a go-redis worker
-// would: one step, begun and completed, then the job's report.
-func runStepsJob(t *testing.T, a *agqtest.Agq) {
+// runStepsJobs submits job "stepped" and runs it as a go-redis worker
+// would: one step, begun and completed, then the job's report. Then it
+// takes job "lost" and never acknowledges it, answering the span id its
+// delivery's traceparent names.
+func runStepsJobs(t *testing.T, a *agqtest.Agq) string {
 	t.Helper()
 	ctx := context.Background()
 	w := a.Client(t, redis.Options{Username: "stepper", Password: a.CreateKey(t, "worker", "stepper")})
@@ -122,21 +135,28 @@ func runStepsJob(t *testing.T, a *agqtest.Agq) {
 		return v
 	}
 	do("WORKER.REGISTER", `{"worker_id":"stepper","hostname":"h","agw_version":"1","capabilities":{"tools":[],"types":["steps"]}}`)
-	submit(t, a.Admin(t), `{"job_id":"stepped","queue":"steps","type":"steps"}`)
-	popped, err := w.BRPop(ctx, 10*time.Second, "queue:steps").Result()
-	if err != nil {
-		t.Fatalf("BRPOP: %v", err)
-	}
-	var d struct {
+	type delivery struct {
 		Delivery    string `json:"delivery"`
 		TraceParent string `json:"traceparent"`
 	}
-	if err := json.Unmarshal([]byte(popped[1]), &d); err != nil || d.TraceParent == "" {
-		t.Fatalf("popped %s (%v): want a traceparent", popped[1], err)
+	pop := func(id string) delivery {
+		t.Helper()
+		submit(t, a.Admin(t), `{"job_id":"`+id+`","queue":"steps","type":"steps"}`)
+		popped, err := w.BRPop(ctx, 10*time.Second, "queue:steps").Result()
+		if err != nil {
+			t.Fatalf("BRPOP: %v", err)
+		}
+		var d delivery
+		if err := json.Unmarshal([]byte(popped[1]), &d); err != nil || len(d.TraceParent) != 55 {
+			t.Fatalf("popped %s (%v): want a traceparent", popped[1], err)
+		}
+		return d
 	}
+	d := pop("stepped")
 	do("STEP.BEGIN", "stepped", "fetch", "{}", "DELIVERY", d.Delivery)
 	do("STEP.COMPLETE", "stepped", "fetch", `"ok"`, "DELIVERY", d.Delivery)
 	do("JOB.UPDATE", "stepped", `{"status":"completed","delivery":"`+d.Delivery+`"}`)
+	return pop("lost").TraceParent[36:52]
 }
 
 // jobSpans are the spans of one job.
