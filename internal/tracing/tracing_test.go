@@ -90,3 +90,17 @@ func TestTheDeliveredTraceparentNamesTheAttemptSpan(t *testing.T) {
 		t.Error("an attempt's span id is not its delivery's own")
 	}
 }
+
+func TestAnEndpointMakesATracerOverHTTPOrGRPC(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	for _, proto := range []string{"", "http/protobuf", "grpc"} {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+		tr, err := New(context.Background(), "agq")
+		if tr == nil || err != nil {
+			t.Fatalf("protocol %q: New = %v, %v; want a tracer", proto, tr, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = tr.Shutdown(ctx) // nothing to export; the endpoint is not there
+		cancel()
+	}
+}
