@@ -251,7 +251,11 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 			}
 		}()
 	}
-	n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil).Msg("agq ready")
+	ready := n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil)
+	if url := dashboardURL(n.HTTPAddr(), n.certs != nil, cfg); url != "" {
+		ready = ready.Str("dashboard", url)
+	}
+	ready.Str("admin_key", adminKeyWhere(cfg, written)).Msg("agq ready")
 	return n, nil
 }
 
