@@ -52,7 +52,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			args := append([]string{"-agq", agq, "-dir", dir, "-json", "-fsync=false", "-duration", "5s",
-				"-drain", "60s", "-nodes", "2", "-workers", "4", "-rate", "100"}, tc.args...)
+				"-stuck-after", "30s", "-nodes", "2", "-workers", "4", "-rate", "100"}, tc.args...)
 			cmd := exec.CommandContext(ctx, self, args...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -42,7 +42,7 @@ func main() {
 	flag.IntVar(&cfg.Producers, "producers", 4, "concurrent producers")
 	flag.IntVar(&cfg.Rate, "rate", 200, "submissions per second")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected (each kind at least once)")
-	flag.DurationVar(&cfg.Drain, "drain", time.Minute, "how long acknowledged jobs may take to finish afterwards")
+	flag.DurationVar(&cfg.StuckAfter, "stuck-after", time.Minute, "afterwards, wait for the acknowledged jobs while any of them moves; call\nthose left stuck when none has moved for this long")
 	flag.StringVar(&faults, "faults", strings.Join(chaos.AllFaults, ","), "faults to cycle through")
 	flag.BoolVar(&cfg.Fsync, "fsync", true, "keep PostgreSQL's fsync on")
 	flag.BoolVar(&cfg.NoStandby, "no-standby", false, "one PostgreSQL without a standby (no failover fault)")

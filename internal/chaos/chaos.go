@@ -61,8 +61,10 @@ type Config struct {
 	// Duration is how long faults are injected (each kind at least once).
 	Duration time.Duration
 	Faults   []string
-	// Drain is how long the jobs acknowledged may take to finish after.
-	Drain time.Duration
+	// StuckAfter is how long, once submissions stop, the unfinished
+	// acknowledged jobs may go without any of them moving before they are
+	// called stuck. Jobs being worked off are waited for however long.
+	StuckAfter time.Duration
 	// Fsync keeps PostgreSQL's fsync on (off makes short runs faster;
 	// process kills do not lose what the operating system holds).
 	Fsync bool
@@ -118,10 +120,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.startWorkers(ctx); err != nil {
 		return nil, err
 	}
+	rep := &Report{SubmitRate: cfg.Rate, WorkerCapacity: float64(cfg.Workers) * float64(time.Second) / float64(workTime), StuckAfter: cfg.StuckAfter}
+	r.say("%d workers can take at most %.0f jobs/s (each runs one job at a time, %s each); submitting %d/s",
+		cfg.Workers, rep.WorkerCapacity, workTime, cfg.Rate)
+	workersUp := time.Now()
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	producers := r.startProducers(prodCtx)
 
-	rep := &Report{}
 	faults := cfg.Faults
 	if len(faults) == 0 {
 		faults = AllFaults
@@ -133,20 +138,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopProducers()
 	producers.Wait()
-	r.say("producers stopped; %d submissions acknowledged; waiting for them to finish", len(r.ledger.ackedIDs()))
+	rep.CompletionRate = float64(r.ledger.completions()) / time.Since(workersUp).Seconds()
+	r.say("producers stopped; %d submissions acknowledged; workers completed %.0f jobs/s meanwhile; waiting for the rest to finish",
+		len(r.ledger.ackedIDs()), rep.CompletionRate)
 
 	conn, err := r.connectPrimary(ctx)
 	if err != nil {
 		return rep, err
 	}
 	defer conn.Close(context.Background())
-	ids := r.ledger.ackedIDs()
-	for deadline := time.Now().Add(cfg.Drain); ; time.Sleep(500 * time.Millisecond) {
-		n, err := unfinished(ctx, conn, ids)
-		if err == nil && n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	rep.Drain = r.drain(ctx, conn, r.ledger.ackedIDs())
 	r.stopWorkers()
 	err = r.ledger.account(ctx, conn, rep)
 	rep.Elapsed = time.Since(r.started)
