@@ -184,6 +184,7 @@ type Report struct {
 	// SubmitRate is the submissions asked per second; WorkerCapacity what
 	// the workers can take at most, CompletionRate what they completed
 	// while submissions went on.
+	TLS            bool    `json:"tls"`
 	SubmitRate     int     `json:"submit_rate"`
 	WorkerCapacity float64 `json:"worker_capacity_per_s"`
 	CompletionRate float64 `json:"completion_rate_per_s"`
@@ -225,6 +226,9 @@ func (r *Report) OK() bool {
 
 // Print writes the report for people.
 func (r *Report) Print(w io.Writer) {
+	if r.TLS {
+		fmt.Fprintf(w, "every client over TLS with a client certificate\n")
+	}
 	fmt.Fprintf(w, "submitted at %d/s; the workers can take at most %.0f/s and completed %.0f/s meanwhile\n",
 		r.SubmitRate, r.WorkerCapacity, r.CompletionRate)
 	fmt.Fprintf(w, "waited %.1fs after the last submission for the jobs to finish\n", r.Drain.Seconds())
