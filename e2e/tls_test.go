@@ -38,10 +38,13 @@ type tlsSetup struct {
 // TestTLSAsDocumented runs the TLS section of docs/operations.md as
 // printed: openssl makes the CA and the certificates, the built agq serves
 // only TLS and requires client certificates, agw and redis-py run jobs
-// over it, redis-cli submits and waits, the dashboard loads in Chromium
-// over HTTPS, and SIGHUP swaps the certificate under open connections.
+// over it, redis-cli and the go-redis program submit and wait, the
+// dashboard loads in Chromium over HTTPS, and SIGHUP swaps the certificate
+// under open connections.
+//
+// Parallel only once the go-redis program is built: buildCookbookWorker
+// builds in one directory per process.
 func TestTLSAsDocumented(t *testing.T) {
-	t.Parallel()
 	page := readPage(t, "operations.md")
 	s := &tlsSetup{dir: t.TempDir(), addr: agqtest.StableAddr(t), httpAddr: agqtest.StableAddr(t)}
 	_, port, _ := net.SplitHostPort(s.addr)
@@ -50,6 +53,8 @@ func TestTLSAsDocumented(t *testing.T) {
 		"127.0.0.1:6390", s.addr, "-p 6390", "-p "+port, "port=6390", "port="+port,
 		"go run ./cmd/agq", "exec '"+agq+"'", "go run ./cmd/agw", "exec '"+agw+"'",
 	).Replace
+	goClient := buildCookbookWorker(t, s.subst(fencedBlock(t, page, "```go title=\"tls-client.go\"")))
+	t.Parallel()
 	bash(t, s.dir, fencedBlock(t, page, "```sh title=\"certificates.sh\""))
 
 	cmd := exec.Command("bash", "-c", s.subst(fencedBlock(t, page, "```sh title=\"agq over TLS\"")))
@@ -66,7 +71,7 @@ func TestTLSAsDocumented(t *testing.T) {
 		}
 	})
 
-	t.Run("AgwRunsAJobSubmittedWithRedisCLI", func(t *testing.T) {
+	t.Run("AgwRunsJobsSubmittedWithRedisCLIAndGoRedis", func(t *testing.T) {
 		agwCmd := exec.Command("bash", "-c", s.subst(fencedBlock(t, page, "```sh title=\"agw over TLS\"")))
 		agwCmd.Dir = s.dir
 		agwCmd.Env = append(cleanEnv(), "AGW_LOG_FORMAT=json", "AGW_SHUTDOWN_TIMEOUT=10s")
@@ -81,6 +86,18 @@ func TestTLSAsDocumented(t *testing.T) {
 		j := decodeJob(t, raw)
 		if j.Status != "completed" || j.worker() != "worker-001" || !strings.Contains(string(j.Result), `hello over TLS\n`) {
 			t.Fatalf("JOB.WAIT printed %s", raw)
+		}
+
+		goCmd := exec.Command(goClient)
+		goCmd.Dir = s.dir
+		goCmd.Env = append(cleanEnv(), "AGQ_KEY="+s.adminKey(t))
+		out2, err := goCmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tls-client.go: %v\n%s", err, out2)
+		}
+		if j := decodeJob(t, strings.TrimSpace(string(out2))); j.Status != "completed" || j.worker() != "worker-001" ||
+			!strings.Contains(string(j.Result), `hello from go-redis\n`) {
+			t.Fatalf("tls-client.go printed %s", out2)
 		}
 		w.signal(t, syscall.SIGTERM)
 		if code := w.waitExit(t, 30*time.Second); code != 0 {
@@ -131,8 +148,8 @@ func TestTLSAsDocumented(t *testing.T) {
 	t.Run("SIGHUPSwapsTheCertificateUnderOpenConnections", func(t *testing.T) { s.reloadOnSIGHUP(t) })
 }
 
-// goRedis is a go-redis client with the TLS settings docs/operations.md
-// shows.
+// goRedis is a go-redis client with the TLS settings of the page's
+// tls-client.go.
 func (s *tlsSetup) goRedis(t *testing.T, user, key string) *redis.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr, Username: user, Password: key, MaxRetries: -1, TLSConfig: s.tlsConfig(t, true)})
