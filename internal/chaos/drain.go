@@ -25,7 +25,14 @@ type drainWatch struct {
 	stuckAfter time.Duration
 	last       backlog
 	movedAt    time.Time
-	seen       bool
+}
+
+// unknown is the backlog before the first look, and while the database
+// cannot be read: it counts as nothing moving.
+var unknown = backlog{unfinished: -1}
+
+func newDrainWatch(now time.Time, stuckAfter time.Duration) *drainWatch {
+	return &drainWatch{stuckAfter: stuckAfter, last: unknown, movedAt: now}
 }
 
 // observe takes the backlog seen at now and reports whether the wait is
@@ -34,8 +41,8 @@ func (w *drainWatch) observe(now time.Time, b backlog) (over, stalled bool) {
 	if b.unfinished == 0 {
 		return true, false
 	}
-	if !w.seen || b != w.last {
-		w.seen, w.last, w.movedAt = true, b, now
+	if b != w.last && b != unknown {
+		w.last, w.movedAt = b, now
 		return false, false
 	}
 	if now.Sub(w.movedAt) >= w.stuckAfter {
@@ -49,20 +56,22 @@ func (w *drainWatch) observe(now time.Time, b backlog) (over, stalled bool) {
 // it waited.
 func (r *run) drain(ctx context.Context, conn *pgx.Conn, ids []string) time.Duration {
 	start := time.Now()
-	w := drainWatch{stuckAfter: r.cfg.StuckAfter}
+	w := newDrainWatch(start, r.cfg.StuckAfter)
 	lastSaid, leftThen := start, -1
 	for ctx.Err() == nil {
 		b, err := backlogOf(ctx, conn, ids)
 		if err != nil {
 			// The database may be coming back from the last fault; a
-			// failed look moves nothing.
+			// failed look sees nothing move.
 			r.say("looking at the backlog: %v", err)
-			b = w.last
+			b = unknown
 		}
 		now := time.Now()
 		over, stalled := w.observe(now, b)
 		if over {
-			if stalled {
+			if stalled && b == unknown {
+				r.say("the backlog could not be read for %s", r.cfg.StuckAfter)
+			} else if stalled {
 				r.say("%d jobs unfinished and none of them moved for %s: calling them stuck", b.unfinished, r.cfg.StuckAfter)
 			}
 			break

@@ -32,6 +32,22 @@ func TestDrainWatch(t *testing.T) {
 			{50, 3, "retrying", false, false},
 			{74, 3, "retrying", false, false},
 		}},
+		{"ADatabaseThatCannotBeReadMovesNothing", []step{
+			{0, 5, "x", false, false},
+			{10, -1, "", false, false},
+			{29, -1, "", false, false},
+			{30, -1, "", true, true},
+		}},
+		{"ADatabaseBackAfterAnOutageWithJobsMovedGoesOn", []step{
+			{0, 5, "x", false, false},
+			{10, -1, "", false, false},
+			{35, 4, "y", false, false},
+			{60, 4, "y", false, false},
+		}},
+		{"UnreadableFromTheStartEndsAfterTheStuckTime", []step{
+			{0, -1, "", false, false},
+			{30, -1, "", true, true},
+		}},
 		{"NothingMovingForTheStuckTimeEndsIt", []step{
 			{0, 5, "x", false, false},
 			{10, 2, "y", false, false},
@@ -40,9 +56,13 @@ func TestDrainWatch(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := drainWatch{stuckAfter: 30 * time.Second}
+			w := newDrainWatch(t0, 30*time.Second)
 			for _, s := range tc.steps {
-				over, stalled := w.observe(at(s.at), backlog{unfinished: s.left, digest: s.digest})
+				b := backlog{unfinished: s.left, digest: s.digest}
+				if s.left < 0 {
+					b = unknown
+				}
+				over, stalled := w.observe(at(s.at), b)
 				if over != s.over || stalled != s.stalled {
 					t.Fatalf("at %.0fs with %d left (%s): over=%v stalled=%v, want %v %v",
 						s.at, s.left, s.digest, over, stalled, s.over, s.stalled)
