@@ -76,7 +76,7 @@ func (r *run) drain(ctx context.Context, conn *pgx.Conn, ids []string) time.Dura
 			}
 			break
 		}
-		if now.Sub(lastSaid) >= 5*time.Second {
+		if now.Sub(lastSaid) >= 5*time.Second && b != unknown {
 			rate := ""
 			if leftThen >= 0 {
 				rate = fmt.Sprintf(", %.0f finished/s", float64(leftThen-b.unfinished)/now.Sub(lastSaid).Seconds())

@@ -181,10 +181,11 @@ type Report struct {
 	RunMoreThanOnce     int `json:"run_more_than_once"`
 	LateReportsAccepted int `json:"late_reports_accepted"`
 	ReportsRefused      int `json:"reports_refused"`
+	// TLS says every client connected over TLS with a client certificate.
+	TLS bool `json:"tls"`
 	// SubmitRate is the submissions asked per second; WorkerCapacity what
 	// the workers can take at most, CompletionRate what they completed
 	// while submissions went on.
-	TLS            bool    `json:"tls"`
 	SubmitRate     int     `json:"submit_rate"`
 	WorkerCapacity float64 `json:"worker_capacity_per_s"`
 	CompletionRate float64 `json:"completion_rate_per_s"`
