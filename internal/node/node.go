@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -237,7 +238,8 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		if err != nil {
 			return nil, err
 		}
-		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: stdlog.New(debugWriter{n.log.With().Str("component", "http").Logger()}, "", 0)}
 		serve := func() error { return n.httpSrv.Serve(n.httpLn) }
 		if n.certs != nil {
 			n.httpSrv.TLSConfig = n.certs.httpConfig()

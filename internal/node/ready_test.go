@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,11 +34,11 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 }
 
 // readyLine starts a node with cfg and returns the fields of its
-// "agq ready" log line.
-func readyLine(t *testing.T, cfg config.Config) (*node.Node, map[string]any) {
+// "agq ready" log line, and its log.
+func readyLine(t *testing.T, cfg config.Config) (*node.Node, map[string]any, *lockedBuffer) {
 	t.Helper()
-	var out lockedBuffer
-	n, err := node.Start(ctxT(t, time.Minute), cfg, zerolog.New(&out).Level(zerolog.InfoLevel))
+	out := lockedBuffer{}
+	n, err := node.Start(ctxT(t, time.Minute), cfg, zerolog.New(&out).Level(zerolog.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +49,11 @@ func readyLine(t *testing.T, cfg config.Config) (*node.Node, map[string]any) {
 	for sc.Scan() {
 		var line map[string]any
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == "agq ready" {
-			return n, line
+			return n, line, &out
 		}
 	}
 	t.Fatalf("no agq ready line in:\n%s", out.buf.String())
-	return nil, nil
+	return nil, nil, nil
 }
 
 func TestReadyLineSaysWhereEverythingIs(t *testing.T) {
@@ -60,7 +63,7 @@ func TestReadyLineSaysWhereEverythingIs(t *testing.T) {
 		cfg.TLSListen = "127.0.0.1:0"
 		cfg.TLSCertFile, cfg.TLSKeyFile = p.certFile, p.keyFile
 		cfg.UIPrefix = "/agq/"
-		n, line := readyLine(t, cfg)
+		n, line, log := readyLine(t, cfg)
 		url := "https://" + n.HTTPAddr() + "/agq/"
 		if line["dashboard"] != url || line["listen"] != n.RESPAddr() || line["tls_listen"] != n.TLSAddr() ||
 			line["admin_key"] != "AGQ_ADMIN_KEY (--admin-key)" {
@@ -76,12 +79,34 @@ func TestReadyLineSaysWhereEverythingIs(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %s", url, res.Status)
 		}
+
+		// A browser that does not trust the CA fails its handshake: the
+		// node's log stays JSON (net/http's own line goes to it at debug).
+		untrusting := &http.Client{Timeout: 10 * time.Second}
+		if _, err := untrusting.Get(url); err == nil {
+			t.Fatal("a client without the CA trusted the side port")
+		}
+		agqtest.Eventually(t, 10*time.Second, func() error {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			sc := bufio.NewScanner(bytes.NewReader(log.buf.Bytes()))
+			for sc.Scan() {
+				var line map[string]any
+				if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+					t.Fatalf("a log line is not JSON: %q", sc.Text())
+				}
+				if line["component"] == "http" && strings.Contains(fmt.Sprint(line["message"]), "TLS handshake error") {
+					return nil
+				}
+			}
+			return errors.New("no debug line for the failed handshake")
+		})
 	})
 
 	t.Run("MintedKeyAndPlainHTTP", func(t *testing.T) {
 		cfg := agqtest.DefaultConfig(t)
 		cfg.AdminKey = ""
-		n, line := readyLine(t, cfg)
+		n, line, _ := readyLine(t, cfg)
 		if want := filepath.Join(cfg.DataDir, auth.AdminKeyFile); line["admin_key"] != want {
 			t.Fatalf("admin_key %v, want %s", line["admin_key"], want)
 		}
@@ -93,7 +118,7 @@ func TestReadyLineSaysWhereEverythingIs(t *testing.T) {
 	t.Run("NoDashboardNoURL", func(t *testing.T) {
 		cfg := agqtest.DefaultConfig(t)
 		cfg.UI = false
-		if _, line := readyLine(t, cfg); line["dashboard"] != nil {
+		if _, line, _ := readyLine(t, cfg); line["dashboard"] != nil {
 			t.Fatalf("with the dashboard off the ready line names %v", line["dashboard"])
 		}
 	})
