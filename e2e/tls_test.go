@@ -88,7 +88,9 @@ func TestTLSAsDocumented(t *testing.T) {
 			t.Fatalf("JOB.WAIT printed %s", raw)
 		}
 
-		goCmd := exec.Command(goClient)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		goCmd := exec.CommandContext(ctx, goClient)
 		goCmd.Dir = s.dir
 		goCmd.Env = append(cleanEnv(), "AGQ_KEY="+s.adminKey(t))
 		out2, err := goCmd.CombinedOutput()
@@ -113,7 +115,9 @@ func TestTLSAsDocumented(t *testing.T) {
 		if err := os.WriteFile(script, []byte(s.subst(fencedBlock(t, page, "```python title=\"tls_worker.py\""))), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		py := exec.Command("/usr/bin/python3", script)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		py := exec.CommandContext(ctx, "/usr/bin/python3", script)
 		py.Dir = s.dir
 		out, err := py.CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "completed HELLO" {
@@ -129,7 +133,9 @@ func TestTLSAsDocumented(t *testing.T) {
 			"no client certificate": {"--tls", "--cacert", "ca.pem"},
 			"plaintext":             nil,
 		} {
-			c := exec.Command(agqtest.RedisCLIPath(t), append(append([]string{"-p", port}, args...), "PING")...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c := exec.CommandContext(ctx, agqtest.RedisCLIPath(t), append(append([]string{"-p", port}, args...), "PING")...)
 			c.Dir = s.dir
 			c.Env = append(cleanEnv(), "REDISCLI_AUTH="+s.adminKey(t))
 			if out, err := c.CombinedOutput(); strings.TrimSpace(string(out)) == "PONG" {
