@@ -7,10 +7,12 @@
 // jobs acknowledged, lost, stuck, run more than once, the final reports
 // accepted from workers that had lost their job, the recovery time after
 // each fault and the errors clients saw; it exits 1 unless nothing
-// acknowledged was lost or stuck.
+// acknowledged was lost or stuck. It says what the workers can take: above
+// that rate the queue grows, and is waited for afterwards while it moves.
 //
 //	go run ./cmd/agqchaos -duration 2m
 //	go run ./cmd/agqchaos -faults failover,pg-restart-immediate
+//	go run ./cmd/agqchaos -tls -rate 400
 package main
 
 import (
