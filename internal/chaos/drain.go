@@ -57,7 +57,7 @@ func (w *drainWatch) observe(now time.Time, b backlog) (over, stalled bool) {
 func (r *run) drain(ctx context.Context, conn *pgx.Conn, ids []string) time.Duration {
 	start := time.Now()
 	w := newDrainWatch(start, r.cfg.StuckAfter)
-	lastSaid, leftThen := start, -1
+	lastSaid, leftThen := start.Add(-time.Hour), -1 // the first look is said at once
 	for ctx.Err() == nil {
 		b, err := backlogOf(ctx, conn, ids)
 		if err != nil {
