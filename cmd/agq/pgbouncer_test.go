@@ -56,7 +56,7 @@ func TestBehindPgBouncer(t *testing.T) {
 	addrs, admins := []string{a.addr, b.addr}, []*redis.Client{adminA, adminB}
 
 	workerKey := mustText(ctx, t, adminA, "KEY.CREATE", "worker", "fleet")
-	register := func(addr, id string) *redis.Client {
+	register := func(t *testing.T, addr, id string) *redis.Client {
 		c := client(t, addr, id, workerKey)
 		doc, _ := json.Marshal(map[string]any{"worker_id": id, "hostname": "h", "agw_version": "1", "capabilities": map[string]any{"tools": []string{"t"}}})
 		if err := c.Do(ctx, "WORKER.REGISTER", string(doc)).Err(); err != nil {
@@ -64,7 +64,7 @@ func TestBehindPgBouncer(t *testing.T) {
 		}
 		return c
 	}
-	wB := register(b.addr, "on-b")
+	wB := register(t, b.addr, "on-b")
 
 	t.Run("OnlyOneNodeLeads", func(t *testing.T) {
 		time.Sleep(2 * time.Second) // B campaigns every second: give it the chance to (wrongly) win
@@ -128,7 +128,7 @@ func TestBehindPgBouncer(t *testing.T) {
 		completions := map[string]int{}
 		var wg sync.WaitGroup
 		for i := range workers {
-			c := register(addrs[i%2], fmt.Sprintf("load-%d", i))
+			c := register(t, addrs[i%2], fmt.Sprintf("load-%d", i))
 			wg.Go(func() {
 				for loadCtx.Err() == nil {
 					res, err := c.BRPop(loadCtx, time.Second, "queue:load").Result()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
@@ -208,7 +209,12 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		return nil, err
 	}
 	if db.pooled {
-		n.log.Info().Msg("the database URL leads to a connection pooler: statements are sent without server-side prepared statements; LISTEN, the leader's lock and migrations use the direct URL")
+		mode := n.store.Pool.Config().ConnConfig.DefaultQueryExecMode
+		ev := n.log.Info()
+		if mode == pgx.QueryExecModeCacheStatement {
+			ev = n.log.Warn().Str("needs", "PgBouncer 1.21 or newer with max_prepared_statements set")
+		}
+		ev.Str("exec_mode", mode.String()).Msg("the database URL leads to a connection pooler; LISTEN, the leader's lock and migrations use the direct URL")
 	}
 	applied, err := migrate(ctx, db, n.store)
 	if err != nil {
