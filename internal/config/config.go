@@ -19,13 +19,9 @@ import (
 
 // Config is everything agq is told at start.
 type Config struct {
-	Listen      string
-	HTTPListen  string
-	DatabaseURL string
-	// DirectDatabaseURL reaches PostgreSQL itself for what needs a session
-	// of its own (LISTEN, the leader's lock, migrations) when DatabaseURL
-	// goes through a pooler; "" means DatabaseURL.
-	DirectDatabaseURL string
+	Listen            string
+	HTTPListen        string
+	DatabaseURL       string
 	DataDir           string
 	ConfigFile        string
 	AdminKey          string
@@ -44,6 +40,10 @@ type Config struct {
 	RetainFailed      time.Duration
 	LogLevel          string
 	LogFormat         string
+	// DirectDatabaseURL reaches PostgreSQL itself for what needs a session
+	// of its own (LISTEN, the leader's lock, migrations) when DatabaseURL
+	// goes through a pooler; "" means DatabaseURL.
+	DirectDatabaseURL string
 
 	// TLSListen is the RESP-over-TLS address ("" for none). With TLSCertFile
 	// and TLSKeyFile the HTTP side port is served over TLS too; with

@@ -39,25 +39,25 @@ import (
 
 // Node is a running agq.
 type Node struct {
-	ID      string
-	cfg     config.Config
-	log     zerolog.Logger
-	cluster *pgcluster.Cluster
+	ID       string
+	cfg      config.Config
+	log      zerolog.Logger
+	cluster  *pgcluster.Cluster
+	store    *store.Store
+	engine   *engine.Engine
+	server   *commands.Server
+	respLn   net.Listener
+	tlsLn    net.Listener
+	certs    *certificates // nil without a TLS certificate
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	registry *prometheus.Registry
+	hub      *wakeup.Hub
+	sweeps   *store.Store // the leader services' own connection
+	elector  *leader.Elector
 	// directURL reaches PostgreSQL itself, for LISTEN and the leader's
 	// lock, when the pool goes through a pooler.
 	directURL string
-	store     *store.Store
-	engine    *engine.Engine
-	server    *commands.Server
-	respLn    net.Listener
-	tlsLn     net.Listener
-	certs     *certificates // nil without a TLS certificate
-	httpSrv   *http.Server
-	httpLn    net.Listener
-	registry  *prometheus.Registry
-	hub       *wakeup.Hub
-	sweeps    *store.Store // the leader services' own connection
-	elector   *leader.Elector
 	// services run in the background from Start to Close, started in
 	// order and stopped in reverse.
 	services []service.Service
