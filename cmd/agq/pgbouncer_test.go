@@ -185,7 +185,7 @@ func TestBehindPgBouncer(t *testing.T) {
 	t.Run("TheStatementsWentThroughPgBouncer", func(t *testing.T) {
 		// Its totals are refreshed every stats_period (1 s here).
 		agqtest.Eventually(t, 5*time.Second, func() error {
-			rows, err := bouncer.Show(t, "STATS")
+			rows, err := bouncer.Show(ctx, "STATS")
 			if err != nil {
 				return err
 			}
