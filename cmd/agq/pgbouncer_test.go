@@ -105,7 +105,7 @@ func TestBehindPgBouncer(t *testing.T) {
 		}
 	})
 
-	t.Run("DelayedAndScheduledJobsArrive", func(t *testing.T) {
+	t.Run("DelayedScheduledAndDependentJobsArrive", func(t *testing.T) {
 		submitted := time.Now()
 		mustText(ctx, t, adminA, "JOB.SUBMIT", `{"job_id":"later-1","queue":"later","type":"t","delay_seconds":1}`)
 		j := receive(t, popLater(ctx, wB, "queue:later", 10), 10*time.Second)
@@ -118,6 +118,18 @@ func TestBehindPgBouncer(t *testing.T) {
 		j = receive(t, popLater(ctx, wB, "queue:ticks", 10), 10*time.Second)
 		complete(ctx, t, wB, j, "")
 		mustText(ctx, t, adminB, "SCHEDULE.DELETE", "tick")
+		// A graph: the child is released when its parent completes.
+		graph := `[{"job_id":"parent-1","queue":"graph","type":"t"},{"job_id":"child-1","queue":"graph","type":"t","after":["parent-1"]}]`
+		if err := adminA.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"parent-1", "child-1"} {
+			j = receive(t, popLater(ctx, wB, "queue:graph", 10), 10*time.Second)
+			if j.JobID != want {
+				t.Fatalf("popped %s, want %s", j.JobID, want)
+			}
+			complete(ctx, t, wB, j, "")
+		}
 	})
 
 	t.Run("HundredsOfJobsAcrossNodesAreAllCompleted", func(t *testing.T) {
