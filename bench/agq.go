@@ -45,7 +45,7 @@ func buildAgq(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-func startAgq(ctx context.Context, bin, databaseURL string, maxClients int) (*agqServer, error) {
+func startAgq(ctx context.Context, bin, databaseURL string, maxClients int, args ...string) (*agqServer, error) {
 	dir, err := os.MkdirTemp("", "agqb-agq")
 	if err != nil {
 		return nil, err
@@ -56,6 +56,7 @@ func startAgq(ctx context.Context, bin, databaseURL string, maxClients int) (*ag
 	s.cmd = exec.Command(bin, "--listen", s.addr, "--http-listen", "off", "--database-url", databaseURL,
 		"--data-dir", dir, "--admin-key", s.adminKey, "--log-level", "warn",
 		"--max-clients", strconv.Itoa(maxClients))
+	s.cmd.Args = append(s.cmd.Args, args...)
 	log, err := os.Create(filepath.Join(dir, "agq.log"))
 	if err != nil {
 		return nil, err

@@ -41,3 +41,23 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 		}
 	}
 }
+
+// With -pgbouncer, agq's pool goes through PgBouncer in transaction mode and
+// every burn-down still works each job.
+func TestBenchmarkRunsThroughPgBouncer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r, err := run(ctx, options{jobs: 300, workers: 8, batch: 20, producers: 4, only: "burn", pgbouncer: true}, &progress)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	t.Logf("\n%s", out.String())
+	for _, want := range []string{"through PgBouncer, transaction mode", "burn-down, 300 jobs", "BLMPOP COUNT 20 + pipelined JOB.UPDATE completed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report has no %q row", want)
+		}
+	}
+}

@@ -34,6 +34,7 @@ type options struct {
 	dashboardJobs, dashboardSamples      int
 	repeat                               int
 	fanIn                                int
+	pgbouncer                            bool
 }
 
 func main() {
@@ -53,11 +54,12 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
+	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "agq's pool through PgBouncer in transaction mode (LISTEN and the leader's lock straight to PostgreSQL)")
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, pipeJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000, pgbouncer: o.pgbouncer}
 	}
 	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)
@@ -90,7 +92,16 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startAgq(ctx, bin, cl.url("agq"), max(o.idle+1000, 10000))
+	agqURL, direct := cl.url("agq"), []string(nil)
+	if o.pgbouncer {
+		pb, err := cl.pg.StartPgBouncer(ctx, freeAddr())
+		if err != nil {
+			return nil, err
+		}
+		defer pb.Close()
+		agqURL, direct = pb.URL("agq"), []string{"--direct-database-url", cl.url("agq")}
+	}
+	s, err := startAgq(ctx, bin, agqURL, max(o.idle+1000, 10000), direct...)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +124,9 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
+	if o.pgbouncer {
+		r.add("agq's pool", "through PgBouncer, transaction mode", "straight", "")
+	}
 	if want("burn") {
 		var as, bs, ars, aps, abs, acs []measure
 		for i := range max(o.repeat, 1) {
