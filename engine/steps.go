@@ -158,7 +158,7 @@ func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepRes
 		var changed bool
 		var err error
 		res, changed, sfx, err = e.store.StepSleep(ctx, p)
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if changed {
 			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
 		}
@@ -181,9 +181,11 @@ func (e *Engine) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error)
 }
 
 // stepEffects are the effects of a step call that may have ended the job's
-// attempt: announced as the job then is (retrying, failed, cancelled).
+// attempt: announced as the job then is (retrying, failed, cancelled). A
+// job it ended releases its children right after the commit, as a report's
+// end does.
 func stepEffects(sfx store.Effects) Effects {
-	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 	if len(sfx.Moved) > 0 {
 		fx.AsIs = []AsIs{finishedAsIs(sfx.Moved)}
 	}
