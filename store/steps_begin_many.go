@@ -115,13 +115,14 @@ func (s *Store) beginStepsMany(ctx context.Context, calls []StepBeginParams) (ma
 // the careful path locks each.
 const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 
-// beginStepsManySQL begins a group's steps, by the rules of StepBegin: a
-// new step is its job's next (job_steps_order) with attempt 1; a step
-// running for this delivery keeps its attempt; one completed with another
-// input runs anew; any other counts one attempt more, within its attempts.
-// A step completed with an equal input answers its output (attempt NULL)
-// and is not written. The jobs' first calls of their deliveries
-// acknowledge them.
+// beginStepsManySQL begins a group's steps by the rules of StepBegin,
+// reading each job through its key, each step through job_steps' key and
+// each job's last order through job_steps_order. A new step is its job's
+// next, with attempt 1; a step running for this delivery keeps its
+// attempt; one completed with another input runs anew; any other counts
+// one attempt more, within its attempts. A step completed with an equal
+// input answers its output (attempt NULL) and is not written. The jobs'
+// first calls of their deliveries acknowledge them.
 const beginStepsManySQL = `
 	WITH u AS (
 		SELECT *, count(*) OVER (PARTITION BY job_id) AS calls
