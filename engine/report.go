@@ -49,8 +49,9 @@ func (e *Engine) snooze(ctx context.Context, p Report) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	return e.transition(ctx, func() (Effects, error) {
 		sfx, err := e.store.JobUpdate(ctx, p)
-		// The snooze, or a failure past the limit.
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		// The snooze, or a failure past the limit, which releases the
+		// job's children.
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if err == nil && len(sfx.Moved) > 0 {
 			fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
 		}
