@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -232,12 +233,24 @@ func finalReport(result any, err, cause error) (doc map[string]any, failed bool)
 func (r *runningJob) body(doc map[string]any) []byte {
 	doc["delivery"] = r.job.msg.Delivery
 	doc["attempt"] = r.job.msg.Attempt
-	body, err := json.Marshal(doc)
+	body, err := marshal(doc)
 	if err != nil {
-		body, _ = json.Marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
+		body, _ = marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
 			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
 	}
 	return body
+}
+
+// marshal encodes v without escaping <, > and & (which would make a report
+// of HTML six times its size), without a trailing newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // acknowledge tells agq that a long job is running, before its

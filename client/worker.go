@@ -63,6 +63,10 @@ type WorkerOptions struct {
 	// BackoffMin and BackoffMax bound the waits after connection errors
 	// (1s doubling to 60s, and never more than the heartbeat interval).
 	BackoffMin, BackoffMax time.Duration
+	// IgnoreCancelChannel leaves job.cancel unsubscribed: cancellations are
+	// then heard in heartbeat replies and report replies only (through a
+	// proxy without pub/sub, or to hold one connection fewer).
+	IgnoreCancelChannel bool
 	// HeartbeatStats, when set, is what each heartbeat sends as its stats
 	// (encoded as JSON), given the worker's own; else those are sent.
 	HeartbeatStats func(WorkerStats) any
@@ -213,7 +217,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { w.heartbeatLoop(bgCtx) })
-	bg.Go(func() { w.cancelListener(bgCtx) })
+	if !w.opts.IgnoreCancelChannel {
+		bg.Go(func() { w.cancelListener(bgCtx) })
+	}
 	var rep sync.WaitGroup
 	rep.Go(w.reporter)
 	var pops sync.WaitGroup
