@@ -38,7 +38,7 @@ func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, 
 			return err
 		}
 		go func() { exited <- cmd.Wait() }()
-		return s.waitWorked(ctx, queue, func() error {
+		return s.waitWorked(ctx, queue, 50*time.Millisecond, func() error {
 			select {
 			case err := <-exited:
 				return fmt.Errorf("agw exited: %v", err)
@@ -62,9 +62,9 @@ func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, 
 	return m, nil
 }
 
-// waitWorked polls until queue has no job queued or running; alive says
-// whether the worker still runs.
-func (s *agqServer) waitWorked(ctx context.Context, queue string, alive func() error) error {
+// waitWorked polls every interval until queue has no job queued or
+// running; alive says whether the worker still runs.
+func (s *agqServer) waitWorked(ctx context.Context, queue string, interval time.Duration, alive func() error) error {
 	for _, status := range []string{"queued", "running"} {
 		for {
 			res, err := s.admin.Do(ctx, "JOB.LIST", "QUEUE", queue, "STATUS", status, "LIMIT", 1).Slice()
@@ -80,7 +80,7 @@ func (s *agqServer) waitWorked(ctx context.Context, queue string, alive func() e
 			if err := alive(); err != nil {
 				return err
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(interval)
 		}
 	}
 	return nil

@@ -54,6 +54,6 @@ func agqBurnDownClient(ctx context.Context, cl *cluster, s *agqServer, n int, ru
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		return s.waitWorked(ctx, queue, func() error { return nil })
+		return s.waitWorked(ctx, queue, 5*time.Millisecond, func() error { return nil })
 	})
 }

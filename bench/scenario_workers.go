@@ -63,7 +63,6 @@ func workerRows(ctx context.Context, o options, rows workerRowsOf, cl *cluster, 
 	}
 	if rows.agw {
 		r.rates(fmt.Sprintf("burn-down, agw (concurrency %d, each job runs true), %d jobs", agwConcurrency, o.jobs), g.rate(), b.rate())
-		r.add("burn-down agw: CPU per job, agq / PostgreSQL", micros(g.cost.agqCPU)+" / "+micros(g.cost.pgCPU), "", "")
 	}
 	return nil
 }

@@ -61,7 +61,15 @@ func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Past the first quarter, handlers wait for the kill: they return
+	// while agq is down.
+	release := make(chan struct{})
+	var held atomic.Int64
 	w.Handle("work", func(ctx context.Context, j *client.Job) (any, error) {
+		if returned.Load() >= n/4 {
+			held.Add(1)
+			<-release
+		}
 		time.Sleep(10 * time.Millisecond)
 		mu.Lock()
 		runs[j.ID()]++
@@ -80,15 +88,17 @@ func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 	}()
 
 	agqtest.Eventually(t, 30*time.Second, func() error {
-		if k := returned.Load(); k < n/4 {
-			return fmt.Errorf("%d handlers returned", k)
+		if k, h := returned.Load(), held.Load(); k < n/4 || h == 0 {
+			return fmt.Errorf("%d handlers returned, %d wait", k, h)
 		}
 		return nil
 	})
 	srv.kill()
-	// The handlers running at the kill return while agq is down: their
-	// reports fail, and with those the kill cut off, wait for agq.
-	time.Sleep(300 * time.Millisecond)
+	// The handlers held return while agq is down: their reports fail,
+	// and with those the kill cut off, wait for agq. The outage outlasts
+	// go-redis's own dial retries (5 attempts), which would hide it.
+	close(release)
+	time.Sleep(2 * time.Second)
 	mu.Lock()
 	returnedWhileDown := slices.Collect(maps.Keys(runs))
 	mu.Unlock()
@@ -121,7 +131,7 @@ func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 		}
 	}
 	if retries := logs.count("JOB.UPDATE failed"); retries == 0 {
-		t.Error("no report was sent again")
+		t.Errorf("no report was sent again; the worker's log:\n%s", logs.String())
 	}
 	t.Logf("%d of %d handlers had returned before agq was back", len(returnedWhileDown), n)
 }
@@ -189,6 +199,12 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func (b *lockedBuffer) count(s string) int {

@@ -58,7 +58,7 @@ const popSettle = 2 * time.Millisecond
 
 // waitFree waits until a slot is free and returns how many are; 0 when
 // popping stopped. It pops at once when half the slots are free, else
-// once no slot freed for popSettle. Popping pauses while many final
+// popSettle after it first saw one free. Popping pauses while many final
 // reports wait for agq: a worker that cannot report takes no more jobs.
 func (w *Worker) waitFree() int {
 	var settle *time.Timer

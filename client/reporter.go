@@ -6,13 +6,15 @@ import (
 	"sync"
 )
 
-// maxReportBatch bounds the reports one pipeline carries.
-const maxReportBatch = 1000
+// maxReportBatch bounds the reports one pipeline carries: as many as agq
+// puts in one group of final reports (engine.MaxGroup), so that each
+// pipeline is one commit.
+const maxReportBatch = 500
 
 // reportPipelines is how many pipelines of reports may be in flight at
-// once: while one waits for its commit, the reports ending meanwhile
-// gather for the next.
-const reportPipelines = 2
+// once: agq runs two groups of final reports at a time, and two more
+// pipelines wait behind them, gathered while those commit.
+const reportPipelines = 4
 
 // pendingReport is a JOB.UPDATE waiting for its pipeline.
 type pendingReport struct {
