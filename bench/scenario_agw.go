@@ -32,16 +32,20 @@ func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, 
 	cmd.Env = append(os.Environ(), "AGQ_ADDR="+s.addr, "AGQ_WORKER_ID="+id, "AGQ_KEY="+key, "AGW_QUEUES="+queue,
 		fmt.Sprintf("AGW_CONCURRENCY=%d", agwConcurrency), "AGW_TOOLS=true", "AGW_LOG_LEVEL=warn", "AGW_SHUTDOWN_TIMEOUT=10s")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	exited := make(chan error, 1)
+	exited := make(chan struct{})
+	var waitErr error
 	m, err := cl.measure(ctx, "agq", s.pid(), n, func() error {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		go func() { exited <- cmd.Wait() }()
+		go func() {
+			waitErr = cmd.Wait()
+			close(exited)
+		}()
 		return s.waitWorked(ctx, queue, 50*time.Millisecond, func() error {
 			select {
-			case err := <-exited:
-				return fmt.Errorf("agw exited: %v", err)
+			case <-exited:
+				return fmt.Errorf("agw exited: %v", waitErr)
 			default:
 				return nil
 			}

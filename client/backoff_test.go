@@ -62,6 +62,7 @@ func TestClassify(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, outcomeConn},
 		{redis.ErrPoolTimeout, outcomeConn},
 		{replyErr("LOADING agq is starting"), outcomeConn},
+		{replyErr("ERR internal error while running 'worker.register'"), outcomeConn},
 		{replyErr("CANCELLED job j1 was cancelled"), outcomeCancelled},
 		{replyErr("ERR Worker not registered: w-1"), outcomeNotRegistered},
 		{replyErr("NOPERM Worker ID already registered by another principal"), outcomeNoPerm},

@@ -136,5 +136,10 @@ func classify(err error) outcome {
 			return outcomeConn
 		}
 	}
+	// A failure inside agq (a statement that failed, a deadlock) may not
+	// happen again: the same command is sent again later.
+	if strings.HasPrefix(msg, "ERR internal error") {
+		return outcomeConn
+	}
 	return outcomeRefused
 }

@@ -313,6 +313,9 @@ func (r *runningJob) send(w *Worker, ctx context.Context, doc map[string]any) (o
 				return outcomeConn, err
 			}
 		case outcomeConn:
+			if ctx.Err() != nil {
+				return o, err // the sender gave up: nothing says the connection is lost
+			}
 			w.reg.lost()
 		default:
 			return o, err

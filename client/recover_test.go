@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -68,6 +69,32 @@ func TestWorkerRecovers(t *testing.T) {
 		b.waitWorkerState(t, "rereg-1", "ACTIVE")
 		if j := b.waitAll(t, b.submit(t, 1, client.JobSpec{Type: "quick"}))[0]; j.Status != "completed" {
 			t.Fatalf("after registering again, a job is %s", j.Status)
+		}
+	})
+
+	// A report the handler gave up on (its ctx ended first) says nothing
+	// about the connection: the worker does not register again.
+	t.Run("KeepsItsRegistrationWhenAHandlerGivesUpAReport", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.startWorker(t, "giveup-1", map[string]client.HandlerFunc{"quick": func(ctx context.Context, j *client.Job) (any, error) {
+			gone, cancel := context.WithCancel(ctx)
+			cancel()
+			if err := j.Progress(gone, 1, 50); err == nil {
+				return nil, errors.New("a progress report with an ended ctx succeeded")
+			}
+			return "ok", nil
+		}}, nil)
+		first := b.registeredAt(t, "giveup-1")
+		// The second job is popped after the first's report: a pop
+		// registers again first when the registration was marked lost.
+		for range 2 {
+			if j := b.waitAll(t, b.submit(t, 1, client.JobSpec{Type: "quick"}))[0]; j.Status != "completed" {
+				t.Fatalf("job is %s: %s", j.Status, j.Result)
+			}
+		}
+		if at := b.registeredAt(t, "giveup-1"); !at.Equal(first) {
+			t.Fatalf("registered again at %v (first at %v)", at, first)
 		}
 	})
 }
