@@ -27,8 +27,11 @@ type agqServer struct {
 
 // buildAgq compiles the agq of this checkout, in its own module (the
 // benchmark runs from bench/).
-func buildAgq(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "agq")
+func buildAgq(ctx context.Context, dir string) (string, error) { return buildCommand(ctx, dir, "agq") }
+
+// buildCommand compiles ./cmd/<name> of this checkout into dir.
+func buildCommand(ctx context.Context, dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return "", err
@@ -36,16 +39,16 @@ func buildAgq(ctx context.Context, dir string) (string, error) {
 	if _, err := os.Stat(filepath.Join(root, "cmd", "agq")); err != nil {
 		return "", fmt.Errorf("run the benchmark from the bench directory: %w", err)
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/agq")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("building agq: %v\n%s", err, out)
+		return "", fmt.Errorf("building %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }
 
-func startAgq(ctx context.Context, bin, databaseURL string, maxClients int) (*agqServer, error) {
+func startAgq(ctx context.Context, bin, databaseURL string, maxClients int, args ...string) (*agqServer, error) {
 	dir, err := os.MkdirTemp("", "agqb-agq")
 	if err != nil {
 		return nil, err
@@ -56,6 +59,7 @@ func startAgq(ctx context.Context, bin, databaseURL string, maxClients int) (*ag
 	s.cmd = exec.Command(bin, "--listen", s.addr, "--http-listen", "off", "--database-url", databaseURL,
 		"--data-dir", dir, "--admin-key", s.adminKey, "--log-level", "warn",
 		"--max-clients", strconv.Itoa(maxClients))
+	s.cmd.Args = append(s.cmd.Args, args...)
 	log, err := os.Create(filepath.Join(dir, "agq.log"))
 	if err != nil {
 		return nil, err

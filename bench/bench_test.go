@@ -31,11 +31,31 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 	}
 	for _, want := range []string{"burn-down, 300 jobs", "with JOB.UPDATE running", "write transactions per job",
 		"BLMPOP COUNT 20 + pipelined JOB.UPDATE completed", "burn-down batched: CPU per job",
-		"JOB.UPDATE completed + the next RPOP in one pipeline", "burn-down, client package worker",
+		"JOB.UPDATE completed + the next RPOP in one pipeline", "burn-down, client package worker", "burn-down, agw",
 		"continuous: completed", "single jobs, 4 producers", "submit: redis-cli --pipe", "one connection, pipeline of 100", "batches of 1,000", "pickup latency, idle worker p99",
 		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99",
 		"dashboard over 3000 jobs: overview", "fan-in of 200: last parent's completion to the child's pickup",
 		"burn-down of three-step jobs, 300 jobs", "three-step jobs: CPU per job", "dashboard over 3000 jobs: failed, half-way down"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report has no %q row", want)
+		}
+	}
+}
+
+// With -pgbouncer, agq's pool goes through PgBouncer in transaction mode and
+// every burn-down still works each job.
+func TestBenchmarkRunsThroughPgBouncer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r, err := run(ctx, options{jobs: 300, workers: 8, batch: 20, producers: 4, only: "burn", pgbouncer: true}, &progress)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	t.Logf("\n%s", out.String())
+	for _, want := range []string{"through PgBouncer, transaction mode", "burn-down, 300 jobs", "BLMPOP COUNT 20 + pipelined JOB.UPDATE completed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report has no %q row", want)
 		}

@@ -34,6 +34,8 @@ type options struct {
 	dashboardJobs, dashboardSamples      int
 	repeat                               int
 	fanIn                                int
+	pgbouncer                            bool
+	cpuProfile                           string
 }
 
 func main() {
@@ -50,14 +52,16 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark process's CPU profile of the workers rows to this file")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
+	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "agq's pool through PgBouncer in transaction mode (LISTEN and the leader's lock straight to PostgreSQL)")
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, pipeJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000, pgbouncer: o.pgbouncer, cpuProfile: o.cpuProfile}
 	}
 	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)
@@ -90,7 +94,16 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startAgq(ctx, bin, cl.url("agq"), max(o.idle+1000, 10000))
+	agqURL, direct := cl.url("agq"), []string(nil)
+	if o.pgbouncer {
+		pb, err := cl.pg.StartPgBouncer(ctx, freeAddr())
+		if err != nil {
+			return nil, err
+		}
+		defer pb.Close()
+		agqURL, direct = pb.URL("agq"), []string{"--direct-database-url", cl.url("agq")}
+	}
+	s, err := startAgq(ctx, bin, agqURL, max(o.idle+1000, 10000), direct...)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +126,11 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 
 	r := &report{}
 	r.add("machine", fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.GOARCH), "", "")
+	if o.pgbouncer {
+		r.add("agq's pool", "through PgBouncer, transaction mode", "straight", "")
+	}
 	if want("burn") {
-		var as, bs, ars, aps, abs, acs []measure
+		var as, bs, ars, aps, abs []measure
 		for i := range max(o.repeat, 1) {
 			statements := o.statements && i == 0
 			say("burn-down of %d jobs, %d agq worker connections (run %d of %d)", o.jobs, o.workers, i+1, max(o.repeat, 1))
@@ -156,16 +172,11 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 					return r, err
 				}
 			}
-			say("burn-down with one client package worker of %d slots", clientSlots)
-			ac, err := agqBurnDownClient(ctx, cl, s, o.jobs, i)
-			if err != nil {
-				return r, fmt.Errorf("agq client package burn-down: %w", err)
-			}
-			say("jobs/s: agq %.0f, with running %.0f, report and next pop pipelined %.0f, batched %.0f, client package %.0f; River %.0f",
-				a.rate(), ar.rate(), ap.rate(), ab.rate(), ac.rate(), b.rate())
-			as, bs, ars, aps, abs, acs = append(as, a), append(bs, b), append(ars, ar), append(aps, ap), append(abs, ab), append(acs, ac)
+			say("jobs/s: agq %.0f, with running %.0f, report and next pop pipelined %.0f, batched %.0f; River %.0f",
+				a.rate(), ar.rate(), ap.rate(), ab.rate(), b.rate())
+			as, bs, ars, aps, abs = append(as, a), append(bs, b), append(ars, ar), append(aps, ap), append(abs, ab)
 		}
-		a, b, ar, ap, ab, ac := median(as), median(bs), median(ars), median(aps), median(abs), median(acs)
+		a, b, ar, ap, ab := median(as), median(bs), median(ars), median(aps), median(abs)
 		r.rates(fmt.Sprintf("burn-down, %d jobs, BRPOP + JOB.UPDATE completed", o.jobs), a.rate(), b.rate())
 		r.rates("burn-down, with JOB.UPDATE running too", ar.rate(), b.rate())
 		r.costs("burn-down", a, b)
@@ -177,9 +188,12 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 		r.add("burn-down batched: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ab.cost.commits, ab.cost.walBytes), "", "")
 		r.add("burn-down batched: CPU per job, agq / PostgreSQL / clients", micros(ab.cost.agqCPU)+" / "+micros(ab.cost.pgCPU)+" / "+micros(ab.cost.self), "", "")
 		r.add("burn-down batched: PostgreSQL waits (share of samples)", ab.waits, "", "")
-		r.rates(fmt.Sprintf("burn-down, client package worker (one process, %d slots, no-op handler), %d jobs", clientSlots, o.jobs), ac.rate(), b.rate())
-		r.add("burn-down client package: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", ac.cost.commits, ac.cost.walBytes), "", "")
-		r.add("burn-down client package: CPU per job, agq / PostgreSQL / client process", micros(ac.cost.agqCPU)+" / "+micros(ac.cost.pgCPU)+" / "+micros(ac.cost.self), "", "")
+	}
+	if want("workers") || want("client") || want("agw") {
+		rows := workerRowsOf{client: want("workers") || want("client"), agw: want("workers") || want("agw")}
+		if err := workerRows(ctx, o, rows, cl, s, rv, tmp, r, say); err != nil {
+			return r, err
+		}
 	}
 	if want("workflows") {
 		say("fan-in: %d parents and one child after all of them", o.fanIn)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -55,19 +54,6 @@ func agqBurnDownClient(ctx context.Context, cl *cluster, s *agqServer, n int, ru
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		for {
-			res, err := s.admin.Do(ctx, "JOB.LIST", "QUEUE", queue, "STATUS", "running", "LIMIT", 1).Slice()
-			if err != nil {
-				return err
-			}
-			if len(res) == 2 {
-				if jobs, _ := res[1].([]any); len(jobs) == 0 {
-					return nil
-				}
-			} else {
-				return errors.New("JOB.LIST answered no [cursor, jobs]")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		return s.waitWorked(ctx, queue, 5*time.Millisecond, func() error { return nil })
 	})
 }

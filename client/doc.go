@@ -2,9 +2,11 @@
 // plain RESP with go-redis.
 //
 // A Worker registers, heartbeats, and keeps its slots full with one
-// BLMPOP … COUNT <free slots> per round trip; it reports the jobs of many
-// slots in one pipeline and acknowledges a delivery only when its job runs
-// long enough to need it. A handler's ctx ends on the job's timeout, on its
+// BLMPOP … COUNT <free slots> per round trip; a slot frees when its handler
+// returns, and the final reports of many slots go on in pipelines (retried
+// until agq answers) while the next pop is out. It acknowledges a delivery
+// only when its job runs long enough to need it, or when the handler asks
+// (Job.Acknowledge). A handler's ctx ends on the job's timeout, on its
 // cancellation and on shutdown. Step and Job.Sleep use agq's durable steps,
 // so that a job delivered again resumes after its last completed step.
 //

@@ -28,11 +28,17 @@ var (
 	// ErrNotFound is returned for a job agq does not know.
 	ErrNotFound = errors.New("client: no such job")
 
-	// Causes of a handler's ctx ending, seen through context.Cause.
-	errCancelledByServer = errors.New("client: job cancelled")
+	// ErrShuttingDown is the cause (context.Cause) of a handler's ctx
+	// ending because the worker stops. A handler's error that wraps it is
+	// reported as it is; any other is prefixed "worker shutting down: ".
+	ErrShuttingDown = errors.New("worker shutting down")
+
+	// Causes of a handler's ctx ending, seen through context.Cause; both
+	// wrap ErrCancelled.
+	errCancelledByServer = fmt.Errorf("client: job cancelled by agq: %w", ErrCancelled)
 	errCancelConfirmed   = fmt.Errorf("client: job cancelled (confirmed by agq): %w", ErrCancelled)
-	errShuttingDown      = errors.New("client: worker shutting down")
 	errJobTimeout        = errors.New("client: job timed out")
+	errReportsAbandoned  = errors.New("client: report abandoned at shutdown")
 )
 
 // Permanent marks err as not worth retrying: the job fails at once, or the
@@ -48,6 +54,29 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
+
+// ReportFields are fields a handler adds to its job's final report. A
+// handler's result of this type is the report's fields (an "output" among
+// them is the job's output) rather than its output; an error wrapped with
+// WithReportFields adds them to the failed or cancelled report. The client
+// sets status, error, retryable, attempt and delivery itself.
+type ReportFields map[string]any
+
+// WithReportFields wraps err so that the attempt's report carries fields.
+func WithReportFields(err error, fields ReportFields) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldsError{err, fields}
+}
+
+type fieldsError struct {
+	err    error
+	fields ReportFields
+}
+
+func (e *fieldsError) Error() string { return e.err.Error() }
+func (e *fieldsError) Unwrap() error { return e.err }
 
 // IsPermanent reports whether err was marked with Permanent.
 func IsPermanent(err error) bool {
@@ -106,6 +135,11 @@ func classify(err error) outcome {
 		if strings.HasPrefix(msg, code) {
 			return outcomeConn
 		}
+	}
+	// A failure inside agq (a statement that failed, a deadlock) may not
+	// happen again: the same command is sent again later.
+	if strings.HasPrefix(msg, "ERR internal error") {
+		return outcomeConn
 	}
 	return outcomeRefused
 }

@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -25,6 +27,8 @@ type jobMessage struct {
 	MaxAttempts    int             `json:"max_attempts"`
 	TimeoutSeconds float64         `json:"timeout_seconds"`
 	Delivery       string          `json:"delivery"`
+	TraceParent    string          `json:"traceparent"`
+	TraceState     string          `json:"tracestate"`
 	raw            string
 }
 
@@ -57,6 +61,25 @@ func (j *Job) Payload() json.RawMessage { return j.msg.Payload }
 // result as JSON.
 func (j *Job) Parents() json.RawMessage { return j.msg.Parents }
 
+// Plan is the job's plan as JSON.
+func (j *Job) Plan() json.RawMessage { return j.msg.Plan }
+
+// Inputs is the job's inputs as JSON.
+func (j *Job) Inputs() json.RawMessage { return j.msg.Inputs }
+
+// TraceParent is the W3C traceparent the handler's spans join (agq's span
+// of this attempt when agq traces), "" when the job carries none;
+// TraceState goes with it.
+func (j *Job) TraceParent() string { return j.msg.TraceParent }
+
+// TraceState is the W3C tracestate that goes with TraceParent.
+func (j *Job) TraceState() string { return j.msg.TraceState }
+
+// Timeout is the job's timeout (0: none), after which its ctx ends.
+func (j *Job) Timeout() time.Duration {
+	return time.Duration(j.msg.TimeoutSeconds * float64(time.Second))
+}
+
 // Raw is the job as agq delivered it.
 func (j *Job) Raw() string { return j.msg.raw }
 
@@ -78,27 +101,49 @@ func (j *Job) Progress(ctx context.Context, currentTask, percent int) error {
 	return j.run.update(ctx, map[string]any{"current_task": currentTask, "progress_percent": percent})
 }
 
+// Acknowledge tells agq at once that the job runs; without it, a job
+// running longer than AckAfter is acknowledged then. A handler calls it
+// before work it would not want done twice by two workers: agq gives an
+// unacknowledged delivery to another worker after its acknowledgement
+// timeout. It returns ErrCancelled or ErrDeliveryLost when the job is no
+// longer this handler's to run.
+func (j *Job) Acknowledge(ctx context.Context) error {
+	r := j.run
+	r.mu.Lock()
+	acked := r.acked
+	r.mu.Unlock()
+	if acked {
+		return nil
+	}
+	return r.update(ctx, j.w.runningDoc())
+}
+
+// Log publishes one line of the job's output to job.<id>.logs, for those
+// following the job (agq keeps the last lines of the attempt for
+// JOB.LOGS). Lines published after the final report are refused.
+func (j *Job) Log(ctx context.Context, line string) error {
+	return j.w.rdb.Publish(ctx, "job."+j.ID()+".logs", line).Err()
+}
+
 // runningJob is a job a slot runs.
 type runningJob struct {
-	job     *Job
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	started time.Time
+	job    *Job
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
-	mu     sync.Mutex // keeps one job's reports in order
-	acked  bool
-	final  bool
-	ending bool // guarded by the worker's mu
+	mu    sync.Mutex // keeps one job's reports in order
+	acked bool
+	final bool
 	// ended: a step failed or the job went to sleep, which ended the
 	// delivery on agq; nothing more is reported.
 	ended bool
 }
 
-// runJob runs a delivered job's handler and reports how it ended. The slot
-// stays taken until agq has the report.
+// runJob runs a delivered job's handler and hands its final report to the
+// reporter. The slot frees when the handler returns; the job stays this
+// worker's (listed at registration, held through a drain) until agq has
+// the report.
 func (w *Worker) runJob(r *runningJob) {
-	defer w.untrack(r)
-	defer r.cancel(nil)
 	j := r.job
 	ctx := r.ctx
 	if secs := j.msg.TimeoutSeconds; secs > 0 {
@@ -109,7 +154,6 @@ func (w *Worker) runJob(r *runningJob) {
 	ack := time.AfterFunc(w.opts.AckAfter, func() { r.acknowledge(w) })
 	result, err := w.call(ctx, j)
 	ack.Stop()
-	w.handlerReturned(r)
 	cause := context.Cause(r.ctx)
 	if ctx.Err() != nil && cause == nil {
 		cause = context.Cause(ctx)
@@ -119,6 +163,8 @@ func (w *Worker) runJob(r *runningJob) {
 	defer r.mu.Unlock()
 	r.final = true
 	if r.ended || errors.Is(cause, errCancelConfirmed) || errors.Is(cause, ErrDeliveryLost) {
+		w.handlerReturned(false)
+		w.untrack(r, false)
 		return
 	}
 	doc, failed := finalReport(result, err, cause)
@@ -128,11 +174,15 @@ func (w *Worker) runJob(r *runningJob) {
 	} else if doc["status"] == "completed" {
 		w.completed.Add(1)
 	}
-	switch o, rerr := r.send(w, w.reportCtx, doc); o {
-	case outcomeOK, outcomeCancelled, outcomeLost:
-	default:
-		w.log.Error("could not report the job's end", "job_id", j.ID(), "error", rerr)
-	}
+	w.handlerReturned(true)
+	w.reports.push(&pendingReport{jobID: j.ID(), body: r.body(doc), done: func(err error) {
+		switch classify(err) {
+		case outcomeOK, outcomeCancelled, outcomeLost:
+		default:
+			w.log.Error("could not report the job's end", "job_id", j.ID(), "error", err)
+		}
+		w.untrack(r, true)
+	}})
 }
 
 // call runs the job's handler; a panic is a failed attempt.
@@ -155,21 +205,62 @@ func (w *Worker) call(ctx context.Context, j *Job) (result any, err error) {
 
 // finalReport is the JOB.UPDATE document for how the handler ended.
 func finalReport(result any, err, cause error) (doc map[string]any, failed bool) {
+	doc = map[string]any{}
+	var fe *fieldsError
+	if errors.As(err, &fe) {
+		maps.Copy(doc, fe.fields)
+	}
 	var snooze *snoozeError
 	switch {
 	case errors.Is(cause, errCancelledByServer):
-		return map[string]any{"status": "cancelled"}, false
+		doc["status"] = "cancelled"
+		return doc, false
 	case err == nil:
-		return map[string]any{"status": "completed", "output": result}, false
+		if fields, ok := result.(ReportFields); ok {
+			maps.Copy(doc, fields)
+		} else {
+			doc["output"] = result
+		}
+		doc["status"] = "completed"
+		return doc, false
 	case errors.As(err, &snooze):
 		return map[string]any{"status": "snoozed", "seconds": max(snooze.d.Seconds(), 0.001)}, false
-	case errors.Is(cause, errShuttingDown):
-		return map[string]any{"status": "failed", "error": "worker shutting down: " + err.Error(), "retryable": true}, true
+	case errors.Is(cause, ErrShuttingDown):
+		msg := err.Error()
+		if !errors.Is(err, ErrShuttingDown) {
+			msg = ErrShuttingDown.Error() + ": " + msg
+		}
+		doc["status"], doc["error"], doc["retryable"] = "failed", msg, true
 	case errors.Is(cause, errJobTimeout):
-		return map[string]any{"status": "failed", "error": "timed out: " + err.Error(), "retryable": true}, true
+		doc["status"], doc["error"], doc["retryable"] = "failed", "timed out: "+err.Error(), true
 	default:
-		return map[string]any{"status": "failed", "error": err.Error(), "retryable": !IsPermanent(err)}, true
+		doc["status"], doc["error"], doc["retryable"] = "failed", err.Error(), !IsPermanent(err)
 	}
+	return doc, true
+}
+
+// body is the JOB.UPDATE JSON of doc about this delivery.
+func (r *runningJob) body(doc map[string]any) []byte {
+	doc["delivery"] = r.job.msg.Delivery
+	doc["attempt"] = r.job.msg.Attempt
+	body, err := marshal(doc)
+	if err != nil {
+		body, _ = marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
+			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
+	}
+	return body
+}
+
+// marshal encodes v without escaping <, > and & (which would make a report
+// of HTML six times its size), without a trailing newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // acknowledge tells agq that a long job is running, before its
@@ -181,9 +272,14 @@ func (r *runningJob) acknowledge(w *Worker) {
 		return
 	}
 	r.acked = true
-	if o, err := r.send(w, r.ctx, map[string]any{"status": "running"}); o != outcomeOK && r.ctx.Err() == nil {
+	if o, err := r.send(w, r.ctx, w.runningDoc()); o != outcomeOK && r.ctx.Err() == nil {
 		w.log.Warn("could not acknowledge the job", "job_id", r.job.ID(), "error", err)
 	}
+}
+
+// runningDoc is an acknowledgement's JOB.UPDATE document.
+func (w *Worker) runningDoc() map[string]any {
+	return map[string]any{"status": "running", "worker_id": w.opts.WorkerID, "started_at": time.Now().UTC().Format(time.RFC3339)}
 }
 
 // update sends a report the handler asked for.
@@ -207,13 +303,7 @@ func (r *runningJob) update(ctx context.Context, doc map[string]any) error {
 // connection trouble (agq applies a repeated report once). CANCELLED and a
 // lost delivery end the handler's ctx. Called with r.mu held.
 func (r *runningJob) send(w *Worker, ctx context.Context, doc map[string]any) (outcome, error) {
-	doc["delivery"] = r.job.msg.Delivery
-	doc["attempt"] = r.job.msg.Attempt
-	body, err := json.Marshal(doc)
-	if err != nil {
-		body, _ = json.Marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
-			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
-	}
+	body := r.body(doc)
 	b := w.newBackoff()
 	for {
 		err := w.report(ctx, r.job.ID(), body)
@@ -233,6 +323,9 @@ func (r *runningJob) send(w *Worker, ctx context.Context, doc map[string]any) (o
 				return outcomeConn, err
 			}
 		case outcomeConn:
+			if ctx.Err() != nil {
+				return o, err // the sender gave up: nothing says the connection is lost
+			}
 			w.reg.lost()
 		default:
 			return o, err

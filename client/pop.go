@@ -51,25 +51,48 @@ func (w *Worker) popLoop() {
 	}
 }
 
+// popSettle is how long the pop loop waits, after a slot freed, for more
+// to free: a burst of short jobs ends within it, and one pop then serves
+// all their slots.
+const popSettle = 2 * time.Millisecond
+
 // waitFree waits until a slot is free and returns how many are; 0 when
-// popping stopped. While jobs are ending (their reports on the way) and
-// fewer than half the slots are free, it waits for those slots too: one
-// pop for many slots, not one for each.
+// popping stopped. It pops at once when half the slots are free, else
+// popSettle after it first saw one free. Popping pauses while many final
+// reports wait for agq: a worker that cannot report takes no more jobs.
 func (w *Worker) waitFree() int {
+	var settle *time.Timer
+	var settled <-chan time.Time
+	defer func() {
+		if settle != nil {
+			settle.Stop()
+		}
+	}()
 	for {
 		w.mu.Lock()
-		free, ending := w.free, w.ending
+		free, unreported := w.free, w.unreported
 		w.mu.Unlock()
-		if free > 0 && (ending == 0 || 2*free >= w.opts.Concurrency) {
-			return free
+		if free > 0 && unreported < w.reportBacklog() {
+			if 2*free >= w.opts.Concurrency || settle != nil && settled == nil {
+				return free
+			}
+			if settle == nil {
+				settle = time.NewTimer(popSettle)
+				settled = settle.C
+			}
 		}
 		select {
 		case <-w.freed:
+		case <-settled:
+			settled = nil
 		case <-w.popCtx.Done():
 			return 0
 		}
 	}
 }
+
+// reportBacklog is how many final reports may wait before popping pauses.
+func (w *Worker) reportBacklog() int { return max(2*w.opts.Concurrency, maxReportBatch) }
 
 // start runs each delivered job in a slot of its own.
 func (w *Worker) start(queue string, raws []string) {
@@ -82,13 +105,14 @@ func (w *Worker) start(queue string, raws []string) {
 		}
 		msg.raw = raw
 		r := w.track(&msg)
-		w.jobs.Go(func() { w.runJob(r) })
+		w.jobs.Add(1)
+		go w.runJob(r)
 	}
 }
 
 func (w *Worker) track(msg *jobMessage) *runningJob {
 	j := &Job{msg: msg, w: w}
-	r := &runningJob{job: j, started: time.Now()}
+	r := &runningJob{job: j}
 	r.ctx, r.cancel = context.WithCancelCause(w.jobsCtx)
 	j.run = r
 	w.mu.Lock()
@@ -98,24 +122,35 @@ func (w *Worker) track(msg *jobMessage) *runningJob {
 	return r
 }
 
-// handlerReturned counts r among the jobs whose slot frees soon.
-func (w *Worker) handlerReturned(r *runningJob) {
-	w.mu.Lock()
-	w.ending++
-	r.ending = true
-	w.mu.Unlock()
-}
-
-func (w *Worker) untrack(r *runningJob) {
+// handlerReturned frees r's slot; its final report may still be on its way.
+func (w *Worker) handlerReturned(reporting bool) {
 	w.mu.Lock()
 	w.free++
-	if r.ending {
-		w.ending--
+	if reporting {
+		w.unreported++
+	}
+	w.mu.Unlock()
+	w.signalFreed()
+}
+
+// untrack forgets r once agq has its final report (or it needs none).
+func (w *Worker) untrack(r *runningJob, reported bool) {
+	w.mu.Lock()
+	if reported {
+		w.unreported--
 	}
 	if w.running[r.job.ID()] == r {
 		delete(w.running, r.job.ID())
 	}
 	w.mu.Unlock()
+	r.cancel(nil)
+	if reported {
+		w.signalFreed()
+	}
+	w.jobs.Done()
+}
+
+func (w *Worker) signalFreed() {
 	select {
 	case w.freed <- struct{}{}:
 	default:

@@ -192,12 +192,11 @@ func (w *Worker) onHeartbeat(reply string) {
 }
 
 func (w *Worker) stats() []byte {
-	b, _ := json.Marshal(map[string]any{
-		"active_jobs":          w.active(),
-		"completed_jobs_total": w.completed.Load(),
-		"failed_jobs_total":    w.failed.Load(),
-		"uptime_seconds":       int64(time.Since(w.started).Seconds()),
-	})
+	var v any = w.Stats()
+	if w.opts.HeartbeatStats != nil {
+		v = w.opts.HeartbeatStats(w.Stats())
+	}
+	b, _ := json.Marshal(v)
 	return b
 }
 

@@ -2,63 +2,109 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
-// maxReportBatch bounds the reports one pipeline carries.
-const maxReportBatch = 1000
+// maxReportBatch bounds the reports one pipeline carries: as many as agq
+// puts in one group of final reports (engine.MaxGroup), so that each
+// pipeline is one commit.
+const maxReportBatch = 500
 
 // reportPipelines is how many pipelines of reports may be in flight at
-// once: while one waits for its commit, the next gathers reports.
+// once: agq runs two groups of final reports at a time, and two more
+// pipelines wait behind them, gathered while those commit.
 const reportPipelines = 4
 
 // pendingReport is a JOB.UPDATE waiting for its pipeline.
 type pendingReport struct {
+	// ctx bounds an acknowledgement or a progress report, whose sender
+	// waits and retries itself; a final report has none: the reporter
+	// retries it until agq answers or the reports are abandoned.
 	ctx   context.Context
 	jobID string
 	body  []byte
-	done  chan error
+	done  func(err error) // called once, with the reply's error
+}
+
+// reportQueue holds the reports waiting for a pipeline.
+type reportQueue struct {
+	mu      sync.Mutex
+	waiting []*pendingReport
+	closed  bool
+	wake    chan struct{} // capacity 1
+}
+
+func (q *reportQueue) push(p *pendingReport) {
+	q.mu.Lock()
+	q.waiting = append(q.waiting, p)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for reports and returns up to maxReportBatch of them; none
+// once the queue is closed and empty.
+func (q *reportQueue) take() []*pendingReport {
+	for {
+		q.mu.Lock()
+		if n := len(q.waiting); n > 0 {
+			k := min(n, maxReportBatch)
+			batch := q.waiting[:k:k]
+			q.waiting = q.waiting[k:]
+			if len(q.waiting) == 0 {
+				q.waiting = nil
+			}
+			q.mu.Unlock()
+			return batch
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return nil
+		}
+		<-q.wake
+	}
+}
+
+func (q *reportQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // report sends JOB.UPDATE job_id body together with the reports of other
 // slots, in one pipeline, and returns its reply's error.
 func (w *Worker) report(ctx context.Context, jobID string, body []byte) error {
-	p := &pendingReport{ctx: ctx, jobID: jobID, body: body, done: make(chan error, 1)}
+	done := make(chan error, 1)
+	w.reports.push(&pendingReport{ctx: ctx, jobID: jobID, body: body, done: func(err error) { done <- err }})
 	select {
-	case w.reports <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-p.done:
+	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// reporter gathers the reports waiting and sends each gathering as one
-// pipeline; reports about different jobs in one pipeline share a commit
-// on agq, and each still gets its own reply.
+// reporter sends the waiting reports as pipelines, taking a batch only
+// once a pipeline is free: reports about different jobs in one pipeline
+// share a commit on agq, and each still gets its own reply.
 func (w *Worker) reporter() {
 	inFlight := make(chan struct{}, reportPipelines)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for first := range w.reports {
-		batch := []*pendingReport{first}
-	gather:
-		for len(batch) < maxReportBatch {
-			select {
-			case p, ok := <-w.reports:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, p)
-			default:
-				break gather
-			}
-		}
+	for {
 		inFlight <- struct{}{}
+		batch := w.reports.take()
+		if batch == nil {
+			return
+		}
 		wg.Go(func() {
 			defer func() { <-inFlight }()
 			w.sendReports(batch)
@@ -66,22 +112,59 @@ func (w *Worker) reporter() {
 	}
 }
 
+// sendReports sends batch until each report has its answer; a final
+// report that met connection trouble, or a server that no longer knows
+// this worker, is sent again after a backoff (agq applies a repeated
+// report once).
 func (w *Worker) sendReports(batch []*pendingReport) {
-	if len(batch) == 1 {
-		p := batch[0]
-		p.done <- w.rdb.Do(p.ctx, "JOB.UPDATE", p.jobID, p.body).Err()
-		return
-	}
-	pipe := w.rdb.Pipeline()
-	for _, p := range batch {
-		pipe.Do(w.reportCtx, "JOB.UPDATE", p.jobID, p.body)
-	}
-	cmds, err := pipe.Exec(w.reportCtx)
-	for i, p := range batch {
-		if i < len(cmds) {
-			p.done <- cmds[i].Err()
-		} else {
-			p.done <- err
+	b := w.newBackoff()
+	for {
+		sent := batch[:0:0]
+		pipe := w.rdb.Pipeline()
+		for _, p := range batch {
+			if p.ctx != nil && p.ctx.Err() != nil {
+				p.done(p.ctx.Err())
+				continue
+			}
+			sent = append(sent, p)
+			pipe.Do(w.reportCtx, "JOB.UPDATE", p.jobID, p.body)
+		}
+		if len(sent) == 0 {
+			return
+		}
+		cmds, err := pipe.Exec(w.reportCtx)
+		retry := batch[:0:0]
+		var retryErr error
+		unknown := false // agq does not know this worker: register again
+		for i, p := range sent {
+			perr := err
+			if i < len(cmds) {
+				perr = cmds[i].Err()
+			}
+			switch o := classify(perr); {
+			case p.ctx == nil && w.reportCtx.Err() == nil && (o == outcomeConn || o == outcomeNotRegistered):
+				retry, retryErr = append(retry, p), perr
+				unknown = unknown || o == outcomeNotRegistered
+			default:
+				p.done(perr)
+			}
+		}
+		if len(retry) == 0 {
+			return
+		}
+		batch = retry
+		w.reg.lost()
+		wait := b.Next()
+		w.log.Warn("JOB.UPDATE failed", "reports", len(batch), "error", retryErr, "retry_in", wait)
+		ok := sleep(w.reportCtx, wait)
+		if ok && unknown {
+			ok = w.ensureRegistered(w.reportCtx) == nil
+		}
+		if !ok {
+			for _, p := range batch {
+				p.done(errors.Join(errReportsAbandoned, retryErr))
+			}
+			return
 		}
 	}
 }

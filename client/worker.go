@@ -55,9 +55,29 @@ type WorkerOptions struct {
 	AckAfter time.Duration
 	// PopTimeout is how long one BLMPOP waits (5s).
 	PopTimeout time.Duration
+	// ReportGrace is how long the reports of the jobs cancelled at the
+	// end of ShutdownGrace may take before they are abandoned (15s).
+	ReportGrace time.Duration
+	// UnregisterTimeout bounds WORKER.UNREGISTER at the end of Run (10s).
+	UnregisterTimeout time.Duration
 	// BackoffMin and BackoffMax bound the waits after connection errors
 	// (1s doubling to 60s, and never more than the heartbeat interval).
 	BackoffMin, BackoffMax time.Duration
+	// IgnoreCancelChannel leaves job.cancel unsubscribed: cancellations are
+	// then heard in heartbeat replies and report replies only (through a
+	// proxy without pub/sub, or to hold one connection fewer).
+	IgnoreCancelChannel bool
+	// HeartbeatStats, when set, is what each heartbeat sends as its stats
+	// (encoded as JSON), given the worker's own; else those are sent.
+	HeartbeatStats func(WorkerStats) any
+}
+
+// WorkerStats are a worker's counts, sent with each heartbeat.
+type WorkerStats struct {
+	ActiveJobs         int64 `json:"active_jobs"`          // jobs held: running, or their final report on its way
+	CompletedJobsTotal int64 `json:"completed_jobs_total"` // handlers that returned no error
+	FailedJobsTotal    int64 `json:"failed_jobs_total"`    // failed attempts, those ended by a shutdown included
+	UptimeSeconds      int64 `json:"uptime_seconds"`
 }
 
 // Worker runs jobs from agq. Create it with NewWorker, add handlers with
@@ -75,13 +95,13 @@ type Worker struct {
 	reg      registration
 	interval atomic.Int64 // heartbeat interval, ns
 
-	mu      sync.Mutex
-	free    int                    // slots without a job
-	ending  int                    // jobs whose handler returned, their report on its way
-	running map[string]*runningJob // by job id
-	freed   chan struct{}          // a slot was freed (capacity 1)
+	mu         sync.Mutex
+	free       int                    // slots without a running handler
+	unreported int                    // final reports not answered yet
+	running    map[string]*runningJob // by job id, until agq has the final report
+	freed      chan struct{}          // a slot was freed or a report answered (capacity 1)
 
-	reports chan *pendingReport
+	reports reportQueue
 
 	completed, failed atomic.Int64
 
@@ -94,6 +114,8 @@ type Worker struct {
 	stopRep   context.CancelFunc
 	fatal     chan error // a refusal that ends Run (NOPERM)
 	fatalOnce sync.Once
+	now       chan struct{} // closed by StopNow
+	nowOnce   sync.Once
 	jobs      sync.WaitGroup
 }
 
@@ -103,6 +125,8 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	opts.ShutdownGrace = cmp.Or(opts.ShutdownGrace, 30*time.Second)
 	opts.AckAfter = cmp.Or(opts.AckAfter, 10*time.Second)
 	opts.PopTimeout = cmp.Or(opts.PopTimeout, 5*time.Second)
+	opts.ReportGrace = cmp.Or(opts.ReportGrace, 15*time.Second)
+	opts.UnregisterTimeout = cmp.Or(opts.UnregisterTimeout, 10*time.Second)
 	opts.BackoffMin = cmp.Or(opts.BackoffMin, time.Second)
 	opts.BackoffMax = cmp.Or(opts.BackoffMax, time.Minute)
 	opts.Version = cmp.Or(opts.Version, "client")
@@ -134,9 +158,14 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		free:     opts.Concurrency,
 		running:  map[string]*runningJob{},
 		freed:    make(chan struct{}, 1),
-		reports:  make(chan *pendingReport, opts.Concurrency),
+		reports:  reportQueue{wake: make(chan struct{}, 1)},
 		fatal:    make(chan error, 1),
+		now:      make(chan struct{}),
 	}
+	w.started = time.Now()
+	w.popCtx, w.stopPop = context.WithCancel(context.Background())
+	w.jobsCtx, w.stopJobs = context.WithCancelCause(context.Background())
+	w.reportCtx, w.stopRep = context.WithCancel(context.Background())
 	w.interval.Store(int64(cmp.Or(opts.HeartbeatInterval, 30*time.Second)))
 	w.reg.stale.Store(1) // not registered yet
 	return w, nil
@@ -167,17 +196,14 @@ func newRedis(addr, user, key string, tlsConfig *tls.Config, poolSize int, readT
 // Run works until ctx ends, then drains: it pops nothing more, lets the
 // running jobs finish within ShutdownGrace, cancels and reports the rest,
 // and unregisters. It returns an error when agq refuses the worker (a
-// wrong key, an id of another key); a drained worker returns nil.
+// wrong key, an id of another key); a drained worker returns nil. A
+// Worker runs once.
 func (w *Worker) Run(ctx context.Context) error {
-	w.started = time.Now()
-	w.popCtx, w.stopPop = context.WithCancel(context.Background())
-	w.jobsCtx, w.stopJobs = context.WithCancelCause(context.Background())
-	w.reportCtx, w.stopRep = context.WithCancel(context.Background())
 	w.rdb = newRedis(w.opts.Addr, w.opts.WorkerID, w.opts.Key, w.opts.TLSConfig, min(w.opts.Concurrency, 32)+8, 30*time.Second)
 	w.pop = newRedis(w.opts.Addr, w.opts.WorkerID, w.opts.Key, w.opts.TLSConfig, 1, 0)
 	defer w.rdb.Close()
 	defer w.stopRep()
-	defer w.stopJobs(errShuttingDown)
+	defer w.stopJobs(ErrShuttingDown)
 	defer w.endPopping()
 
 	w.log.Info("worker starting", "addr", w.opts.Addr, "queues", w.opts.Queues, "concurrency", w.opts.Concurrency)
@@ -191,7 +217,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { w.heartbeatLoop(bgCtx) })
-	bg.Go(func() { w.cancelListener(bgCtx) })
+	if !w.opts.IgnoreCancelChannel {
+		bg.Go(func() { w.cancelListener(bgCtx) })
+	}
 	var rep sync.WaitGroup
 	rep.Go(w.reporter)
 	var pops sync.WaitGroup
@@ -208,7 +236,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.drain(fatal != nil)
 	stopBG()
 	bg.Wait()
-	close(w.reports)
+	w.reports.close()
 	rep.Wait()
 	if fatal == nil {
 		w.unregister()
@@ -240,11 +268,12 @@ func (w *Worker) drain(now bool) {
 		case <-done:
 			return
 		case <-grace.C:
+		case <-w.now:
 		}
 	}
 	w.log.Warn("cancelling the jobs still running", "job_ids", w.runningIDs())
-	w.stopJobs(errShuttingDown)
-	last := time.NewTimer(15 * time.Second)
+	w.stopJobs(ErrShuttingDown)
+	last := time.NewTimer(w.opts.ReportGrace)
 	defer last.Stop()
 	select {
 	case <-done:
@@ -256,7 +285,7 @@ func (w *Worker) drain(now bool) {
 }
 
 func (w *Worker) unregister() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.UnregisterTimeout)
 	defer cancel()
 	b := w.newBackoff()
 	for {
@@ -273,6 +302,20 @@ func (w *Worker) unregister() {
 		w.log.Warn("could not unregister; agq declares the worker dead after missed heartbeats", "error", err)
 		return
 	}
+}
+
+// StopNow ends the wait for running jobs during a drain: they are
+// cancelled and reported at once (an operator's second interrupt).
+func (w *Worker) StopNow() { w.nowOnce.Do(func() { close(w.now) }) }
+
+// Draining reports whether the worker takes no more jobs: Run's ctx
+// ended, or agq asked it to drain.
+func (w *Worker) Draining() bool { return w.popCtx.Err() != nil }
+
+// Stats are the worker's counts now.
+func (w *Worker) Stats() WorkerStats {
+	return WorkerStats{ActiveJobs: int64(w.active()), CompletedJobsTotal: w.completed.Load(), FailedJobsTotal: w.failed.Load(),
+		UptimeSeconds: int64(time.Since(w.started).Seconds())}
 }
 
 func (w *Worker) fail(err error) {

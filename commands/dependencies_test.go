@@ -333,3 +333,100 @@ func TestLeadersSweepReleasesWhatNoReportSettled(t *testing.T) {
 	waitStatus(t, admin, "sp", "cancelled")
 	waitStatus(t, admin, "sc", "queued")
 }
+
+// A parent the watchdog ends — its timeout passed on its last attempt —
+// releases its child at once, not at a later sweep: the child is popped
+// soon after the parent's end.
+func TestAParentTheWatchdogEndsReleasesItsChildPromptly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t, func(c *config.Config) { c.HeartbeatInterval = time.Second })
+	admin := a.Admin(t)
+	ctx := context.Background()
+	holder, waiter := registerWorker(t, a, "wd-holder", "t"), registerWorker(t, a, "wd-waiter", "t")
+	if _, err := admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"wdp","queue":"wdq","type":"t","max_attempts":1,"timeout_seconds":1},
+		{"job_id":"wdc","queue":"wdc","type":"t","after":["wdp"],"on_parent_failure":"run"}]`).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, ok := holder.pop(t, "2", "wdq"); !ok || d.JobID != "wdp" {
+		t.Fatalf("popped %+v", d)
+	}
+	// The holder heartbeats but never reports: the watchdog fails the
+	// parent once its timeout and a heartbeat interval's grace passed.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+				holder.c.Do(ctx, "WORKER.HEARTBEAT", "wd-holder")
+			}
+		}
+	}()
+	_, d, ok := waiter.pop(t, "15", "wdc")
+	popped := time.Now()
+	if !ok || d.JobID != "wdc" {
+		t.Fatalf("the child was not popped: %+v", d)
+	}
+	raw, err := admin.Do(ctx, "JOB.GET", "wdp").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parent struct {
+		Status     string    `json:"status"`
+		FinishedAt time.Time `json:"finished_at"`
+	}
+	if err := json.Unmarshal([]byte(raw), &parent); err != nil || parent.Status != "failed" {
+		t.Fatalf("the parent: %s (%v)", raw, err)
+	}
+	t.Logf("the child was popped %v after its parent failed", popped.Sub(parent.FinishedAt))
+	if gap := popped.Sub(parent.FinishedAt); gap > 500*time.Millisecond {
+		t.Fatalf("the child was popped %v after its parent failed", gap)
+	}
+}
+
+// A parent failed by its step (STEP.FAIL on its last attempt) releases its
+// child at once, as a failed report does, not at the leader's next sweep
+// (every second): each of eight children is popped soon after its parent
+// failed.
+func TestAParentAStepFailsReleasesItsChildPromptly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	holder, waiter := registerWorker(t, a, "sf-holder", "t"), registerWorker(t, a, "sf-waiter", "t")
+	var slowest time.Duration
+	for i := range 8 {
+		parent, child := fmt.Sprintf("sfp-%d", i), fmt.Sprintf("sfc-%d", i)
+		graph := fmt.Sprintf(`[{"job_id":%q,"queue":"sfq","type":"t","max_attempts":1},
+			{"job_id":%q,"queue":"sfc","type":"t","after":[%q],"on_parent_failure":"run"}]`, parent, child, parent)
+		if err := admin.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, d, ok := holder.pop(t, "2", "sfq")
+		if !ok || d.JobID != parent {
+			t.Fatalf("popped %+v", d)
+		}
+		if err := holder.c.Do(ctx, "STEP.BEGIN", parent, "charge", "DELIVERY", d.Delivery).Err(); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := holder.c.Do(ctx, "STEP.FAIL", parent, "charge", `{"message":"declined"}`, "DELIVERY", d.Delivery).Text()
+		failed := time.Now()
+		if err != nil || reply != `{"retry":false}` {
+			t.Fatalf("STEP.FAIL: %q, %v", reply, err)
+		}
+		_, d, ok = waiter.pop(t, "5", "sfc")
+		if !ok || d.JobID != child {
+			t.Fatalf("the child was not popped: %+v", d)
+		}
+		slowest = max(slowest, time.Since(failed))
+		if err := waiter.update(ctx, child, map[string]any{"status": "completed", "delivery": d.Delivery}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the slowest child was popped %v after its parent failed", slowest)
+	if slowest > 500*time.Millisecond {
+		t.Fatalf("a child was popped %v after its parent failed", slowest)
+	}
+}

@@ -80,3 +80,74 @@ func TestFinalReportsAreGrouped(t *testing.T) {
 		t.Fatal("24 final reports sent at once never shared a group in 10 rounds")
 	}
 }
+
+// Step begins sent at once by many workers share commits; one refused in
+// their midst (another worker's job) is that client's reply alone, and a
+// stale delivery's is too.
+func TestStepBeginsAreGrouped(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	const n = 24
+	workers := make([]*testWorker, n)
+	for i := range workers {
+		workers[i] = registerWorker(t, a, fmt.Sprintf("sb-%d", i), "t")
+	}
+	intruder := registerWorker(t, a, "sb-intruder", "t")
+	grouped := false
+	for round := 0; round < 10 && !grouped; round++ {
+		held := make([]delivered, n)
+		for i, w := range workers {
+			submit(t, admin, map[string]any{"queue": "sbgrp", "type": "t"})
+			_, d, ok := w.pop(t, "1", "sbgrp")
+			if !ok {
+				t.Fatalf("worker %d got no job", i)
+			}
+			held[i] = d
+		}
+		sumBefore, countBefore := groupSizes(t, a, "step_begin")
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		replies := make([]string, n)
+		errs := make([]error, n+2)
+		for i, w := range workers {
+			wg.Go(func() {
+				<-start
+				replies[i], errs[i] = w.c.Do(ctx, "STEP.BEGIN", held[i].JobID, "charge", `{"input":{"round":1}}`,
+					"DELIVERY", held[i].Delivery).Text()
+			})
+		}
+		wg.Go(func() {
+			<-start
+			errs[n] = intruder.c.Do(ctx, "STEP.BEGIN", held[0].JobID, "charge").Err()
+		})
+		wg.Go(func() {
+			<-start
+			errs[n+1] = workers[1].c.Do(ctx, "STEP.BEGIN", held[1].JobID, "ship", "DELIVERY", "00000000-0000-4000-8000-000000000000").Err()
+		})
+		close(start)
+		wg.Wait()
+		for i := range workers {
+			if errs[i] != nil || replies[i] != `{"execute":true,"attempt":1}` {
+				t.Fatalf("worker %d's begin: %q, %v", i, replies[i], errs[i])
+			}
+		}
+		if err := errs[n]; err == nil || err.Error() != "ERR job "+held[0].JobID+" is owned by sb-0" {
+			t.Fatalf("a begin on another worker's job: %v", err)
+		}
+		if err := errs[n+1]; err == nil || !strings.Contains(err.Error(), "was delivered again") {
+			t.Fatalf("a begin by a stale delivery: %v", err)
+		}
+		sum, count := groupSizes(t, a, "step_begin")
+		grouped = sum-sumBefore > count-countBefore
+		for i, w := range workers {
+			if err := w.c.Do(ctx, "JOB.UPDATE", held[i].JobID, `{"status":"completed"}`).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !grouped {
+		t.Fatal("24 step begins sent at once never shared a group in 10 rounds")
+	}
+}

@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,4 +100,96 @@ func TestCookbookStepsWorkerRunsAsPrinted(t *testing.T) {
 			t.Errorf("the worker logged %q %d times, want %d", c.line, got, c.n)
 		}
 	}
+}
+
+// TestCookbookPythonStepsWorkerRunsAsPrinted runs the cookbook's redis-py
+// worker, as printed, with Debian's python3-redis, and kills it (SIGKILL)
+// while it books the courier: the next worker finds the charge done and
+// does not make it again, runs the interrupted ship step as its second
+// attempt, and mails once.
+func TestCookbookPythonStepsWorkerRunsAsPrinted(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "steps-worker.py")
+	if err := os.WriteFile(script, []byte(fencedBlock(t, readPage(t, "cookbook.md"), "```python title=\"steps-worker.py\"")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := agqtest.Start(t, heartbeatEvery(time.Second))
+	admin := a.Admin(t)
+	ctx := context.Background()
+	worker := func(id string) *process {
+		t.Helper()
+		cmd := exec.Command("/usr/bin/python3", script)
+		cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID="+id, "AGQ_KEY="+a.CreateKey(t, "worker", id))
+		return startProcess(t, id, cmd)
+	}
+	steps := func() map[string]stepView {
+		t.Helper()
+		raw, err := admin.Do(ctx, "JOB.STEPS", "order-3").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list []stepView
+		if err := json.Unmarshal([]byte(raw), &list); err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]stepView{}
+		for _, s := range list {
+			byID[s.StepID] = s
+		}
+		return byID
+	}
+
+	first := worker("shipper-1")
+	if err := admin.Do(ctx, "JOB.SUBMIT", `{"job_id":"order-3","type":"order","queue":"orders","payload":{"order":"o-3","cents":4200}}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first.waitLog(t, 20*time.Second, "shipping o-3")
+	first.signal(t, syscall.SIGKILL)
+	first.waitExit(t, 5*time.Second)
+	if s := steps(); s["charge"].Status != "completed" || s["ship"].Status == "completed" || len(s) != 2 {
+		t.Fatalf("steps when the first worker was killed: %+v", s)
+	}
+
+	second := worker("shipper-2")
+	raw, err := admin.Do(ctx, "JOB.WAIT", "order-3", 30).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := decodeJob(t, raw)
+	var result struct {
+		Output map[string]string `json:"output"`
+	}
+	if err := json.Unmarshal(j.Result, &result); err != nil || j.Status != "completed" || j.worker() != "shipper-2" ||
+		result.Output["receipt"] != "receipt-o-3" || result.Output["parcel"] != "parcel-o-3" || result.Output["mail"] != "mailed" {
+		t.Fatalf("order-3: %+v, result %s (%v)", j, j.Result, err)
+	}
+	s := steps()
+	for id, attempts := range map[string]int{"charge": 1, "ship": 2, "mail": 1} {
+		if s[id].Status != "completed" || s[id].Attempts != attempts {
+			t.Errorf("step %s: %+v, want completed in %d attempts", id, s[id], attempts)
+		}
+	}
+	for _, c := range []struct {
+		p    *process
+		line string
+		n    int
+	}{
+		{first, "charging 4200 cents for o-3", 1},
+		{first, "shipping o-3", 1},
+		{first, "mailing the receipt of o-3", 0},
+		{second, "charge of order-3: done in an earlier delivery", 1},
+		{second, "charging 4200 cents for o-3", 0},
+		{second, "shipping o-3", 1},
+		{second, "mailing the receipt of o-3", 1},
+	} {
+		if got := c.p.logCount(c.line); got != c.n {
+			t.Errorf("%s logged %q %d times, want %d", c.p.name, c.line, got, c.n)
+		}
+	}
+}
+
+// stepView is a step as JOB.STEPS shows it.
+type stepView struct {
+	StepID   string `json:"step_id"`
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
 }

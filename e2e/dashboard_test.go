@@ -50,8 +50,9 @@ func shots(t *testing.T) string {
 }
 
 // browserAt starts headless Chromium (a missing browser is a failure:
-// .ci/install-deps installs it) and returns a browser context.
-func browserAt(t *testing.T) context.Context {
+// .ci/install-deps installs it) with extra options, and returns a browser
+// context.
+func browserAt(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	exe := "/usr/bin/chromium"
 	if _, err := os.Stat(exe); err != nil {
@@ -59,7 +60,7 @@ func browserAt(t *testing.T) context.Context {
 			t.Fatal("chromium is not installed: run .ci/install-deps")
 		}
 	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox,
@@ -73,7 +74,7 @@ func browserAt(t *testing.T) context.Context {
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
-	)
+	}, extra...)...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	if err := chromedp.Do(ctx); err != nil {

@@ -45,6 +45,26 @@ func agwBinary(t *testing.T) string {
 	return agwPath
 }
 
+var (
+	agqBuildOnce sync.Once
+	agqPath      string
+	agqBuildErr  error
+)
+
+// agqBinary builds cmd/agq once per test run and returns its path, for the
+// tests that need agq as a process of its own (signals, its log).
+func agqBinary(t *testing.T) string {
+	t.Helper()
+	agqBuildOnce.Do(func() {
+		agqPath = filepath.Join(binDir, "agq")
+		agqBuildErr = goBuild(agqPath, "github.com/agq/agq/cmd/agq")
+	})
+	if agqBuildErr != nil {
+		t.Fatalf("building agq: %v", agqBuildErr)
+	}
+	return agqPath
+}
+
 // goBuild builds pkg into out with the go command the tests run under,
 // from this module (so that its go.mod decides every dependency's version).
 func goBuild(out, pkg string) error {

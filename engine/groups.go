@@ -15,7 +15,9 @@ type groups struct {
 	acks     *group.Runner[store.JobUpdateParams, error]
 	// stepCompletes are STEP.COMPLETEs, sharing commits as final reports do.
 	stepCompletes *group.Runner[store.StepCompletion, store.StepCompleteResult]
-	claims        *group.Runner[claimRequest, claimResult]
+	// stepBegins are STEP.BEGINs, sharing commits likewise.
+	stepBegins *group.Runner[store.StepBeginParams, store.StepBeginOutcome]
+	claims     *group.Runner[claimRequest, claimResult]
 }
 
 type submitOutcome struct {
@@ -65,6 +67,10 @@ func (e *Engine) newGroups() groups {
 		stepCompletes: group.New(group.Config[store.StepCompletion, store.StepCompleteResult]{
 			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_complete"),
 			Run: e.runStepCompletes,
+		}),
+		stepBegins: group.New(group.Config[store.StepBeginParams, store.StepBeginOutcome]{
+			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_begin"),
+			Run: e.runStepBegins,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
 			// One claim at a time: two on one queue would each skip,

@@ -53,8 +53,9 @@ func (e *Engine) snooze(ctx context.Context, p Report) error {
 		if err == nil {
 			e.traceReports(traces, []Report{p}, nil, sfx.Moved)
 		}
-		// The snooze, or a failure past the limit.
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		// The snooze, or a failure past the limit, which releases the
+		// job's children.
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if err == nil && len(sfx.Moved) > 0 {
 			fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
 		}

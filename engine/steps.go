@@ -12,9 +12,9 @@ import (
 
 // Durable steps (STEP.*): a job's holder names the steps of its work, and
 // agq keeps their outputs so that a later delivery resumes after the last
-// completed one. Each call is durable when answered. Completions share
-// commits in groups, as final reports do; the other calls take the careful
-// path alone.
+// completed one. Each call is durable when answered. Begins and
+// completions share commits in groups, as final reports do; the other
+// calls take the careful path alone.
 
 // Step calls and their outcomes, as the store applies them.
 type (
@@ -69,19 +69,25 @@ func stepError(id string, err error) error {
 }
 
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
-// completed with in an earlier delivery for an equal input.
+// completed with in an earlier delivery for an equal input. It shares the
+// commit of the next group of begins.
 func (e *Engine) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
 		return StepBeginResult{}, err
 	}
-	var res StepBeginResult
-	err := e.transition(ctx, func() (Effects, error) {
-		var sfx store.Effects
-		var err error
-		res, sfx, err = e.store.StepBegin(ctx, p)
-		return stepEffects(sfx), stepError(p.JobID, err)
-	})
-	return res, err
+	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
+	if err != nil {
+		return StepBeginResult{}, jobError(p.JobID, err)
+	}
+	return res.Result, stepError(p.JobID, res.Err)
+}
+
+// runStepBegins serves a group of STEP.BEGINs; a begin past its step's
+// attempts fails the job.
+func (e *Engine) runStepBegins(ctx context.Context, calls []store.StepBeginParams) []store.StepBeginOutcome {
+	res, sfx := e.store.StepsBegin(ctx, calls)
+	e.publish(ctx, stepEffects(sfx))
+	return res
 }
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
@@ -175,7 +181,7 @@ func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepRes
 		var changed bool
 		var err error
 		res, changed, sfx, err = e.store.StepSleep(ctx, p)
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if changed {
 			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
 			if t, ok := traces[p.JobID]; ok && res.Sleeping {
@@ -201,9 +207,11 @@ func (e *Engine) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error)
 }
 
 // stepEffects are the effects of a step call that may have ended the job's
-// attempt: announced as the job then is (retrying, failed, cancelled).
+// attempt: announced as the job then is (retrying, failed, cancelled). A
+// job it ended releases its children right after the commit, as a report's
+// end does.
 func stepEffects(sfx store.Effects) Effects {
-	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed}
+	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 	if len(sfx.Moved) > 0 {
 		fx.AsIs = []AsIs{finishedAsIs(sfx.Moved)}
 	}

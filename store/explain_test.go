@@ -152,6 +152,19 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "ORDER BY job_id, step_id, ord", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
+			// A group of step begins locks each job through its key and
+			// finds each step, and its job's last, through job_steps'
+			// keys.
+			name: "AStepBeginGroupUsesThePrimaryKeys",
+			run: func(ctx context.Context, st *store.Store) error {
+				st.StepsBegin(ctx, []store.StepBeginParams{
+					{StepParams: store.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Input: []byte(`1`)},
+					{StepParams: store.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
+				return nil
+			},
+			match: "AS u(job_id, step_id, worker, delivery, input, max_attempts", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
 			// Found by its key, or among the worker's running jobs (about
 			// 33 here): either way, no more than one worker holds.
 			name: "AReleaseUsesThePrimaryKeyOrJobsRunning",

@@ -57,6 +57,11 @@ type Config struct {
 	// Retry decides whether a failed attempt runs again, and when. A store
 	// without one refuses, with ErrNoRetryPolicy, to fail an attempt.
 	Retry RetryPolicy
+	// Pooled says URL leads to a connection pooler in transaction mode
+	// (ThroughPooler): statements are then sent without server-side
+	// prepared statements, unless URL's default_query_exec_mode says
+	// otherwise.
+	Pooled bool
 	// Recovered, when set, hears of the jobs with trace context that a
 	// recovery (the watchdog's, a worker's registration or departure)
 	// took out of running, and why: "unacked_delivery", "expired_lease",
@@ -78,6 +83,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pc.MaxConns = 8
 	}
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	if cfg.Pooled && !execModeChosen(cfg.URL) {
+		// A named prepared statement lives on one server connection, which
+		// the pooler gives to another client after each transaction. The
+		// statements' descriptions are cached here instead, so each still
+		// takes one round trip, but PostgreSQL plans it at every call.
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -128,6 +128,8 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	steps = append(steps, step{"timed_out_job", func() (int, error) {
 		return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
 	}})
+	// Settling comes after the recoveries: parents they ended release
+	// their children in the same sweep.
 	if w.cfg.Settle != nil {
 		steps = append(steps, step{"dependency_check", func() (int, error) { return w.cfg.Settle(ctx, w.cfg.Batch) }})
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +136,138 @@ func TestASleepWakesOnTimeAcrossAnAgqRestart(t *testing.T) {
 	if got := mustText(ctx, t, w2, "STEP.SLEEP", "nap", "wait", "3", "DELIVERY", d2); got != "OK" {
 		t.Fatalf("STEP.SLEEP after the wake = %q, want OK", got)
 	}
+}
+
+// PostgreSQL restarted (an immediate shutdown, its WAL writer slow so that
+// nothing it had not flushed for a commit survives) while workers complete
+// steps: every step answered OK is kept, and the same deliveries carry on
+// afterwards, each completed step answering its output.
+func TestPostgresRestartDuringStepCompletionsKeepsEveryStepAnswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := agqtest.OwnCluster(t, map[string]string{"wal_writer_delay": "10s"})
+	srv := newAgqProcess(t, buildAgq(t), cl.ConnString("postgres"))
+	srv.start(ctx)
+	admin := redis.NewClient(srv.clientOptions("", srv.adminKey))
+	defer admin.Close()
+	key := mustText(ctx, t, admin, "KEY.CREATE", "worker", "stepper")
+	w := redis.NewClient(srv.clientOptions("stepper", key))
+	defer w.Close()
+	mustText(ctx, t, w, "WORKER.REGISTER", `{"worker_id":"stepper","hostname":"h","agw_version":"1",`+
+		`"capabilities":{"tools":[],"types":["steps"]},"max_concurrent_jobs":4}`)
+
+	// Four jobs, each stepped on a connection of its own, so that
+	// completions share commits as they do under load.
+	const jobs = 4
+	deliveries := make([]string, jobs)
+	for j := range deliveries {
+		mustText(ctx, t, admin, "JOB.SUBMIT", fmt.Sprintf(`{"job_id":"steps-%d","queue":"steps","type":"steps","timeout_seconds":600}`, j))
+		var job struct {
+			Delivery string `json:"delivery"`
+		}
+		if err := json.Unmarshal([]byte(mustText(ctx, t, w, "RPOP", "queue:steps")), &job); err != nil || job.Delivery == "" {
+			t.Fatalf("popping job %d: %v", j, err)
+		}
+		deliveries[j] = job.Delivery
+	}
+
+	var phase atomic.Int32 // 0 before the restart, 1 during, 2 after
+	var okBefore, okAfter [jobs]atomic.Int64
+	answered := make([][]int, jobs) // per job, the steps answered OK
+	stepping, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(srv.clientOptions("stepper", key))
+			defer c.Close()
+			id := fmt.Sprintf("steps-%d", j)
+			for i := 0; stepping.Err() == nil; i++ {
+				step := fmt.Sprintf("s-%d", i)
+				if c.Do(stepping, "STEP.BEGIN", id, step, "DELIVERY", deliveries[j]).Err() != nil {
+					time.Sleep(20 * time.Millisecond) // PostgreSQL is away
+					continue
+				}
+				if c.Do(stepping, "STEP.COMPLETE", id, step, fmt.Sprintf(`{"n":%d}`, i), "DELIVERY", deliveries[j]).Err() != nil {
+					continue
+				}
+				answered[j] = append(answered[j], i)
+				switch phase.Load() {
+				case 0:
+					okBefore[j].Add(1)
+				case 2:
+					okAfter[j].Add(1)
+				}
+			}
+		}()
+	}
+	streaming := func(counts *[jobs]atomic.Int64) func() error {
+		return func() error {
+			for j := range jobs {
+				if n := counts[j].Load(); n < 50 {
+					return fmt.Errorf("job %d: %d steps answered OK", j, n)
+				}
+			}
+			return nil
+		}
+	}
+	agqtest.Eventually(t, 30*time.Second, streaming(&okBefore))
+	phase.Store(1)
+	if err := cl.Crash(); err != nil {
+		t.Fatalf("stopping postgres: %v", err)
+	}
+	time.Sleep(time.Second)
+	if err := cl.Start(ctx); err != nil {
+		t.Fatalf("starting postgres: %v", err)
+	}
+	phase.Store(2)
+	agqtest.Eventually(t, 60*time.Second, streaming(&okAfter))
+	stop()
+	wg.Wait()
+
+	for j := range jobs {
+		id := fmt.Sprintf("steps-%d", j)
+		type step struct {
+			StepID string          `json:"step_id"`
+			Status string          `json:"status"`
+			Output json.RawMessage `json:"output"`
+		}
+		var steps []step
+		for {
+			var page []step
+			raw := mustText(ctx, t, admin, "JOB.STEPS", id, "CURSOR", len(steps), "LIMIT", 1000)
+			if err := json.Unmarshal([]byte(raw), &page); err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			steps = append(steps, page...)
+		}
+		completed := map[string]string{}
+		for _, s := range steps {
+			if s.Status == "completed" {
+				completed[s.StepID] = string(s.Output)
+			}
+		}
+		for _, i := range answered[j] {
+			step := fmt.Sprintf("s-%d", i)
+			if out := completed[step]; out != fmt.Sprintf(`{"n":%d}`, i) {
+				t.Fatalf("%s: step %s answered OK, JOB.STEPS shows it with output %q", id, step, out)
+			}
+		}
+		// The delivery carries on: the last step answered before the
+		// restart, and the last one overall, answer their outputs.
+		last := answered[j][len(answered[j])-1]
+		for _, i := range []int{answered[j][okBefore[j].Load()-1], last} {
+			got := mustText(ctx, t, w, "STEP.BEGIN", id, fmt.Sprintf("s-%d", i), "DELIVERY", deliveries[j])
+			if want := fmt.Sprintf(`{"execute":false,"output":{"n":%d}}`, i); got != want {
+				t.Fatalf("%s: STEP.BEGIN s-%d after the restart = %s, want %s", id, i, got, want)
+			}
+		}
+		t.Logf("%s: %d steps answered OK before the restart, %d in all", id, okBefore[j].Load(), len(answered[j]))
+	}
+	srv.stop(t)
 }

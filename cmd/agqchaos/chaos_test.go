@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,8 @@ import (
 // A short chaos run, as CI runs it: every kind of fault once (agq nodes and
 // workers killed, a worker stopped past its heartbeats, PostgreSQL
 // restarted fast and immediate, the primary killed and its synchronous
-// standby promoted), then the same without a standby for the restarts of a
-// single PostgreSQL. Nothing acknowledged may be lost or left unfinished,
+// standby promoted), then the restarts of a single PostgreSQL without a
+// standby, with the nodes listening only over TLS and every client on it. Nothing acknowledged may be lost or left unfinished,
 // no completion answered OK may be missing, no late report accepted, and
 // every fault must be recovered from: a worker on every node completing
 // jobs again without a restart, and a node leading.
@@ -37,7 +38,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 		args []string
 	}{
 		{"PrimaryAndStandby", []string{"-faults", "agq-kill,worker-kill,worker-stop,pg-restart-fast,pg-restart-immediate,failover"}},
-		{"SinglePostgres", []string{"-no-standby", "-faults", "pg-restart-fast,pg-restart-immediate"}},
+		{"SinglePostgresOverTLS", []string{"-tls", "-no-standby", "-faults", "pg-restart-fast,pg-restart-immediate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "agqchaos")
@@ -52,7 +53,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			args := append([]string{"-agq", agq, "-dir", dir, "-json", "-fsync=false", "-duration", "5s",
-				"-drain", "60s", "-nodes", "2", "-workers", "4", "-rate", "100"}, tc.args...)
+				"-stuck-after", "30s", "-nodes", "2", "-workers", "4", "-rate", "100"}, tc.args...)
 			cmd := exec.CommandContext(ctx, self, args...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -67,6 +68,12 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			t.Logf("report:\n%s", printed.String())
 			if runErr != nil || !rep.OK() {
 				t.Fatalf("the chaos run failed: %v (logs in %s)", runErr, dir)
+			}
+			if asked := slices.Contains(tc.args, "-tls"); rep.TLS != asked {
+				t.Errorf("asked for TLS: %v; the report says TLS: %v", asked, rep.TLS)
+			}
+			if rep.WorkerCapacity <= 0 || rep.CompletionRate <= 0 {
+				t.Errorf("the report gives no capacity (%v/s) or completion rate (%v/s)", rep.WorkerCapacity, rep.CompletionRate)
 			}
 			if rep.Acknowledged == 0 || rep.Completed != rep.Acknowledged {
 				t.Fatalf("%d acknowledged, %d completed", rep.Acknowledged, rep.Completed)

@@ -7,10 +7,12 @@
 // jobs acknowledged, lost, stuck, run more than once, the final reports
 // accepted from workers that had lost their job, the recovery time after
 // each fault and the errors clients saw; it exits 1 unless nothing
-// acknowledged was lost or stuck.
+// acknowledged was lost or stuck. It says what the workers can take: above
+// that rate the queue grows, and is waited for afterwards while it moves.
 //
 //	go run ./cmd/agqchaos -duration 2m
 //	go run ./cmd/agqchaos -faults failover,pg-restart-immediate
+//	go run ./cmd/agqchaos -tls -rate 400
 package main
 
 import (
@@ -42,10 +44,11 @@ func main() {
 	flag.IntVar(&cfg.Producers, "producers", 4, "concurrent producers")
 	flag.IntVar(&cfg.Rate, "rate", 200, "submissions per second")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected (each kind at least once)")
-	flag.DurationVar(&cfg.Drain, "drain", time.Minute, "how long acknowledged jobs may take to finish afterwards")
+	flag.DurationVar(&cfg.StuckAfter, "stuck-after", time.Minute, "afterwards, wait for the acknowledged jobs while any of them moves; call\nthose left stuck when none has moved for this long")
 	flag.StringVar(&faults, "faults", strings.Join(chaos.AllFaults, ","), "faults to cycle through")
 	flag.BoolVar(&cfg.Fsync, "fsync", true, "keep PostgreSQL's fsync on")
 	flag.BoolVar(&cfg.NoStandby, "no-standby", false, "one PostgreSQL without a standby (no failover fault)")
+	flag.BoolVar(&cfg.TLS, "tls", false, "agq nodes listen only over TLS and require client certificates; every client uses TLS")
 	flag.StringVar(&agqBin, "agq", "", "agq binary (default: built from this checkout)")
 	flag.StringVar(&dir, "dir", "", "directory for the clusters and logs (default: a temporary one, removed unless -keep)")
 	flag.BoolVar(&keep, "keep", false, "keep the directory")
@@ -108,6 +111,9 @@ func worker(args []string) {
 	fs.StringVar(&cfg.Queue, "queue", "chaos", "queue")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each job runs")
+	fs.StringVar(&cfg.TLSCACertFile, "tls-ca-cert-file", "", "connect over TLS, checking agq's certificate against this CA (PEM)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "client certificate (PEM)")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "its private key (PEM)")
 	fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

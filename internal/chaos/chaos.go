@@ -8,6 +8,7 @@ package chaos
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ var AllFaults = []string{AgqKill, WorkerKill, WorkerStop, PostgresFast, Postgres
 type Config struct {
 	AgqBin string
 	// WorkerCommand runs one worker; -addr, -id, -key, -queue,
-	// -heartbeat and -work flags are added.
+	// -heartbeat and -work flags are added, and with TLS
+	// -tls-ca-cert-file, -tls-cert-file and -tls-key-file.
 	WorkerCommand []string
 	// Dir holds the clusters and the logs.
 	Dir                       string
@@ -61,14 +63,19 @@ type Config struct {
 	// Duration is how long faults are injected (each kind at least once).
 	Duration time.Duration
 	Faults   []string
-	// Drain is how long the jobs acknowledged may take to finish after.
-	Drain time.Duration
+	// StuckAfter is how long, once submissions stop, the unfinished
+	// acknowledged jobs may go without any of them moving before they are
+	// called stuck. Jobs being worked off are waited for however long.
+	StuckAfter time.Duration
 	// Fsync keeps PostgreSQL's fsync on (off makes short runs faster;
 	// process kills do not lose what the operating system holds).
 	Fsync bool
 	// NoStandby runs a single PostgreSQL, without fail-over.
 	NoStandby bool
-	Progress  io.Writer
+	// TLS runs the nodes with only a TLS listener that requires a client
+	// certificate, and every worker and producer connects over it.
+	TLS      bool
+	Progress io.Writer
 }
 
 type run struct {
@@ -79,6 +86,8 @@ type run struct {
 	workers  []*process
 	adminKey string
 	ledger   *ledger
+	tlsFiles TLSFiles
+	tlsConf  *tls.Config // nil without TLS
 	started  time.Time
 	say      func(format string, args ...any)
 }
@@ -111,6 +120,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.db = db
 	r.say("PostgreSQL ready (%s)", db.url)
+	if cfg.TLS {
+		if r.tlsFiles, err = makeTLSFiles(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("making TLS certificates: %w", err)
+		}
+		if r.tlsConf, err = clientTLS(r.tlsFiles.CA, r.tlsFiles.ClientCert, r.tlsFiles.ClientKey); err != nil {
+			return nil, err
+		}
+	}
 	defer r.stopAll()
 	if err := r.startNodes(ctx); err != nil {
 		return nil, err
@@ -118,10 +135,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.startWorkers(ctx); err != nil {
 		return nil, err
 	}
+	rep := &Report{TLS: cfg.TLS, SubmitRate: cfg.Rate, WorkerCapacity: float64(cfg.Workers) * float64(time.Second) / float64(workTime), StuckAfter: cfg.StuckAfter}
+	r.say("%d workers can take at most %.0f jobs/s (each runs one job at a time, %s each); submitting %d/s",
+		cfg.Workers, rep.WorkerCapacity, workTime, cfg.Rate)
+	workersUp := time.Now()
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	producers := r.startProducers(prodCtx)
 
-	rep := &Report{}
 	faults := cfg.Faults
 	if len(faults) == 0 {
 		faults = AllFaults
@@ -133,20 +153,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopProducers()
 	producers.Wait()
-	r.say("producers stopped; %d submissions acknowledged; waiting for them to finish", len(r.ledger.ackedIDs()))
+	rep.CompletionRate = float64(r.ledger.completions()) / time.Since(workersUp).Seconds()
+	r.say("producers stopped; %d submissions acknowledged; workers completed %.0f jobs/s meanwhile; waiting for the rest to finish",
+		len(r.ledger.ackedIDs()), rep.CompletionRate)
 
 	conn, err := r.connectPrimary(ctx)
 	if err != nil {
 		return rep, err
 	}
 	defer conn.Close(context.Background())
-	ids := r.ledger.ackedIDs()
-	for deadline := time.Now().Add(cfg.Drain); ; time.Sleep(500 * time.Millisecond) {
-		n, err := unfinished(ctx, conn, ids)
-		if err == nil && n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	rep.Drain = r.drain(ctx, conn, r.ledger.ackedIDs())
 	r.stopWorkers()
 	err = r.ledger.account(ctx, conn, rep)
 	rep.Elapsed = time.Since(r.started)
@@ -176,18 +192,23 @@ func (r *run) startNodes(ctx context.Context) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		p := &process{name: fmt.Sprintf("agq%d", i), log: logPath(r.cfg.Dir, fmt.Sprintf("agq%d", i)), args: []string{
-			r.cfg.AgqBin, "--listen", addr, "--http-listen", httpAddr, "--database-url", r.db.url,
+		listen := []string{"--listen", addr}
+		if r.cfg.TLS {
+			listen = []string{"--listen", "off", "--tls-listen", addr, "--tls-cert-file", r.tlsFiles.Cert,
+				"--tls-key-file", r.tlsFiles.Key, "--tls-ca-cert-file", r.tlsFiles.CA, "--tls-auth-clients", "yes"}
+		}
+		p := &process{name: fmt.Sprintf("agq%d", i), log: logPath(r.cfg.Dir, fmt.Sprintf("agq%d", i)), args: append([]string{
+			r.cfg.AgqBin, "--http-listen", httpAddr, "--database-url", r.db.url,
 			"--data-dir", dir, "--admin-key", r.adminKey, "--log-level", "warn", "--log-format", "json",
 			"--heartbeat-interval", strconv.Itoa(int(heartbeatInterval.Seconds())) + "s", "--ack-timeout", ackTimeout.String(),
-		}}
+		}, listen...)}
 		if err := p.start(); err != nil {
 			return err
 		}
 		r.nodes, r.addrs = append(r.nodes, p), append(r.addrs, addr)
 	}
 	for i, addr := range r.addrs {
-		c := redis.NewClient(&redis.Options{Addr: addr, Password: r.adminKey, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: addr, Password: r.adminKey, MaxRetries: -1, TLSConfig: r.tlsConf})
 		err := waitFor(ctx, 30*time.Second, func() error { return c.Ping(ctx).Err() })
 		c.Close()
 		if err != nil {
@@ -199,7 +220,7 @@ func (r *run) startNodes(ctx context.Context) error {
 }
 
 func (r *run) admin(node int) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: r.addrs[node], Password: r.adminKey, MaxRetries: -1,
+	return redis.NewClient(&redis.Options{Addr: r.addrs[node], Password: r.adminKey, MaxRetries: -1, TLSConfig: r.tlsConf,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 }
 
@@ -215,6 +236,9 @@ func (r *run) startWorkers(ctx context.Context) error {
 		}
 		args := append(append([]string{}, r.cfg.WorkerCommand...), "-addr", r.addrs[node], "-id", id, "-key", key,
 			"-queue", queue, "-heartbeat", heartbeatInterval.String(), "-work", workTime.String())
+		if r.cfg.TLS {
+			args = append(args, "-tls-ca-cert-file", r.tlsFiles.CA, "-tls-cert-file", r.tlsFiles.ClientCert, "-tls-key-file", r.tlsFiles.ClientKey)
+		}
 		p := &process{name: id, log: logPath(r.cfg.Dir, id), args: args,
 			lines: func(line string) { r.ledger.workerLine(worker, node, line) }}
 		if err := p.start(); err != nil {

@@ -21,6 +21,7 @@ type ledger struct {
 	execs    map[string]int
 	accepted map[string][]string // job → deliveries whose completion was answered OK
 	refused  int
+	accepts  int // completions answered OK, in all
 	errs     map[string]int
 	doneAt   []time.Time  // per node: the last accepted completion by one of its workers
 	holding  map[int]held // per worker: the job between its exec line and its done line
@@ -64,6 +65,7 @@ func (l *ledger) workerLine(worker, node int, line string) {
 		l.holding[worker] = held{job: f[1], delivery: f[3]}
 	case f[0] == "done" && len(f) >= 4 && f[3] == "ok":
 		l.accepted[f[1]] = append(l.accepted[f[1]], f[2])
+		l.accepts++
 		l.doneAt[node] = time.Now()
 		delete(l.holding, worker)
 	case f[0] == "done":
@@ -96,21 +98,17 @@ func (l *ledger) holdingNow(worker int) (held, bool) {
 	return h, ok
 }
 
+// completions counts the completions answered OK so far.
+func (l *ledger) completions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.accepts
+}
+
 func (l *ledger) ackedIDs() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Sorted(maps.Keys(l.acked))
-}
-
-// unfinished counts the acknowledged jobs the database does not hold as
-// finished.
-func unfinished(ctx context.Context, conn *pgx.Conn, ids []string) (int, error) {
-	var n int
-	err := conn.QueryRow(ctx, `
-		SELECT count(*) FROM unnest($1::text[]) AS a(id)
-		LEFT JOIN jobs j ON j.id = a.id
-		WHERE j.status IS NULL OR j.status NOT IN ('completed', 'failed', 'cancelled')`, ids).Scan(&n)
-	return n, err
 }
 
 // account compares the ledger with the database.
@@ -174,21 +172,34 @@ func appendSome(s []string, v string) []string {
 
 // Report is what a chaos run found.
 type Report struct {
-	Acknowledged        int            `json:"acknowledged"`
-	Completed           int            `json:"completed"`
-	Failed              int            `json:"failed_or_cancelled"`
-	Lost                int            `json:"lost"`
-	Stuck               int            `json:"stuck"`
-	CompletionsLost     int            `json:"completions_lost"`
-	RunMoreThanOnce     int            `json:"run_more_than_once"`
-	LateReportsAccepted int            `json:"late_reports_accepted"`
-	ReportsRefused      int            `json:"reports_refused"`
-	Faults              []FaultResult  `json:"faults"`
-	ClientErrors        map[string]int `json:"client_errors"`
-	LostIDs             []string       `json:"lost_ids,omitempty"`
-	StuckIDs            []string       `json:"stuck_ids,omitempty"`
-	LateIDs             []string       `json:"late_ids,omitempty"`
-	Elapsed             time.Duration  `json:"elapsed_ns"`
+	Acknowledged        int `json:"acknowledged"`
+	Completed           int `json:"completed"`
+	Failed              int `json:"failed_or_cancelled"`
+	Lost                int `json:"lost"`
+	Stuck               int `json:"stuck"`
+	CompletionsLost     int `json:"completions_lost"`
+	RunMoreThanOnce     int `json:"run_more_than_once"`
+	LateReportsAccepted int `json:"late_reports_accepted"`
+	ReportsRefused      int `json:"reports_refused"`
+	// TLS says every client connected over TLS with a client certificate.
+	TLS bool `json:"tls"`
+	// SubmitRate is the submissions asked per second; WorkerCapacity what
+	// the workers can take at most, CompletionRate what they completed
+	// while submissions went on.
+	SubmitRate     int     `json:"submit_rate"`
+	WorkerCapacity float64 `json:"worker_capacity_per_s"`
+	CompletionRate float64 `json:"completion_rate_per_s"`
+	// Drain is how long the unfinished jobs were waited for after the
+	// submissions; StuckAfter how long none of them may move before they
+	// are called stuck.
+	Drain        time.Duration  `json:"drain_ns"`
+	StuckAfter   time.Duration  `json:"stuck_after_ns"`
+	Faults       []FaultResult  `json:"faults"`
+	ClientErrors map[string]int `json:"client_errors"`
+	LostIDs      []string       `json:"lost_ids,omitempty"`
+	StuckIDs     []string       `json:"stuck_ids,omitempty"`
+	LateIDs      []string       `json:"late_ids,omitempty"`
+	Elapsed      time.Duration  `json:"elapsed_ns"`
 }
 
 // FaultResult is one fault and how long the system took to recover.
@@ -216,11 +227,17 @@ func (r *Report) OK() bool {
 
 // Print writes the report for people.
 func (r *Report) Print(w io.Writer) {
+	if r.TLS {
+		fmt.Fprintf(w, "every client over TLS with a client certificate\n")
+	}
+	fmt.Fprintf(w, "submitted at %d/s; the workers can take at most %.0f/s and completed %.0f/s meanwhile\n",
+		r.SubmitRate, r.WorkerCapacity, r.CompletionRate)
+	fmt.Fprintf(w, "waited %.1fs after the last submission for the jobs to finish\n", r.Drain.Seconds())
 	fmt.Fprintf(w, "jobs acknowledged:                  %d\n", r.Acknowledged)
 	fmt.Fprintf(w, "  completed:                        %d\n", r.Completed)
 	fmt.Fprintf(w, "  failed or cancelled:              %d\n", r.Failed)
 	fmt.Fprintf(w, "  lost (acknowledged, not in the database): %d %v\n", r.Lost, r.LostIDs)
-	fmt.Fprintf(w, "  stuck (not finished at the end):  %d %v\n", r.Stuck, r.StuckIDs)
+	fmt.Fprintf(w, "  stuck (unfinished, none moved for %s): %d %v\n", r.StuckAfter, r.Stuck, r.StuckIDs)
 	fmt.Fprintf(w, "  completion answered OK, job not completed: %d\n", r.CompletionsLost)
 	fmt.Fprintf(w, "  executed more than once:          %d\n", r.RunMoreThanOnce)
 	fmt.Fprintf(w, "final reports accepted from a worker that had lost the job: %d %v\n", r.LateReportsAccepted, r.LateIDs)

@@ -19,6 +19,9 @@ type WorkerConfig struct {
 	Heartbeat            time.Duration
 	// Work is how long each job runs.
 	Work time.Duration
+	// TLSCACertFile, when set, connects over TLS to a server whose
+	// certificate that CA signed, presenting TLSCertFile/TLSKeyFile.
+	TLSCACertFile, TLSCertFile, TLSKeyFile string
 }
 
 // RunWorker is a worker process as a go-redis user would write one:
@@ -38,8 +41,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) {
 		defer mu.Unlock()
 		fmt.Fprintf(out, format+"\n", args...)
 	}
+	tlsConf, err := clientTLS(cfg.TLSCACertFile, cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		say("err tls %s", oneLine(err))
+		return
+	}
 	c := redis.NewClient(&redis.Options{
-		Addr: cfg.Addr, Username: cfg.ID, Password: cfg.Key, MaxRetries: -1, PoolSize: 4,
+		Addr: cfg.Addr, Username: cfg.ID, Password: cfg.Key, MaxRetries: -1, PoolSize: 4, TLSConfig: tlsConf,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
 	})
 	defer c.Close()

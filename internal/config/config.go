@@ -40,6 +40,10 @@ type Config struct {
 	RetainFailed      time.Duration
 	LogLevel          string
 	LogFormat         string
+	// DirectDatabaseURL reaches PostgreSQL itself for what needs a session
+	// of its own (LISTEN, the leader's lock, migrations) when DatabaseURL
+	// goes through a pooler; "" means DatabaseURL.
+	DirectDatabaseURL string
 
 	// TLSListen is the RESP-over-TLS address ("" for none). With TLSCertFile
 	// and TLSKeyFile the HTTP side port is served over TLS too; with
@@ -77,6 +81,7 @@ var settings = []setting{
 	{"listen", "127.0.0.1:6380", "RESP address (off: only the TLS listener)", func(c *Config, v string) error { c.Listen = v; return nil }},
 	{"http-listen", "127.0.0.1:6381", "health and metrics address (off disables)", func(c *Config, v string) error { c.HTTPListen = v; return nil }},
 	{"database-url", "", "external PostgreSQL URL (unset: managed local cluster in the data dir)", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
+	{"direct-database-url", "", "PostgreSQL itself, for LISTEN, the leader's lock and migrations when database-url goes through PgBouncer (unset: database-url)", func(c *Config, v string) error { c.DirectDatabaseURL = v; return nil }},
 	{"data-dir", "./agq-data", "managed cluster and generated admin key", func(c *Config, v string) error { c.DataDir = v; return nil }},
 	{"admin-key", "", "an admin key (or sha256:<hex digest>)", func(c *Config, v string) error { c.AdminKey = v; return nil }},
 	{"heartbeat-interval", "30s", "heartbeat interval told to workers, whole seconds; dead after 3 missed", func(c *Config, v string) error {
@@ -268,6 +273,9 @@ func Load(args []string, getenv func(string) string, usageOut io.Writer) (Config
 	}
 	if err := c.checkTLS(); err != nil {
 		return Config{}, err
+	}
+	if c.DirectDatabaseURL != "" && c.DatabaseURL == "" {
+		return Config{}, errors.New("direct-database-url needs database-url: the managed PostgreSQL is reached directly")
 	}
 	c.Admins, c.Workers, c.Producers, c.Viewers = file.admins, file.workers, file.producers, file.viewers
 	return c, nil

@@ -151,6 +151,7 @@ func TestBadSettingsAreErrorsNamingThem(t *testing.T) {
 		{name: "NotTOML", file: "listen = \n", want: []string{"agq.toml"}},
 		{name: "UnknownFlag", args: []string{"--colour"}, want: []string{"colour"}},
 		{name: "StrayArgument", args: []string{"serve"}, want: []string{`"serve"`}},
+		{name: "DirectURLWithoutDatabaseURL", env: env{"AGQ_DIRECT_DATABASE_URL": "host=/run/pg"}, want: []string{"direct-database-url", "database-url"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,14 +221,14 @@ func TestHelpNamesEveryVariable(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, name := range []string{
-		"AGQ_LISTEN", "AGQ_HTTP_LISTEN", "AGQ_DATABASE_URL", "AGQ_DATA_DIR", "AGQ_CONFIG", "AGQ_ADMIN_KEY",
+		"AGQ_LISTEN", "AGQ_HTTP_LISTEN", "AGQ_DATABASE_URL", "AGQ_DIRECT_DATABASE_URL", "AGQ_DATA_DIR", "AGQ_CONFIG", "AGQ_ADMIN_KEY",
 		"AGQ_HEARTBEAT_INTERVAL", "AGQ_JOB_TIMEOUT", "AGQ_ACK_TIMEOUT", "AGQ_MAX_PAYLOAD", "AGQ_LOG_LEVEL", "AGQ_LOG_FORMAT",
 	} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("--help does not mention %s", name)
 		}
 	}
-	for _, flag := range []string{"-listen", "-http-listen", "-database-url", "-data-dir", "-config", "-admin-key", "-heartbeat-interval", "-job-timeout", "-ack-timeout", "-max-payload", "-log-level", "-log-format"} {
+	for _, flag := range []string{"-listen", "-http-listen", "-database-url", "-direct-database-url", "-data-dir", "-config", "-admin-key", "-heartbeat-interval", "-job-timeout", "-ack-timeout", "-max-payload", "-log-level", "-log-format"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}

@@ -5,10 +5,12 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
@@ -54,7 +57,10 @@ type Node struct {
 	hub      *wakeup.Hub
 	sweeps   *store.Store // the leader services' own connection
 	elector  *leader.Elector
-	tracer   *tracing.Tracer // nil: tracing is off
+	// directURL reaches PostgreSQL itself, for LISTEN and the leader's
+	// lock, when the pool goes through a pooler.
+	directURL string
+	tracer    *tracing.Tracer // nil: tracing is off
 	// services run in the background from Start to Close, started in
 	// order and stopped in reverse.
 	services []service.Service
@@ -65,25 +71,78 @@ type Node struct {
 	closeErr  error
 }
 
-// databaseURL returns the URL to use, starting the managed cluster when
-// none is configured.
-func openDatabase(ctx context.Context, cfg config.Config, log zerolog.Logger) (string, *pgcluster.Cluster, error) {
+// database is where a node's connections go.
+type database struct {
+	// url is the pool's; direct reaches PostgreSQL itself, for what needs
+	// a session of its own: LISTEN, the leader's advisory lock and the
+	// migrations' lock.
+	url, direct string
+	// pooled says url goes through a connection pooler.
+	pooled  bool
+	cluster *pgcluster.Cluster // the managed one, or nil
+}
+
+// openDatabase finds the database to use, starting the managed cluster
+// when none is configured.
+func openDatabase(ctx context.Context, cfg config.Config, log zerolog.Logger) (database, error) {
 	if cfg.DatabaseURL != "" {
-		return cfg.DatabaseURL, nil, nil
+		return externalDatabase(ctx, cfg)
 	}
 	cl, err := pgcluster.Open(pgcluster.Config{DataDir: cfg.DataDir, Logger: log.With().Str("component", "postgres").Logger()})
 	if err != nil {
-		return "", nil, fmt.Errorf("managed postgres: %w", err)
+		return database{}, fmt.Errorf("managed postgres: %w", err)
 	}
 	if err := cl.Start(ctx); err != nil {
 		cl.Close()
-		return "", nil, fmt.Errorf("managed postgres: %w", err)
+		return database{}, fmt.Errorf("managed postgres: %w", err)
 	}
 	if err := ensureDatabase(ctx, cl); err != nil {
 		cl.Close()
-		return "", nil, err
+		return database{}, err
 	}
-	return cl.ConnString("agq"), cl, nil
+	url := cl.ConnString("agq")
+	return database{url: url, direct: url, cluster: cl}, nil
+}
+
+// externalDatabase checks that the direct URL reaches PostgreSQL itself, and
+// whether the pool's goes through a pooler. Through a pooler in transaction
+// mode LISTEN would hear nothing and the leader's lock would stay with a
+// server connection the pooler keeps (and lends to other nodes), so agq
+// refuses rather than run like that.
+func externalDatabase(ctx context.Context, cfg config.Config) (database, error) {
+	db := database{url: cfg.DatabaseURL, direct: cmp.Or(cfg.DirectDatabaseURL, cfg.DatabaseURL)}
+	pooled, err := store.ThroughPooler(ctx, db.direct)
+	if err != nil {
+		return database{}, err
+	}
+	if pooled && cfg.DirectDatabaseURL == "" {
+		return database{}, errors.New("the database URL (AGQ_DATABASE_URL) leads to a connection pooler such as PgBouncer: " +
+			"set AGQ_DIRECT_DATABASE_URL to PostgreSQL itself, for LISTEN and the leader's advisory lock, which need a session of their own")
+	}
+	if pooled {
+		return database{}, errors.New("the direct database URL (AGQ_DIRECT_DATABASE_URL) leads to a connection pooler such as PgBouncer, " +
+			"not to PostgreSQL itself: LISTEN and the leader's advisory lock need a session of their own")
+	}
+	if db.direct != db.url {
+		if db.pooled, err = store.ThroughPooler(ctx, db.url); err != nil {
+			return database{}, err
+		}
+	}
+	return db, nil
+}
+
+// migrate applies the migrations under their session lock, on a connection
+// straight to PostgreSQL.
+func migrate(ctx context.Context, db database, pool *store.Store) ([]int, error) {
+	if !db.pooled {
+		return migrations.Apply(ctx, pool.Pool)
+	}
+	direct, err := store.Open(ctx, store.Config{URL: db.direct, MaxConns: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer direct.Close()
+	return migrations.Apply(ctx, direct.Pool)
 }
 
 // ensureDatabase creates the agq database in a fresh managed cluster.
@@ -108,14 +167,14 @@ func ensureDatabase(ctx context.Context, cl *pgcluster.Cluster) error {
 // Migrate applies migrations and returns; the managed cluster, if any, is
 // started for the purpose and stopped again.
 func Migrate(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
-	url, cl, err := openDatabase(ctx, cfg, log)
+	db, err := openDatabase(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	if cl != nil {
-		defer cl.Close()
+	if db.cluster != nil {
+		defer db.cluster.Close()
 	}
-	st, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+	st, err := store.Open(ctx, store.Config{URL: db.direct, MaxConns: 2})
 	if err != nil {
 		return err
 	}
@@ -144,22 +203,31 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	}()
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	url, cl, err := openDatabase(ctx, cfg, n.log)
+	db, err := openDatabase(ctx, cfg, n.log)
 	if err != nil {
 		return nil, err
 	}
-	n.cluster = cl
+	n.cluster, n.directURL = db.cluster, db.direct
 	if n.tracer, err = tracing.New(ctx, "agq"); err != nil {
 		return nil, err
 	}
 	if n.tracer != nil {
 		n.log.Info().Msg("tracing: exporting spans over OTLP as the OTEL_* variables say")
 	}
-	n.store, err = store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}, Recovered: engine.RecoveryTracer(n.tracer)})
+	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Retry: engine.RetryPolicy{},
+		Recovered: engine.RecoveryTracer(n.tracer)})
 	if err != nil {
 		return nil, err
 	}
-	applied, err := migrations.Apply(ctx, n.store.Pool)
+	if db.pooled {
+		mode := n.store.Pool.Config().ConnConfig.DefaultQueryExecMode
+		ev := n.log.Info()
+		if mode == pgx.QueryExecModeCacheStatement {
+			ev = n.log.Warn().Str("needs", "PgBouncer 1.21 or newer with max_prepared_statements set")
+		}
+		ev.Str("exec_mode", mode.String()).Msg("the database URL leads to a connection pooler; LISTEN, the leader's lock and migrations use the direct URL")
+	}
+	applied, err := migrate(ctx, db, n.store)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +253,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	bg, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.hub = wakeup.New(wakeup.Config{
-		ConnString: n.store.Pool.Config().ConnString(),
+		ConnString: n.directURL,
 		NodeID:     n.ID,
 		Send:       n.store.Notify,
 		Logger:     n.log.With().Str("component", "listen").Logger(),
@@ -247,7 +315,8 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		if err != nil {
 			return nil, err
 		}
-		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: stdlog.New(debugWriter{n.log.With().Str("component", "http").Logger()}, "", 0)}
 		serve := func() error { return n.httpSrv.Serve(n.httpLn) }
 		if n.certs != nil {
 			n.httpSrv.TLSConfig = n.certs.httpConfig()
@@ -261,7 +330,11 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 			}
 		}()
 	}
-	n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil).Msg("agq ready")
+	ready := n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil)
+	if url := dashboardURL(n.HTTPAddr(), n.certs != nil, cfg); url != "" {
+		ready = ready.Str("dashboard", url)
+	}
+	ready.Str("admin_key", adminKeyWhere(cfg, written)).Msg("agq ready")
 	return n, nil
 }
 

@@ -39,7 +39,7 @@ func (n *Node) newElector(ctx context.Context) error {
 		Registerer: n.registry,
 	})
 	n.elector = leader.New(leader.Config{
-		ConnString: n.store.Pool.Config().ConnString(),
+		ConnString: n.directURL,
 		NodeID:     n.ID,
 		Logger:     n.log.With().Str("component", "leader").Logger(),
 		Lead: func(ctx context.Context) {

@@ -295,7 +295,7 @@ func (b *testBundle) waitStarted(t *testing.T, jobID string) {
 func (b *testBundle) waitIdle(t *testing.T, within time.Duration) {
 	t.Helper()
 	agqtest.Eventually(t, within, func() error {
-		if n := b.worker.active.Load(); n != 0 {
+		if n := b.worker.client.Stats().ActiveJobs; n != 0 {
 			return fmt.Errorf("%d jobs still running", n)
 		}
 		return nil

@@ -2,75 +2,50 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/agq/agq/client"
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
-	"github.com/agq/agq/cmd/agw/internal/stats"
 )
 
-// jobMessage is the job JSON that BRPOP delivers. Fields agw does not use
-// (payload, and whatever a newer server adds) are ignored here; the plan and
-// inputs are decoded strictly by pipeline.ParseSpec.
-type jobMessage struct {
-	JobID          string          `json:"job_id"`
-	Type           string          `json:"type"`
-	Queue          string          `json:"queue"`
-	Plan           json.RawMessage `json:"plan"`
-	Inputs         json.RawMessage `json:"inputs"`
-	Attempt        int             `json:"attempt"`
-	Delivery       string          `json:"delivery"`
-	MaxAttempts    int             `json:"max_attempts"`
-	TimeoutSeconds float64         `json:"timeout_seconds"`
-	TraceParent    string          `json:"traceparent"`
-	TraceState     string          `json:"tracestate"`
-}
+// errShutdown is a job's error when agw's shutdown stopped it.
+var errShutdown = shutdownError{}
 
-// runJob runs one delivered job: acknowledge it as running (agq re-queues a
-// delivery that is not acknowledged within its ack timeout), run its plan
-// while reporting progress, then report it completed or failed. A job agq
-// cancels is killed: one named by a heartbeat reply is then reported
-// cancelled, which ends it on agq; one whose update was answered -CANCELLED
-// has ended already and is not reported again.
-func (w *Worker) runJob(queue, raw string) {
-	var msg jobMessage
-	if err := json.Unmarshal([]byte(raw), &msg); err != nil || msg.JobID == "" {
-		w.log.Error().Err(err).Str("queue", queue).Int("bytes", len(raw)).
-			Msg("received a job without a readable job_id; it cannot be reported, and agq will deliver it again after its ack timeout")
-		return
-	}
-	log := w.log.With().Str("job_id", msg.JobID).Str("queue", queue).Int("attempt", msg.Attempt).Logger()
+type shutdownError struct{}
 
-	ctx, cancel := context.WithCancelCause(w.jobsCtx)
-	defer cancel(nil)
-	w.track(msg.JobID, cancel)
-	defer w.untrack(msg.JobID)
+func (shutdownError) Error() string { return "agw shutting down" }
+func (shutdownError) Unwrap() error { return client.ErrShuttingDown }
 
-	span := w.startJobSpan(msg)
+// runJob runs one delivered job: acknowledge it as running first (agq
+// gives a delivery not acknowledged within its timeout to another worker,
+// and a plan's tools may not be safe to run twice), run its plan while
+// reporting progress and publishing its output lines, then return what the
+// final report says. A job agq cancels is killed and reported cancelled
+// (or not at all, when agq already ended it); the client decides which.
+func (w *Worker) runJob(ctx context.Context, j *client.Job) (any, error) {
+	log := w.log.With().Str("job_id", j.ID()).Str("queue", j.Queue()).Int("attempt", j.Attempt()).Logger()
+	span := w.startJobSpan(j)
 	defer span.End()
-
 	started := time.Now()
-	ack := mustMarshal(runningUpdate{Status: "running", Attempt: msg.Attempt, Delivery: msg.Delivery, WorkerID: w.cfg.WorkerID, StartedAt: timestamp(started)})
-	if err := w.report(msg.JobID, ack, log); err != nil {
-		if errors.Is(err, errJobCancelled) {
+	if err := j.Acknowledge(ctx); err != nil {
+		if errors.Is(err, client.ErrCancelled) {
 			log.Info().Msg("job was cancelled before it started")
 		} else {
 			log.Error().Err(err).Msg("could not acknowledge the job; not running it")
 		}
-		return
+		return nil, err
 	}
-	log.Info().Str("type", msg.Type).Msg("job started")
+	log.Info().Str("type", j.Type()).Msg("job started")
 
-	spec, err := pipeline.ParseSpec(msg.Plan, msg.Inputs, msg.TimeoutSeconds)
+	spec, err := pipeline.ParseSpec(j.Plan(), j.Inputs(), j.Timeout().Seconds())
 	var res pipeline.Result
 	if err == nil {
-		p := w.startProgress(ctx, msg.JobID, cancel, log)
-		logs := w.newLogLines(msg.JobID)
+		p := w.startProgress(ctx, j, log)
+		logs := newLogLines(j, w.log)
 		spec.OnLine = logs.line
 		res, err = w.cfg.Executor.Run(ctx, spec, p.offer)
 		p.stop()
@@ -81,112 +56,63 @@ func (w *Worker) runJob(queue, raw string) {
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
-	w.finish(msg.JobID, delivery{msg.Attempt, msg.Delivery}, res, err, started, log)
+	return w.finish(ctx, res, err, started, log)
 }
 
-// finish sends a job's final report, naming the delivery it is about so
-// that a report re-sent late never applies to a later delivery.
-func (w *Worker) finish(jobID string, d delivery, res pipeline.Result, runErr error, started time.Time, log zerolog.Logger) {
+// finish is the handler's answer: the report's fields and the error that
+// fails the attempt.
+func (w *Worker) finish(ctx context.Context, res pipeline.Result, runErr error, started time.Time, log zerolog.Logger) (any, error) {
 	now := time.Now()
-	var body []byte
+	cause := context.Cause(ctx)
 	switch {
 	case runErr == nil:
-		w.completed.Add(1)
-		body = completedBody(res, now, w.cfg.MaxReportBytes)
-	case errors.Is(runErr, errCancelConfirmed):
+		log.Info().Dur("duration", now.Sub(started)).Bool("completed", true).Msg("job finished")
+		return fields(completedBody(res, now, w.cfg.MaxReportBytes)), nil
+	case errors.Is(cause, client.ErrCancelled):
+		// Told by a heartbeat reply or job.cancel, the client reports
+		// the job cancelled once its processes are gone, which ends it
+		// on agq; confirmed by an update's reply, it reports nothing.
 		log.Info().Msg("job cancelled by agq; its processes are stopped")
-		return
-	case errors.Is(runErr, errCancelledByServer):
-		// agq answers this report -CANCELLED, and the job ends
-		// cancelled now rather than when its timeout runs out.
-		log.Info().Msg("job cancelled by agq; its processes are stopped; telling agq")
-		err := w.report(jobID, withDelivery(cancelledBody(res.Tasks, now, w.cfg.MaxReportBytes), d), log)
-		if err != nil && !errors.Is(err, errJobCancelled) {
-			log.Error().Err(err).Msg("could not report the job's cancellation")
-		}
-		return
-	case errors.Is(runErr, errShuttingDown):
-		w.failed.Add(1)
-		body = failedBody(errShuttingDown.Error(), true, res.Tasks, now, w.cfg.MaxReportBytes)
-	default:
-		w.failed.Add(1)
-		body = failedBody(runErr.Error(), pipeline.Retryable(runErr), res.Tasks, now, w.cfg.MaxReportBytes)
+		return nil, client.WithReportFields(runErr, fields(cancelledBody(res.Tasks, now, w.cfg.MaxReportBytes)))
+	case errors.Is(cause, client.ErrShuttingDown):
+		runErr = errShutdown
 	}
-	body = withDelivery(body, d)
-	ev := log.Info()
-	if runErr != nil {
-		ev = log.Warn().Str("error", runErr.Error()).Bool("retryable", pipeline.Retryable(runErr))
+	retryable := pipeline.Retryable(runErr)
+	log.Warn().Str("error", runErr.Error()).Bool("retryable", retryable).Dur("duration", now.Sub(started)).
+		Bool("completed", false).Msg("job finished")
+	err := error(reportedError{storable(runErr.Error()), runErr})
+	if !retryable {
+		err = client.Permanent(err)
 	}
-	ev.Dur("duration", now.Sub(started)).Bool("completed", runErr == nil).Msg("job finished")
-	switch err := w.report(jobID, body, log); {
-	case errors.Is(err, errJobCancelled):
-		log.Info().Msg("job had been cancelled by agq meanwhile")
-	case err != nil:
-		log.Error().Err(err).Msg("could not report the job's end")
-	}
+	return nil, client.WithReportFields(err, fields(failedBody(runErr.Error(), retryable, res.Tasks, now, w.cfg.MaxReportBytes)))
 }
 
-// track and untrack keep the cancel function of each running job, so that
-// a heartbeat reply's cancel=<id> reaches it.
-func (w *Worker) track(jobID string, cancel context.CancelCauseFunc) {
-	w.active.Add(1)
-	w.jobsMu.Lock()
-	w.running[jobID] = cancel
-	w.jobsMu.Unlock()
+// reportedError is a job's error with the message agq can store.
+type reportedError struct {
+	msg string
+	err error
 }
 
-func (w *Worker) untrack(jobID string) {
-	w.jobsMu.Lock()
-	delete(w.running, jobID)
-	w.jobsMu.Unlock()
-	w.active.Add(-1)
-}
-
-// cancelJob cancels a running job; it reports whether the job was running.
-func (w *Worker) cancelJob(jobID string, cause error) bool {
-	w.jobsMu.Lock()
-	cancel, ok := w.running[jobID]
-	w.jobsMu.Unlock()
-	if ok {
-		cancel(cause)
-	}
-	return ok
-}
-
-func (w *Worker) runningIDs() []string {
-	w.jobsMu.Lock()
-	defer w.jobsMu.Unlock()
-	ids := make([]string, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func (w *Worker) counters() stats.Counters {
-	return stats.Counters{Active: w.active.Load(), Completed: w.completed.Load(), Failed: w.failed.Load()}
-}
+func (e reportedError) Error() string { return e.msg }
+func (e reportedError) Unwrap() error { return e.err }
 
 // progressReporter sends a job's progress updates from a goroutine of its
 // own, so that the executor never waits for the network. Only the latest
 // progress matters: one still waiting when a newer one arrives is replaced,
 // and one still waiting when the job ends is dropped, since the final report
-// follows at once. Progress is sent once, not retried: it is advisory, and
-// the final report, which is retried, supersedes it.
+// follows at once.
 type progressReporter struct {
-	w      *Worker
-	ctx    context.Context // the job's: no progress is sent once it ends
-	jobID  string
-	cancel context.CancelCauseFunc
+	job    *client.Job
+	ctx    context.Context // ends when the job's does, or when its pipeline ended
+	end    context.CancelFunc
 	log    zerolog.Logger
 	latest chan pipeline.Progress
 	done   chan struct{}
 }
 
-func (w *Worker) startProgress(ctx context.Context, jobID string, cancel context.CancelCauseFunc, log zerolog.Logger) *progressReporter {
-	p := &progressReporter{w: w, ctx: ctx, jobID: jobID, cancel: cancel, log: log,
-		latest: make(chan pipeline.Progress, 1), done: make(chan struct{})}
+func (w *Worker) startProgress(ctx context.Context, j *client.Job, log zerolog.Logger) *progressReporter {
+	p := &progressReporter{job: j, log: log, latest: make(chan pipeline.Progress, 1), done: make(chan struct{})}
+	p.ctx, p.end = context.WithCancel(ctx)
 	go p.loop()
 	return p
 }
@@ -206,6 +132,7 @@ func (p *progressReporter) stop() {
 	case <-p.latest:
 	default:
 	}
+	p.end()
 	close(p.latest)
 	<-p.done
 }
@@ -214,18 +141,12 @@ func (p *progressReporter) loop() {
 	defer close(p.done)
 	for pr := range p.latest {
 		if p.ctx.Err() != nil {
-			continue // cancelled or shutting down: the final report says what matters
+			continue // cancelled or ended: the final report says what matters
 		}
-		body := mustMarshal(progressUpdate{CurrentTask: pr.Finished, ProgressPercent: pr.Percent})
-		err := p.w.cmdUpdate(p.w.reportCtx, p.jobID, body)
-		switch classify(err) {
-		case outcomeOK:
-		case outcomeCancelled:
+		switch err := p.job.Progress(p.ctx, pr.Finished, pr.Percent); {
+		case errors.Is(err, client.ErrCancelled):
 			p.log.Info().Msg("agq says the job was cancelled; stopping it")
-			p.cancel(errCancelConfirmed)
-		case outcomeConn, outcomeNotRegistered:
-			p.w.markStale()
-			p.log.Debug().Err(err).Msg("progress update lost")
+		case err == nil, p.ctx.Err() != nil:
 		default:
 			p.log.Warn().Err(err).Msg("progress update refused")
 		}

@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agq/agq/client"
 )
 
 // A job's output lines go to agq as they come (PUBLISH job.<id>.logs), for
@@ -23,8 +27,8 @@ const (
 )
 
 type logLines struct {
-	w       *Worker
-	channel string
+	job     *client.Job
+	log     zerolog.Logger
 	q       chan string
 	dropped atomic.Int64
 	done    chan struct{}
@@ -35,8 +39,8 @@ type logLines struct {
 	closed bool // no more lines: a tool that left its process group may still write
 }
 
-func (w *Worker) newLogLines(jobID string) *logLines {
-	l := &logLines{w: w, channel: "job." + jobID + ".logs", q: make(chan string, logQueue), done: make(chan struct{}),
+func newLogLines(j *client.Job, log zerolog.Logger) *logLines {
+	l := &logLines{job: j, log: log, q: make(chan string, logQueue), done: make(chan struct{}),
 		tokens: logBurst, last: time.Now()}
 	go l.run()
 	return l
@@ -89,10 +93,10 @@ func (l *logLines) run() {
 }
 
 func (l *logLines) publish(s string) {
-	ctx, cancel := context.WithTimeout(l.w.reportCtx, logDrain)
+	ctx, cancel := context.WithTimeout(context.Background(), logDrain)
 	defer cancel()
-	if err := l.w.rdb.Do(ctx, "PUBLISH", l.channel, s).Err(); err != nil {
-		l.w.log.Debug().Err(err).Str("channel", l.channel).Msg("publishing a log line")
+	if err := l.job.Log(ctx, s); err != nil {
+		l.log.Debug().Err(err).Str("job_id", l.job.ID()).Msg("publishing a log line")
 	}
 }
 

@@ -3,70 +3,15 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/rs/zerolog"
-
+	"github.com/agq/agq/client"
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
 )
 
-// errJobCancelled is report's answer to "-CANCELLED job <id> was cancelled".
-var errJobCancelled = errors.New("the job was cancelled")
-
-// report sends one JOB.UPDATE until agq answers it. Connection trouble is
-// retried with backoff, as is "worker not registered" after registering
-// again; the same bytes are sent each time, and agq treats a repeated update
-// as one transition. It gives up on a refusal (any other error reply), on
-// -CANCELLED, and when the shutdown abandons the last reports.
-func (w *Worker) report(jobID string, body []byte, log zerolog.Logger) error {
-	ctx := w.reportCtx
-	b := w.newBackoff()
-	for {
-		err := w.cmdUpdate(ctx, jobID, body)
-		switch classify(err) {
-		case outcomeOK:
-			return nil
-		case outcomeCancelled:
-			return errJobCancelled
-		case outcomeRefused:
-			return fmt.Errorf("agq refused the update: %w", err)
-		case outcomeNotRegistered:
-			w.markStale()
-			if err := w.ensureRegistered(ctx); err != nil {
-				return fmt.Errorf("abandoned: %w", err)
-			}
-		case outcomeConn:
-			w.markStale()
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("abandoned at shutdown: %w", err)
-		}
-		wait := b.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("JOB.UPDATE failed")
-		if !sleep(ctx, wait) {
-			return fmt.Errorf("abandoned at shutdown: %w", err)
-		}
-	}
-}
-
 // The JOB.UPDATE bodies.
-
-type runningUpdate struct {
-	Status    string `json:"status"`
-	Attempt   int    `json:"attempt,omitempty"`
-	Delivery  string `json:"delivery,omitempty"`
-	WorkerID  string `json:"worker_id"`
-	StartedAt string `json:"started_at"`
-}
-
-type progressUpdate struct {
-	CurrentTask     int `json:"current_task"`
-	ProgressPercent int `json:"progress_percent"`
-}
 
 type completedUpdate struct {
 	Status          string                `json:"status"`
@@ -209,34 +154,18 @@ func mustMarshal(v any) []byte {
 	return b
 }
 
-// delivery names one delivery of a job: its attempt and its token.
-type delivery struct {
-	attempt int
-	token   string
-}
-
-// withDelivery adds "attempt" and "delivery" to a report body; what is
-// unknown (0, "") is left out.
-func withDelivery(body []byte, d delivery) []byte {
-	if d.token != "" {
-		body = withField(body, "delivery", mustMarshal(d.token))
+// fields are a report body's fields but its status, which the client
+// sets.
+func fields(body []byte) client.ReportFields {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		panic(err) // the bodies above are JSON objects
 	}
-	if d.attempt > 0 {
-		body = withField(body, "attempt", mustMarshal(d.attempt))
+	f := make(client.ReportFields, len(raw))
+	for k, v := range raw {
+		if k != "status" {
+			f[k] = v
+		}
 	}
-	return body
-}
-
-// withField puts "key": value first in body, a JSON object this package
-// built (so key is not already in it).
-func withField(body []byte, key string, value []byte) []byte {
-	if len(body) < 2 || body[0] != '{' {
-		return body
-	}
-	out := append(append(mustMarshal(key), ':'), value...)
-	out = append([]byte{'{'}, out...)
-	if body[1] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, body[1:]...)
+	return f
 }

@@ -228,17 +228,17 @@ func TestWorkerCancellation(t *testing.T) {
 		if d := time.Since(start); d > 3*time.Second {
 			t.Fatalf("the cancellation took %v", d)
 		}
-		if b.worker.failed.Load() != 0 || b.worker.completed.Load() != 0 {
+		if s := b.worker.client.Stats(); s.FailedJobsTotal != 0 || s.CompletedJobsTotal != 0 {
 			t.Fatal("a cancelled job was counted as failed or completed")
 		}
 	})
 
 	t.Run("ThroughUpdateReply", func(t *testing.T) {
 		t.Parallel()
-		// No heartbeat comes during the test: the progress update sent
-		// when the first sleep ends is answered -CANCELLED, and the
-		// second sleep must be killed.
-		b := setup(t, nil, heartbeatEvery(time.Minute))
+		// No heartbeat comes during the test, and job.cancel is not
+		// heard: the progress update sent when the first sleep ends is
+		// answered -CANCELLED, and the second sleep must be killed.
+		b := setup(t, func(c *Config) { c.IgnoreCancelChannel = true }, heartbeatEvery(time.Minute))
 		id := b.submit(t, `{"plan":{"tasks":[{"tool":"sleep","args":["1.5"]},{"tool":"sleep","args":["30"]}]}}`)
 		b.waitStarted(t, id)
 		if err := b.admin.Do(context.Background(), "JOB.CANCEL", id).Err(); err != nil {
@@ -266,7 +266,7 @@ func TestWorkerDrains(t *testing.T) {
 			t.Fatal(err)
 		}
 		agqtest.Eventually(t, 5*time.Second, func() error {
-			if b.worker.popCtx.Err() == nil {
+			if !b.worker.client.Draining() {
 				return errors.New("still popping")
 			}
 			return nil

@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StepBeginOutcome is one STEP.BEGIN of a group: its result, or why it
+// was refused.
+type StepBeginOutcome struct {
+	Result StepBeginResult
+	Err    error
+}
+
+// StepsBegin applies step begins sent by different clients, gathered into
+// one group, so that the group shares one WAL flush. One statement serves
+// each call whose job appears once in the group, runs for the delivery
+// named (or the latest), is held by the caller and not asked to cancel: it
+// begins a new step, begins a step again within its attempts, or answers
+// the output of a step completed with an equal input, writing nothing for
+// it. Each other call (a stale delivery, a refusal, a step past its
+// attempts, a sleep's id, a job at MaxSteps) takes the careful path
+// (StepBegin) on its own, which says why.
+func (s *Store) StepsBegin(ctx context.Context, calls []StepBeginParams) ([]StepBeginOutcome, Effects) {
+	out := make([]StepBeginOutcome, len(calls))
+	var fx Effects
+	served, err := s.beginStepsMany(ctx, calls)
+	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+		for i := range out {
+			out[i].Err = interpretError(err)
+		}
+		return out, fx
+	}
+	for i, c := range calls {
+		if r, ok := served[i]; ok {
+			out[i].Result = r
+			continue
+		}
+		var one Effects
+		out[i].Result, one, out[i].Err = s.StepBegin(ctx, c)
+		fx.Merge(one)
+	}
+	return out, fx
+}
+
+// beginStepsMany is the set-based part of StepsBegin: the results of the
+// calls it served, by their index.
+func (s *Store) beginStepsMany(ctx context.Context, calls []StepBeginParams) (map[int]StepBeginResult, error) {
+	served := make(map[int]StepBeginResult, len(calls))
+	var jobIDs, stepIDs, workers []string
+	var deliveries, inputs []*string
+	var maxAttempts []*int32
+	var backoffs []*float64
+	var ords []int32
+	for i, c := range calls {
+		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
+			continue // the careful path says why
+		}
+		worker := c.WorkerID
+		if c.Admin {
+			worker = ""
+		}
+		var delivery, input *string
+		if c.Delivery != "" {
+			d := c.Delivery
+			delivery = &d
+		}
+		if len(c.Input) > 0 {
+			in := string(c.Input)
+			input = &in
+		}
+		var most *int32
+		if c.MaxAttempts != nil {
+			m := int32(*c.MaxAttempts)
+			most = &m
+		}
+		jobIDs, stepIDs, workers = append(jobIDs, c.JobID), append(stepIDs, c.StepID), append(workers, worker)
+		deliveries, inputs = append(deliveries, delivery), append(inputs, input)
+		maxAttempts, backoffs, ords = append(maxAttempts, most), append(backoffs, c.BackoffSeconds), append(ords, int32(i))
+	}
+	if len(ords) == 0 {
+		return served, nil
+	}
+	// The jobs are locked first, in a statement of their own, so that the
+	// begins read their steps as the calls that held the locks before left
+	// them (READ COMMITTED takes a snapshot per statement).
+	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{jobIDs}}
+	err := s.hotQuery(ctx, false, lock, func(rows pgx.Rows) error {
+		var ord int32
+		var attempt *int32
+		var output []byte
+		if err := rows.Scan(&ord, &attempt, &output); err != nil {
+			return err
+		}
+		if attempt == nil {
+			if len(output) == 0 {
+				output = []byte("null")
+			}
+			served[int(ord)] = StepBeginResult{Output: json.RawMessage(output)}
+		} else {
+			served[int(ord)] = StepBeginResult{Execute: true, Attempt: int(*attempt)}
+		}
+		return nil
+	}, beginStepsManySQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, MaxSteps)
+	if err != nil {
+		return map[int]StepBeginResult{}, err
+	}
+	return served, nil
+}
+
+// lockStepJobsSQL locks a group's jobs through their key, in id order, as
+// the careful path locks each.
+const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+
+// beginStepsManySQL begins a group's steps by the rules of StepBegin,
+// reading each job through its key, each step through job_steps' key and
+// each job's last order through job_steps_order. A new step is its job's
+// next, with attempt 1; a step running for this delivery keeps its
+// attempt; one completed with another input runs anew; any other counts
+// one attempt more, within its attempts. A step completed with an equal
+// input answers its output (attempt NULL) and is not written. The jobs'
+// first calls of their deliveries acknowledge them.
+const beginStepsManySQL = `
+	WITH u AS (
+		SELECT *, count(*) OVER (PARTITION BY job_id) AS calls
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::float8[], $8::int[])
+			AS u(job_id, step_id, worker, delivery, input, max_attempts, backoff, ord)
+	), c AS (
+		SELECT u.*, j.delivery AS job_delivery, j.ack_deadline IS NOT NULL AS unacked,
+			coalesce(u.max_attempts, j.max_attempts) AS new_max, coalesce(u.backoff, j.retry_backoff_seconds) AS new_backoff,
+			s.step_id IS NOT NULL AS found, s.status, s.attempts, coalesce(u.max_attempts, s.max_attempts) AS step_max,
+			s.input = coalesce(u.input::jsonb, 'null') AS same_input, s.output, s.delivery = j.delivery AS current,
+			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.job_id = u.job_id) AS last_ord
+		FROM u
+		JOIN jobs j ON j.id = u.job_id
+		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id
+		WHERE u.calls = 1 AND j.status = 'running' AND NOT j.cancel_requested
+		  AND (u.worker = '' OR j.worker_id = u.worker)
+		  AND (u.delivery IS NULL OR j.delivery::text = u.delivery)
+		  AND (s.step_id IS NULL OR s.kind = 'step')
+	), d AS (
+		SELECT c.*, CASE
+				WHEN NOT c.found THEN 1
+				WHEN c.status = 'completed' AND c.same_input THEN NULL
+				WHEN c.status = 'running' AND c.current THEN c.attempts
+				WHEN c.status = 'completed' THEN 1
+				ELSE c.attempts + 1
+			END AS attempt
+		FROM c
+		WHERE CASE
+				WHEN NOT c.found THEN c.last_ord < $9
+				WHEN c.status = 'completed' OR c.status = 'running' AND c.current THEN true
+				ELSE c.attempts < c.step_max
+			END
+	), added AS (
+		INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
+		SELECT d.job_id, d.step_id, d.last_ord + 1, 'step', 'running', 1, d.new_max, d.new_backoff,
+			coalesce(d.input::jsonb, 'null'), d.job_delivery
+		FROM d WHERE NOT d.found
+		ON CONFLICT DO NOTHING
+		RETURNING job_id
+	), again AS (
+		UPDATE job_steps s SET status = 'running', attempts = d.attempt, max_attempts = d.step_max,
+			retry_backoff_seconds = coalesce(d.backoff, s.retry_backoff_seconds), input = coalesce(d.input::jsonb, 'null'),
+			delivery = d.job_delivery, began_at = CASE WHEN s.delivery = d.job_delivery THEN s.began_at ELSE now() END,
+			completed_at = NULL
+		FROM d
+		WHERE d.found AND d.attempt IS NOT NULL AND s.job_id = d.job_id AND s.step_id = d.step_id
+		RETURNING s.job_id
+	), acked AS (
+		UPDATE jobs j SET ack_deadline = NULL
+		FROM d WHERE d.unacked AND j.id = d.job_id
+	)
+	SELECT d.ord, d.attempt, d.output FROM d
+	WHERE d.attempt IS NULL
+	   OR d.job_id IN (SELECT job_id FROM added UNION ALL SELECT job_id FROM again)`
