@@ -38,6 +38,27 @@ type broker struct {
 	channels map[string]map[*subscriber]struct{}
 	patterns map[*subscriber]struct{} // subscribers with patterns
 	active   int                      // subscribers with any subscription
+	// statusSubs counts the subscriptions that may carry jobs' status or
+	// queues' events: the engine builds those only while some node has one.
+	statusSubs int
+}
+
+// interest is what this node's subscribers listen to, under b.mu.
+func (b *broker) interest() wakeup.Interest {
+	switch {
+	case b.active == 0:
+		return wakeup.NoInterest
+	case b.statusSubs > 0:
+		return wakeup.StatusInterest
+	}
+	return wakeup.SomeInterest
+}
+
+// counted adjusts statusSubs for a subscription added (+1) or removed (-1).
+func (b *broker) counted(name string, pattern bool, delta int) {
+	if wakeup.CarriesStatus(name, pattern) {
+		b.statusSubs += delta
+	}
 }
 
 func newBroker(s *Server) *broker {
@@ -303,15 +324,21 @@ func (b *broker) drop(sub *subscriber) {
 	for ch := range sub.channels {
 		b.unsubscribeLocked(sub, ch)
 	}
+	for p := range sub.patterns {
+		b.counted(p, true, -1)
+	}
 	delete(b.patterns, sub)
 	sub.patterns = map[string]*glob{}
 	if had {
 		b.active--
-		b.s.hub.SetSubscribed(b.active > 0)
+		b.s.hub.SetSubscribed(b.interest())
 	}
 }
 
 func (b *broker) unsubscribeLocked(sub *subscriber, ch string) {
+	if _, ok := sub.channels[ch]; ok {
+		b.counted(ch, false, -1)
+	}
 	delete(sub.channels, ch)
 	if subs := b.channels[ch]; subs != nil {
 		delete(subs, sub)
@@ -341,9 +368,15 @@ func (s *Server) cmdSubscribe(pattern bool) Handler {
 		for _, a := range args[1:] {
 			name := string(a)
 			if pattern {
+				if _, ok := sub.patterns[name]; !ok {
+					b.counted(name, true, +1)
+				}
 				sub.patterns[name] = compileGlob(name)
 				b.patterns[sub] = struct{}{}
 			} else {
+				if _, ok := sub.channels[name]; !ok {
+					b.counted(name, false, +1)
+				}
 				sub.channels[name] = struct{}{}
 				if b.channels[name] == nil {
 					b.channels[name] = map[*subscriber]struct{}{}
@@ -352,19 +385,17 @@ func (s *Server) cmdSubscribe(pattern bool) Handler {
 			}
 			out = append(out, pushRESP(sess.proto, []string{kind, name}, sub.count())...)
 		}
-		var told <-chan struct{}
 		if !wasActive {
 			b.active++
-			told = s.hub.SetSubscribed(true)
 		}
+		told := s.hub.SetSubscribed(b.interest())
 		b.mu.Unlock()
-		if told != nil {
-			// The other nodes learn of the first subscription before the
-			// client is told it is subscribed, so they send what follows.
-			select {
-			case <-told:
-			case <-time.After(time.Second):
-			}
+		// The other nodes learn of a subscription that widens what this
+		// node listens to before the client is told it is subscribed, so
+		// they send what follows.
+		select {
+		case <-told:
+		case <-time.After(time.Second):
 		}
 		sub.conn.WriteRaw(out)
 		if fresh {
@@ -417,6 +448,9 @@ func (s *Server) cmdUnsubscribe(pattern bool) Handler {
 		var out []byte
 		for _, n := range names {
 			if pattern {
+				if _, ok := sub.patterns[n]; ok {
+					b.counted(n, true, -1)
+				}
 				delete(sub.patterns, n)
 				if len(sub.patterns) == 0 {
 					delete(b.patterns, sub)
@@ -431,8 +465,8 @@ func (s *Server) cmdUnsubscribe(pattern bool) Handler {
 		}
 		if wasActive && sub.count() == 0 {
 			b.active--
-			s.hub.SetSubscribed(b.active > 0)
 		}
+		s.hub.SetSubscribed(b.interest())
 		sub.conn.WriteRaw(out)
 		return silent{}, nil
 	}

@@ -519,3 +519,47 @@ func TestTheWatchdogsMovesArePublished(t *testing.T) {
 		t.Fatalf("transitions %v", seen)
 	}
 }
+
+// Workers subscribed to job.cancel alone hear cancellations from every
+// node, while nothing builds jobs' status messages for them; a status
+// subscription added later, on the node of those workers, gets the next
+// job's every transition from the other node.
+func TestJobCancelSubscribersAloneThenAStatusSubscriber(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	b := agqtest.Start(t, func(c *config.Config) { c.DatabaseURL = a.DatabaseURL })
+	ctx := ctxT(t)
+	w := registerWorker(t, a, "narrow-worker", "t")
+
+	cancels := b.Admin(t).Subscribe(ctx, "job.cancel")
+	defer cancels.Close()
+	if _, err := cancels.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, a.Admin(t), map[string]any{"job_id": "narrow-1", "type": "t", "queue": "narrow-q"})
+	if _, d, ok := w.pop(t, "5", "narrow-q"); !ok || d.JobID != "narrow-1" {
+		t.Fatalf("pop: %+v %v", d, ok)
+	}
+	if err := a.Admin(t).Do(ctx, "JOB.CANCEL", "narrow-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-cancels.Channel():
+		if m.Payload != "narrow-1" {
+			t.Fatalf("job.cancel said %q", m.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancellation did not reach the other node's job.cancel subscriber")
+	}
+
+	status := b.Admin(t).Subscribe(ctx, "job.narrow-2.status")
+	defer status.Close()
+	if _, err := status.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, a, w, "narrow-2", "narrow-q")
+	want := []string{"submitted/queued", "started/running", "completed/completed"}
+	if got := receiveStatuses(t, status.Channel()); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("the later status subscriber saw %v, want %v", got, want)
+	}
+}

@@ -80,8 +80,8 @@ type queueEvent struct {
 // waiting pops and JOB.WAITs of every node, the pops that limits held
 // back, then the pub/sub subscribers of job.<id>.status,
 // queue.<name>.events and the other channels — these only while some
-// node has a subscriber, so that nobody listening costs the job flow
-// nothing.
+// node has a subscriber to them, so that nobody listening costs the job
+// flow nothing.
 func (e *Engine) publish(ctx context.Context, fx Effects) {
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.Free(fx.Freed)
@@ -91,15 +91,28 @@ func (e *Engine) publish(ctx context.Context, fx Effects) {
 	if !e.hub.Wanted() {
 		return
 	}
-	evs := fx.Events
-	for _, c := range fx.Started {
-		evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: store.StatusRunning,
-			Attempt: c.Job.Attempt, WorkerID: c.Worker})
+	// Status events only while someone follows them: workers waiting for
+	// job.cancel alone must not cost every transition its messages (nor a
+	// read of the jobs announced as they are).
+	status := e.hub.WantedStatus()
+	var evs []StatusEvent
+	if status {
+		evs = fx.Events
+		for _, c := range fx.Started {
+			evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: store.StatusRunning,
+				Attempt: c.Job.Attempt, WorkerID: c.Worker})
+		}
 	}
 	msgs := fx.Messages
 	for _, a := range fx.AsIs {
+		if !status && a.Tell == nil {
+			continue
+		}
 		more, told := e.asIs(ctx, a)
-		evs, msgs = append(evs, more...), append(msgs, told...)
+		msgs = append(msgs, told...)
+		if status {
+			evs = append(evs, more...)
+		}
 	}
 	now := e.clock.Now().UTC()
 	for _, ev := range evs {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/internal/wakeup"
 )
 
 // setupSubscribed is setup with a subscriber on this node, so that the
@@ -13,7 +14,7 @@ import (
 func setupSubscribed(t *testing.T) *testBundle {
 	t.Helper()
 	b := setup(t)
-	receive(t, "the hub's notice of interest", b.hub.SetSubscribed(true))
+	receive(t, "the hub's notice of interest", b.hub.SetSubscribed(wakeup.StatusInterest))
 	return b
 }
 
@@ -152,6 +153,28 @@ func TestEvents(t *testing.T) {
 		}
 		if got := b.messages.on("job.j1.status"); len(got) != 0 {
 			t.Fatalf("published %q with no subscriber", got)
+		}
+	})
+
+	t.Run("SubscribersOfJobCancelAloneGetItButNoStatusEvents", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receive(t, "the hub's notice of interest", b.hub.SetSubscribed(wakeup.SomeInterest))
+		held := b.submitAndClaim(t, newJob("j1"))
+		if err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusCompleted)); err != nil {
+			t.Fatal(err)
+		}
+		b.submitAndClaim(t, newJob("j2"))
+		if err := b.engine.CancelJob(b.ctx, "j2"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "job.cancel naming j2", func() bool {
+			return slices.Equal(b.messages.on("job.cancel"), []string{"j2"})
+		})
+		for _, ch := range []string{"job.j1.status", "job.j2.status", "queue.q.events"} {
+			if got := b.messages.on(ch); len(got) != 0 {
+				t.Errorf("published %q on %s with nobody following it", got, ch)
+			}
 		}
 	})
 }

@@ -63,10 +63,11 @@ type Hub struct {
 	outDone  []string
 	outFreed store.Freed
 	outMsgs  []Message
-	// outInterest asks the next notice to say this node has subscribers;
+	// outInterest asks the next notice to say what this node's subscribers
+	// listen to;
 	// interestSent are closed once this node heard that notice back (so
 	// the others heard it too), or it could not be sent.
-	outInterest  bool
+	outInterest  Interest
 	interestSent []chan struct{}
 	interestEcho []chan struct{}
 	outSig       chan struct{}
@@ -559,7 +560,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 				f.Add(m.Queue, m.Type, 1)
 				emit(h, Freed, f)
 			}
-			if h.interest.local.Load() {
+			if h.subscribed() {
 				emit(h, Moved, m)
 			}
 		case store.ChannelKeys:

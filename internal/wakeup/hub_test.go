@@ -103,7 +103,7 @@ func TestWakeUps(t *testing.T) {
 		for i := range 2000 {
 			freed.Add("q", fmt.Sprintf("type-%d", i), 1)
 		}
-		payloads := a.eventPayloads(nil, nil, freed, nil, false)
+		payloads := a.eventPayloads(nil, nil, freed, nil, NoInterest)
 		if len(payloads) < 2 {
 			t.Fatalf("2,000 types went in %d notice(s)", len(payloads))
 		}

@@ -1,6 +1,7 @@
 package wakeup
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -20,25 +21,53 @@ const (
 	interestTTL   = 3 * interestEvery
 )
 
-// interest is whether anyone, here or on another node, subscribes to
-// anything: messages are built and sent only then, so that pub/sub costs the
-// job flow nothing while nobody listens.
-type interest struct {
-	local  atomic.Bool
-	remote atomic.Int64 // unix nanoseconds until which another node has subscribers
+// Interest is what a node's subscribers listen to. Messages are built and
+// sent only for an interest some node has, so that pub/sub costs the job
+// flow nothing while nobody listens, and a fleet of workers subscribed to
+// job.cancel alone does not make every transition encode its status
+// messages.
+type Interest int32
+
+const (
+	// NoInterest: no subscribers.
+	NoInterest Interest = iota
+	// SomeInterest: subscribers, none of them to a job's status or a
+	// queue's events (workers waiting for job.cancel).
+	SomeInterest
+	// StatusInterest: someone follows jobs' status or queues' events, or
+	// holds a pattern that may match them.
+	StatusInterest
+)
+
+// CarriesStatus reports whether a subscription to name (a channel, or a
+// pattern when pattern is set) may receive job.<id>.status or
+// queue.<name>.events messages. Any pattern with a glob character may.
+func CarriesStatus(name string, pattern bool) bool {
+	if pattern && strings.ContainsAny(name, "*?[\\") {
+		return true
+	}
+	return strings.HasPrefix(name, "job.") && strings.HasSuffix(name, ".status") ||
+		strings.HasPrefix(name, "queue.") && strings.HasSuffix(name, ".events")
 }
 
-// SetSubscribed says whether this node has subscribers now. When it turns
-// on, the other nodes are told at once (and every interestEvery after);
+// interest is what subscribers, here or on other nodes, listen to.
+type interest struct {
+	local        atomic.Int32 // this node's Interest
+	remote       atomic.Int64 // unix nanoseconds until which another node has subscribers
+	remoteStatus atomic.Int64 // … has StatusInterest
+}
+
+// SetSubscribed says what this node's subscribers listen to now. When that
+// grows, the other nodes are told at once (and every interestEvery after);
 // the returned channel is closed once this node heard that notice back
 // through its LISTEN connection — PostgreSQL hands a notice to every
 // listener at once, so the other nodes have it too — or it could not be
 // sent.
-func (h *Hub) SetSubscribed(on bool) <-chan struct{} {
+func (h *Hub) SetSubscribed(to Interest) <-chan struct{} {
 	sent := make(chan struct{})
-	if !h.interest.local.Swap(on) && on && h.cfg.Send != nil {
+	if Interest(h.interest.local.Swap(int32(to))) < to && h.cfg.Send != nil {
 		h.outMu.Lock()
-		h.outInterest = true
+		h.outInterest = max(h.outInterest, to)
 		h.interestSent = append(h.interestSent, sent)
 		h.outMu.Unlock()
 		h.signalSend()
@@ -48,9 +77,18 @@ func (h *Hub) SetSubscribed(on bool) <-chan struct{} {
 	return sent
 }
 
+// subscribed reports whether this node has subscribers.
+func (h *Hub) subscribed() bool { return h.interest.local.Load() > int32(NoInterest) }
+
 // Wanted reports whether some node has subscribers.
 func (h *Hub) Wanted() bool {
-	return h.interest.local.Load() || time.Now().UnixNano() < h.interest.remote.Load()
+	return h.subscribed() || time.Now().UnixNano() < h.interest.remote.Load()
+}
+
+// WantedStatus reports whether some node follows jobs' status or queues'
+// events: only then are they worth building.
+func (h *Hub) WantedStatus() bool {
+	return Interest(h.interest.local.Load()) == StatusInterest || time.Now().UnixNano() < h.interest.remoteStatus.Load()
 }
 
 // PublishMessages delivers messages to this node's subscribers at once and
@@ -59,7 +97,7 @@ func (h *Hub) PublishMessages(msgs []Message) {
 	if len(msgs) == 0 {
 		return
 	}
-	if h.interest.local.Load() {
+	if h.subscribed() {
 		for _, m := range msgs {
 			emit(h, Messages, m)
 		}
@@ -90,9 +128,9 @@ func (h *Hub) interestLoop(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if h.interest.local.Load() && h.cfg.Send != nil {
+		if local := Interest(h.interest.local.Load()); local > NoInterest && h.cfg.Send != nil {
 			h.outMu.Lock()
-			h.outInterest = true
+			h.outInterest = max(h.outInterest, local)
 			h.outMu.Unlock()
 			h.signalSend()
 		}
@@ -111,12 +149,20 @@ func (h *Hub) heardOwnInterest() {
 	}
 }
 
-// heardInterest notes that another node has subscribers.
-func (h *Hub) heardInterest() {
+// heardInterest notes what another node's subscribers listen to.
+func (h *Hub) heardInterest(what Interest) {
 	until := time.Now().Add(interestTTL).UnixNano()
+	extend(&h.interest.remote, until)
+	if what == StatusInterest {
+		extend(&h.interest.remoteStatus, until)
+	}
+}
+
+// extend moves t on to until, never back.
+func extend(t *atomic.Int64, until int64) {
 	for {
-		cur := h.interest.remote.Load()
-		if cur >= until || h.interest.remote.CompareAndSwap(cur, until) {
+		cur := t.Load()
+		if cur >= until || t.CompareAndSwap(cur, until) {
 			return
 		}
 	}

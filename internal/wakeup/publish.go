@@ -16,9 +16,12 @@ type event struct {
 	Done  []string          `json:"d,omitempty"`
 	// Freed counts the jobs that left running, for pops limits held.
 	Freed *store.Freed `json:"x,omitempty"`
-	// Msgs are pub/sub messages; Interest says the sender has subscribers.
+	// Msgs are pub/sub messages; Interest says the sender has subscribers,
+	// and Narrow that none of them follows a job's status or a queue's
+	// events (a node that does not know Narrow sends them all the same).
 	Msgs     []Message `json:"m,omitempty"`
 	Interest bool      `json:"i,omitempty"`
+	Narrow   bool      `json:"n,omitempty"`
 }
 
 // Publish tells blocked clients what a committed transaction changed: at
@@ -82,7 +85,7 @@ func (h *Hub) sendLoop(ctx context.Context) {
 		}
 		h.outMu.Lock()
 		ready, done, freed, msgs, interested := h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest
-		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, store.Freed{}, nil, false
+		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, store.Freed{}, nil, NoInterest
 		// Awaiting the echo before sending: it may come back before Send
 		// returns.
 		h.interestEcho = append(h.interestEcho, h.interestSent...)
@@ -139,9 +142,9 @@ func coalesce(notes []store.ReadyNote) []store.ReadyNote {
 // eventPayloads splits notes, ids, freed counts and messages into events
 // that each fit in one NOTIFY payload; the first says whether this node has
 // subscribers.
-func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, freed store.Freed, msgs []Message, interested bool) []string {
+func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, freed store.Freed, msgs []Message, interested Interest) []string {
 	var out []string
-	cur := event{From: h.cfg.NodeID, Interest: interested}
+	cur := event{From: h.cfg.NodeID, Interest: interested > NoInterest, Narrow: interested == SomeInterest}
 	size := 0
 	flush := func() {
 		if len(cur.Ready) > 0 || len(cur.Done) > 0 || cur.Freed != nil || len(cur.Msgs) > 0 || cur.Interest {
@@ -204,6 +207,15 @@ func (h *Hub) eventPayloads(ready []store.ReadyNote, done []string, freed store.
 	return out
 }
 
+// interestOf is what an event with Interest says its sender's subscribers
+// listen to.
+func interestOf(ev event) Interest {
+	if ev.Narrow {
+		return SomeInterest
+	}
+	return StatusInterest
+}
+
 // maxEventBytes keeps an event under PostgreSQL's 8000-byte NOTIFY limit.
 const maxEventBytes = 7000
 
@@ -237,9 +249,9 @@ func (h *Hub) receiveEvent(payload string) {
 		emit(h, Freed, *ev.Freed)
 	}
 	if ev.Interest {
-		h.heardInterest()
+		h.heardInterest(interestOf(ev))
 	}
-	if h.interest.local.Load() {
+	if h.subscribed() {
 		for _, m := range ev.Msgs {
 			emit(h, Messages, m)
 		}
