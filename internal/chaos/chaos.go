@@ -68,12 +68,28 @@ type Config struct {
 	Fsync bool
 	// NoStandby runs a single PostgreSQL, without fail-over.
 	NoStandby bool
-	Progress  io.Writer
+	// Database, if set, is PostgreSQL run by someone else (an HA manager):
+	// no cluster of our own is started, and faults other than agq's and
+	// the workers' are the database's.
+	Database Database
+	Progress io.Writer
+}
+
+// Database is PostgreSQL run by something other than the chaos run.
+type Database interface {
+	// URL is agq's database URL.
+	URL() string
+	// Fault injects the named fault and returns once it is under way.
+	Fault(ctx context.Context, fault string) error
+	// Heal returns once the database is whole again after a fault, ready
+	// for the next.
+	Heal(ctx context.Context) error
 }
 
 type run struct {
 	cfg      Config
-	db       *database
+	db       *database // nil with Config.Database
+	url      string    // agq's database URL
 	nodes    []*process
 	addrs    []string
 	workers  []*process
@@ -97,20 +113,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if !cfg.Fsync {
 		settings["fsync"], settings["full_page_writes"] = "off", "off"
 	}
-	pgLog, err := os.Create(logPath(cfg.Dir, "pgcluster"))
-	if err != nil {
-		return nil, err
+	if cfg.Database != nil {
+		r.url = cfg.Database.URL()
+	} else {
+		pgLog, err := os.Create(logPath(cfg.Dir, "pgcluster"))
+		if err != nil {
+			return nil, err
+		}
+		defer pgLog.Close()
+		db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
+		if db != nil {
+			defer db.close()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("starting PostgreSQL: %w", err)
+		}
+		r.db, r.url = db, db.url
 	}
-	defer pgLog.Close()
-	db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
-	if db != nil {
-		defer db.close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
-	}
-	r.db = db
-	r.say("PostgreSQL ready (%s)", db.url)
+	r.say("PostgreSQL ready (%s)", r.url)
 	defer r.stopAll()
 	if err := r.startNodes(ctx); err != nil {
 		return nil, err
@@ -120,6 +140,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	producers := r.startProducers(prodCtx)
+	probes := r.startProbes(prodCtx)
 
 	rep := &Report{}
 	faults := cfg.Faults
@@ -133,6 +154,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopProducers()
 	producers.Wait()
+	probes.Wait()
 	r.say("producers stopped; %d submissions acknowledged; waiting for them to finish", len(r.ledger.ackedIDs()))
 
 	conn, err := r.connectPrimary(ctx)
@@ -157,7 +179,7 @@ func (r *run) connectPrimary(ctx context.Context) (*pgx.Conn, error) {
 	var err error
 	for start := time.Now(); time.Since(start) < recoveryLimit; time.Sleep(200 * time.Millisecond) {
 		var conn *pgx.Conn
-		if conn, err = pgx.Connect(ctx, r.db.url); err == nil {
+		if conn, err = pgx.Connect(ctx, r.url); err == nil {
 			return conn, nil
 		}
 	}
@@ -177,7 +199,7 @@ func (r *run) startNodes(ctx context.Context) error {
 			return err
 		}
 		p := &process{name: fmt.Sprintf("agq%d", i), log: logPath(r.cfg.Dir, fmt.Sprintf("agq%d", i)), args: []string{
-			r.cfg.AgqBin, "--listen", addr, "--http-listen", httpAddr, "--database-url", r.db.url,
+			r.cfg.AgqBin, "--listen", addr, "--http-listen", httpAddr, "--database-url", r.url,
 			"--data-dir", dir, "--admin-key", r.adminKey, "--log-level", "warn", "--log-format", "json",
 			"--heartbeat-interval", strconv.Itoa(int(heartbeatInterval.Seconds())) + "s", "--ack-timeout", ackTimeout.String(),
 		}}
@@ -308,9 +330,15 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 			time.Sleep(time.Until(start.Add(workerStopDuration)))
 			w.signal(syscall.SIGCONT)
 		}
-	case PostgresFast, PostgresImmediate:
-		err = r.db.restart(ctx, kind == PostgresImmediate)
-	case PrimaryFailover:
+	case PostgresFast, PostgresImmediate, PrimaryFailover:
+		if r.db == nil {
+			err = fmt.Errorf("fault %s needs the run's own PostgreSQL", kind)
+			break
+		}
+		if kind != PrimaryFailover {
+			err = r.db.restart(ctx, kind == PostgresImmediate)
+			break
+		}
 		if err = r.db.failover(ctx); err == nil {
 			r.say("standby promoted %.2fs after the kill", time.Since(start).Seconds())
 		}
@@ -320,7 +348,17 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 			}
 		}
 	default:
-		err = fmt.Errorf("unknown fault %q", kind)
+		if r.cfg.Database == nil {
+			err = fmt.Errorf("unknown fault %q", kind)
+			break
+		}
+		err = r.cfg.Database.Fault(ctx, kind)
+		after = func() {
+			if err := r.cfg.Database.Heal(ctx); err != nil {
+				res.Error = fmt.Sprintf("healing the database: %v", err)
+				r.say("healing the database after %s: %v", kind, err)
+			}
+		}
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -333,7 +371,8 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r.say("%s: recovered=%v in %.2fs", kind, res.Recovered, res.Recovery.Seconds())
+	res.WritePause = r.ledger.longestWritePause(start, time.Now())
+	r.say("%s: recovered=%v in %.2fs; writes paused %.2fs", kind, res.Recovered, res.Recovery.Seconds(), res.WritePause.Seconds())
 	after()
 	return res
 }
@@ -418,7 +457,7 @@ func (r *run) stopHolding(ctx context.Context, i int) {
 func (r *run) stillRunning(ctx context.Context, h held) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.db.url)
+	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {
 		return false
 	}
