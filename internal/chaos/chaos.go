@@ -2,7 +2,9 @@
 // PostgreSQL primary with a synchronous standby, injects faults — agq nodes
 // and workers killed, workers stopped past their heartbeats, PostgreSQL
 // restarted, the primary killed and the standby promoted — and then
-// compares what the clients were told with what the database holds.
+// compares what the clients were told with what the database holds. The
+// database may instead be run by a fail-over manager (Config.Database),
+// whose faults the run then injects.
 package chaos
 
 import (
