@@ -144,6 +144,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return c, err
 	}
 	defer conn.Close(context.Background())
+	// Replayed on the standby before agq starts: a client whose first
+	// host is the standby would otherwise be told the database does not
+	// exist, and pgx tries no other host after that answer.
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = remote_apply`); err != nil {
+		return c, err
+	}
 	if _, err := conn.Exec(ctx, `CREATE DATABASE agq`); err != nil {
 		return c, fmt.Errorf("creating database agq: %w", err)
 	}
@@ -238,9 +244,13 @@ func (c *Cluster) Close() error {
 			errs = append(errs, err)
 		}
 		// A postmaster outlives its Patroni (it runs in a session of its
-		// own), so a Patroni that was killed leaves it behind.
+		// own), so a Patroni that was killed leaves it behind, with its
+		// backends in its process group.
 		if pid, ok := postmasterPID(m.dataDir); ok {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 	if c.etcd != nil {
