@@ -19,7 +19,10 @@ import (
 // workers killed, a worker stopped past its heartbeats, PostgreSQL
 // restarted fast and immediate, the primary killed and its synchronous
 // standby promoted), then the restarts of a single PostgreSQL without a
-// standby, with the nodes listening only over TLS and every client on it. Nothing acknowledged may be lost or left unfinished,
+// standby, with the nodes listening only over TLS and every client on it,
+// then under Patroni (with etcd): a switchover done by Patroni, and the
+// primary's postmaster killed so that Patroni fails over to the
+// synchronous standby. Nothing acknowledged may be lost or left unfinished,
 // no completion answered OK may be missing, no late report accepted, and
 // every fault must be recovered from: a worker on every node completing
 // jobs again without a restart, and a node leading.
@@ -39,6 +42,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 	}{
 		{"PrimaryAndStandby", []string{"-faults", "agq-kill,worker-kill,worker-stop,pg-restart-fast,pg-restart-immediate,failover"}},
 		{"SinglePostgresOverTLS", []string{"-tls", "-no-standby", "-faults", "pg-restart-fast,pg-restart-immediate"}},
+		{"Patroni", []string{"-patroni", "-faults", "switchover,primary-kill"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "agqchaos")
@@ -66,6 +70,9 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			var printed bytes.Buffer
 			rep.Print(&printed)
 			t.Logf("report:\n%s", printed.String())
+			if left := processesNaming(t, dir, bin); len(left) > 0 {
+				t.Errorf("processes left running: %v", left)
+			}
 			if runErr != nil || !rep.OK() {
 				t.Fatalf("the chaos run failed: %v (logs in %s)", runErr, dir)
 			}
@@ -84,6 +91,9 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			ran := map[string]bool{}
 			for _, f := range rep.Faults {
 				ran[f.Kind] = true
+				if (f.Kind == "primary-kill" || f.Kind == "failover") && f.WritePause == 0 {
+					t.Errorf("%s: no pause in writes measured with the primary dead", f.Kind)
+				}
 			}
 			for _, kind := range strings.Split(tc.args[len(tc.args)-1], ",") {
 				if !ran[kind] {
@@ -92,4 +102,23 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// processesNaming lists the processes whose command line names one of
+// dirs: the run's agq nodes, PostgreSQL, Patroni and etcd name its
+// directory, its workers the binary's.
+func processesNaming(t *testing.T, dirs ...string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && slices.ContainsFunc(dirs, func(d string) bool { return strings.Contains(string(b), d) }) {
+			left = append(left, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return left
 }

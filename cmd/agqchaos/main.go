@@ -9,10 +9,14 @@
 // each fault and the errors clients saw; it exits 1 unless nothing
 // acknowledged was lost or stuck. It says what the workers can take: above
 // that rate the queue grows, and is waited for afterwards while it moves.
+// With -patroni, PostgreSQL is a primary and a synchronous standby managed
+// by Patroni (with etcd), and the faults are Patroni's: a switchover, and
+// the primary's postmaster killed so that Patroni fails over.
 //
 //	go run ./cmd/agqchaos -duration 2m
 //	go run ./cmd/agqchaos -faults failover,pg-restart-immediate
 //	go run ./cmd/agqchaos -tls -rate 400
+//	go run ./cmd/agqchaos -patroni -faults switchover,primary-kill,agq-kill
 package main
 
 import (
@@ -29,6 +33,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/internal/chaos"
+	"github.com/agq/agq/internal/patroni"
 )
 
 func main() {
@@ -36,9 +41,15 @@ func main() {
 		worker(os.Args[2:])
 		return
 	}
+	os.Exit(run())
+}
+
+// run is the chaos command; it returns the exit status once everything it
+// started is stopped.
+func run() int {
 	var cfg chaos.Config
 	var faults, agqBin, dir string
-	var asJSON, keep bool
+	var asJSON, keep, usePatroni bool
 	flag.IntVar(&cfg.Nodes, "nodes", 2, "agq nodes")
 	flag.IntVar(&cfg.Workers, "workers", 6, "worker processes")
 	flag.IntVar(&cfg.Producers, "producers", 4, "concurrent producers")
@@ -53,7 +64,11 @@ func main() {
 	flag.StringVar(&dir, "dir", "", "directory for the clusters and logs (default: a temporary one, removed unless -keep)")
 	flag.BoolVar(&keep, "keep", false, "keep the directory")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	flag.BoolVar(&usePatroni, "patroni", false, "PostgreSQL managed by Patroni with etcd; faults default to "+strings.Join(patroni.Faults, ","))
 	flag.Parse()
+	if usePatroni && !flagSet("faults") {
+		faults = strings.Join(patroni.Faults, ",")
+	}
 	cfg.Faults = strings.Split(faults, ",")
 	cfg.Progress = os.Stderr
 
@@ -61,27 +76,45 @@ func main() {
 	defer stop()
 	if dir == "" {
 		d, err := os.MkdirTemp("", "agqchaos")
-		check(err)
+		if err != nil {
+			return fail(err)
+		}
 		dir = d
 		if !keep {
 			defer os.RemoveAll(dir)
 		}
 	}
-	check(os.MkdirAll(dir, 0o711))
-	check(os.Chmod(dir, 0o711)) // PostgreSQL may run as another user
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fail(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // PostgreSQL may run as another user
+		return fail(err)
+	}
 	cfg.Dir = dir
 	if agqBin == "" {
 		agqBin = filepath.Join(dir, "agq")
 		out, err := exec.Command("go", "build", "-o", agqBin, "github.com/agq/agq/cmd/agq").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agqchaos: building agq: %v\n%s", err, out)
-			os.Exit(2)
+			return 2
 		}
 	}
 	cfg.AgqBin = agqBin
 	self, err := os.Executable()
-	check(err)
+	if err != nil {
+		return fail(err)
+	}
 	cfg.WorkerCommand = []string{self, "worker"}
+	if usePatroni {
+		db, err := startPatroni(ctx, dir, cfg.Fsync)
+		if db != nil {
+			defer db.Close()
+		}
+		if err != nil {
+			return fail(fmt.Errorf("starting Patroni: %w (logs in %s)", err, dir))
+		}
+		cfg.Database = db
+	}
 
 	rep, err := chaos.Run(ctx, cfg)
 	if rep != nil {
@@ -93,12 +126,32 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agqchaos: %v (logs in %s)\n", err, dir)
-		os.Exit(2)
+		return 2
 	}
 	if !rep.OK() {
 		fmt.Fprintf(os.Stderr, "agqchaos: logs in %s\n", dir)
-		os.Exit(1)
+		return 1
 	}
+	return 0
+}
+
+// startPatroni starts a Patroni cluster of two members in dir/patroni.
+func startPatroni(ctx context.Context, dir string, fsync bool) (*patroni.Cluster, error) {
+	pdir := filepath.Join(dir, "patroni")
+	if err := os.MkdirAll(pdir, 0o711); err != nil {
+		return nil, err
+	}
+	params := map[string]string{}
+	if !fsync {
+		params["fsync"], params["full_page_writes"] = "off", "off"
+	}
+	return patroni.Start(ctx, patroni.Config{Dir: pdir, Members: 2, Parameters: params})
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // worker runs one worker process of the chaos run.
@@ -120,9 +173,7 @@ func worker(args []string) {
 	chaos.RunWorker(ctx, cfg, os.Stdout)
 }
 
-func check(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "agqchaos:", err)
-		os.Exit(2)
-	}
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "agqchaos:", err)
+	return 2
 }

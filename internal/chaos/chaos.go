@@ -2,7 +2,9 @@
 // PostgreSQL primary with a synchronous standby, injects faults — agq nodes
 // and workers killed, workers stopped past their heartbeats, PostgreSQL
 // restarted, the primary killed and the standby promoted — and then
-// compares what the clients were told with what the database holds.
+// compares what the clients were told with what the database holds. The
+// database may instead be run by a fail-over manager (Config.Database),
+// whose faults the run then injects.
 package chaos
 
 import (
@@ -74,13 +76,29 @@ type Config struct {
 	NoStandby bool
 	// TLS runs the nodes with only a TLS listener that requires a client
 	// certificate, and every worker and producer connects over it.
-	TLS      bool
+	TLS bool
+	// Database, if set, is PostgreSQL run by someone else (an HA manager):
+	// no cluster of our own is started, and faults other than agq's and
+	// the workers' are the database's.
+	Database Database
 	Progress io.Writer
+}
+
+// Database is PostgreSQL run by something other than the chaos run.
+type Database interface {
+	// URL is agq's database URL.
+	URL() string
+	// Fault injects the named fault and returns once it is under way.
+	Fault(ctx context.Context, fault string) error
+	// Heal returns once the database is whole again after a fault, ready
+	// for the next.
+	Heal(ctx context.Context) error
 }
 
 type run struct {
 	cfg      Config
-	db       *database
+	db       *database // nil with Config.Database
+	url      string    // agq's database URL
 	nodes    []*process
 	addrs    []string
 	workers  []*process
@@ -106,21 +124,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if !cfg.Fsync {
 		settings["fsync"], settings["full_page_writes"] = "off", "off"
 	}
-	pgLog, err := os.Create(logPath(cfg.Dir, "pgcluster"))
-	if err != nil {
-		return nil, err
+	if cfg.Database != nil {
+		r.url = cfg.Database.URL()
+	} else {
+		pgLog, err := os.Create(logPath(cfg.Dir, "pgcluster"))
+		if err != nil {
+			return nil, err
+		}
+		defer pgLog.Close()
+		db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
+		if db != nil {
+			defer db.close()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("starting PostgreSQL: %w", err)
+		}
+		r.db, r.url = db, db.url
 	}
-	defer pgLog.Close()
-	db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
-	if db != nil {
-		defer db.close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
-	}
-	r.db = db
-	r.say("PostgreSQL ready (%s)", db.url)
+	r.say("PostgreSQL ready (%s)", r.url)
 	if cfg.TLS {
+		var err error
 		if r.tlsFiles, err = makeTLSFiles(cfg.Dir); err != nil {
 			return nil, fmt.Errorf("making TLS certificates: %w", err)
 		}
@@ -141,6 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	workersUp := time.Now()
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	producers := r.startProducers(prodCtx)
+	probes := r.startProbes(prodCtx)
 
 	faults := cfg.Faults
 	if len(faults) == 0 {
@@ -153,6 +177,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopProducers()
 	producers.Wait()
+	probes.Wait()
 	rep.CompletionRate = float64(r.ledger.completions()) / time.Since(workersUp).Seconds()
 	r.say("producers stopped; %d submissions acknowledged; workers completed %.0f jobs/s meanwhile; waiting for the rest to finish",
 		len(r.ledger.ackedIDs()), rep.CompletionRate)
@@ -173,7 +198,7 @@ func (r *run) connectPrimary(ctx context.Context) (*pgx.Conn, error) {
 	var err error
 	for start := time.Now(); time.Since(start) < recoveryLimit; time.Sleep(200 * time.Millisecond) {
 		var conn *pgx.Conn
-		if conn, err = pgx.Connect(ctx, r.db.url); err == nil {
+		if conn, err = pgx.Connect(ctx, r.url); err == nil {
 			return conn, nil
 		}
 	}
@@ -198,7 +223,7 @@ func (r *run) startNodes(ctx context.Context) error {
 				"--tls-key-file", r.tlsFiles.Key, "--tls-ca-cert-file", r.tlsFiles.CA, "--tls-auth-clients", "yes"}
 		}
 		p := &process{name: fmt.Sprintf("agq%d", i), log: logPath(r.cfg.Dir, fmt.Sprintf("agq%d", i)), args: append([]string{
-			r.cfg.AgqBin, "--http-listen", httpAddr, "--database-url", r.db.url,
+			r.cfg.AgqBin, "--http-listen", httpAddr, "--database-url", r.url,
 			"--data-dir", dir, "--admin-key", r.adminKey, "--log-level", "warn", "--log-format", "json",
 			"--heartbeat-interval", strconv.Itoa(int(heartbeatInterval.Seconds())) + "s", "--ack-timeout", ackTimeout.String(),
 		}, listen...)}
@@ -332,9 +357,15 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 			time.Sleep(time.Until(start.Add(workerStopDuration)))
 			w.signal(syscall.SIGCONT)
 		}
-	case PostgresFast, PostgresImmediate:
-		err = r.db.restart(ctx, kind == PostgresImmediate)
-	case PrimaryFailover:
+	case PostgresFast, PostgresImmediate, PrimaryFailover:
+		if r.db == nil {
+			err = fmt.Errorf("fault %s needs the run's own PostgreSQL", kind)
+			break
+		}
+		if kind != PrimaryFailover {
+			err = r.db.restart(ctx, kind == PostgresImmediate)
+			break
+		}
 		if err = r.db.failover(ctx); err == nil {
 			r.say("standby promoted %.2fs after the kill", time.Since(start).Seconds())
 		}
@@ -344,7 +375,17 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 			}
 		}
 	default:
-		err = fmt.Errorf("unknown fault %q", kind)
+		if r.cfg.Database == nil {
+			err = fmt.Errorf("unknown fault %q", kind)
+			break
+		}
+		err = r.cfg.Database.Fault(ctx, kind)
+		after = func() {
+			if err := r.cfg.Database.Heal(ctx); err != nil {
+				res.Error = fmt.Sprintf("healing the database: %v", err)
+				r.say("healing the database after %s: %v", kind, err)
+			}
+		}
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -357,7 +398,8 @@ func (r *run) inject(ctx context.Context, kind string, round int) FaultResult {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r.say("%s: recovered=%v in %.2fs", kind, res.Recovered, res.Recovery.Seconds())
+	res.WritePause = r.ledger.longestWritePause(start, time.Now())
+	r.say("%s: recovered=%v in %.2fs; writes paused %.2fs", kind, res.Recovered, res.Recovery.Seconds(), res.WritePause.Seconds())
 	after()
 	return res
 }
@@ -442,7 +484,7 @@ func (r *run) stopHolding(ctx context.Context, i int) {
 func (r *run) stillRunning(ctx context.Context, h held) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.db.url)
+	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {
 		return false
 	}

@@ -18,6 +18,7 @@ import (
 type ledger struct {
 	mu       sync.Mutex
 	acked    map[string]bool
+	ackedAt  []time.Time // when each submission was acknowledged, in order
 	execs    map[string]int
 	accepted map[string][]string // job → deliveries whose completion was answered OK
 	refused  int
@@ -38,7 +39,27 @@ type held struct{ job, delivery string }
 func (l *ledger) ack(id string) {
 	l.mu.Lock()
 	l.acked[id] = true
+	l.ackedAt = append(l.ackedAt, time.Now()) // under the lock: in order
 	l.mu.Unlock()
+}
+
+// longestWritePause is the longest time between from and to in which no
+// submission was acknowledged: after a primary's loss, from the fault
+// until agq took a write again; across a switchover, from the old
+// primary's last write to the new one's first.
+func (l *ledger) longestWritePause(from, to time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.ackedAt, from, time.Time.Compare)
+	var longest time.Duration
+	prev := from
+	for _, at := range l.ackedAt[i:] {
+		if at.After(to) {
+			break
+		}
+		longest, prev = max(longest, at.Sub(prev)), at
+	}
+	return max(longest, to.Sub(prev))
 }
 
 // clientErr counts an error a client saw, by what it did and the error's
@@ -211,7 +232,10 @@ type FaultResult struct {
 	// a completion accepted again; Recovered is false if that never came.
 	Recovery  time.Duration `json:"recovery_ns"`
 	Recovered bool          `json:"recovered"`
-	Error     string        `json:"error,omitempty"`
+	// WritePause is the longest time from the fault until Recovery in
+	// which no submission was acknowledged (probes submit every 20 ms).
+	WritePause time.Duration `json:"write_pause_ns"`
+	Error      string        `json:"error,omitempty"`
 }
 
 // OK reports whether nothing acknowledged was lost or left unfinished (no
@@ -244,7 +268,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "final reports refused (stale):      %d\n", r.ReportsRefused)
 	fmt.Fprintf(w, "faults:\n")
 	for _, f := range r.Faults {
-		state := fmt.Sprintf("recovered in %.2fs", f.Recovery.Seconds())
+		state := fmt.Sprintf("recovered in %.2fs, writes paused %.2fs", f.Recovery.Seconds(), f.WritePause.Seconds())
 		if !f.Recovered {
 			state = "NOT RECOVERED"
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,8 @@ func (p *process) start() error {
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGQ_") })
 	cmd.Stderr = logFile
+	// Nothing outlives a run that was killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out io.ReadCloser
 	if p.lines != nil {
 		if out, err = cmd.StdoutPipe(); err != nil {
@@ -47,12 +50,17 @@ func (p *process) start() error {
 	} else {
 		cmd.Stdout = logFile
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", p.name, err)
-	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	exited := p.exited
+	// The death signal fires when the thread that forked exits, not this
+	// process: the child is started and waited for from one goroutine
+	// locked to its thread, which thus lives exactly as long as the child.
+	exited, started := make(chan struct{}), make(chan error, 1)
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the child
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		if out != nil {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
@@ -62,6 +70,10 @@ func (p *process) start() error {
 		cmd.Wait()
 		close(exited)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	p.cmd, p.exited = cmd, exited
 	return nil
 }
 

@@ -74,6 +74,17 @@ func parseID(s string) (uint32, error) {
 	return uint32(id), nil
 }
 
+// ServerCredential returns the credential PostgreSQL's processes run with,
+// for programs that start them some other way (an HA manager): nil when we
+// are not root, else the postgres user, since postgres refuses root.
+func ServerCredential() (*syscall.Credential, error) {
+	r, err := lookupRunAs()
+	if err != nil {
+		return nil, err
+	}
+	return r.credential(), nil
+}
+
 // credential is nil when postgres runs as us.
 func (r *runAs) credential() *syscall.Credential {
 	if r == nil {
