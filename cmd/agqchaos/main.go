@@ -143,7 +143,9 @@ func startPatroni(ctx context.Context, dir string, fsync bool) (*patroni.Cluster
 	}
 	params := map[string]string{}
 	if !fsync {
-		params["fsync"], params["full_page_writes"] = "off", "off"
+		// full_page_writes stays on: pg_rewind, which brings a failed
+		// primary back as a standby, refuses a source without it.
+		params["fsync"] = "off"
 	}
 	return patroni.Start(ctx, patroni.Config{Dir: pdir, Members: 2, Parameters: params})
 }

@@ -196,6 +196,9 @@ func memberConfig(m *member, home, binDir string, etcdPort int, parameters map[s
 			},
 			"pg_hba":     trust,
 			"parameters": map[string]any{"unix_socket_directories": home},
+			// A member that cannot be rewound is cloned again from the
+			// primary rather than left out of the cluster.
+			"remove_data_directory_on_rewind_failure": true,
 		},
 	}
 }
