@@ -80,7 +80,13 @@ func scanWorker(row pgx.Row) (Worker, error) {
 // Unacknowledged ones are left to the acknowledgement timeout, since a pop
 // may be claiming one at this very moment.
 func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
-	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	return interpretError(againOnDeadlock(ctx, func() error {
+		return s.workerRegister(ctx, w, lease, running)
+	}))
+}
+
+func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var holder string
 		var caps []string
 		err := tx.QueryRow(ctx, `SELECT principal, capabilities FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder, &caps)
@@ -135,7 +141,21 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 			UPDATE jobs SET lease_expires_at = now() + $2::interval, updated_at = now()
 			WHERE worker_id = $1 AND status = 'running'`, w.ID, lease)
 		return err
-	}))
+	})
+}
+
+// againOnDeadlock runs a transaction again when PostgreSQL broke a
+// deadlock by failing it. A worker's registration, heartbeat and
+// unregistration update all the jobs it holds while groups of its reports
+// update many of the same rows, neither in an order the other can follow;
+// the report groups fall back to one report at a time, these try again.
+func againOnDeadlock(ctx context.Context, run func() error) error {
+	for try := 1; ; try++ {
+		err := run()
+		if try == 5 || ctx.Err() != nil || !isDeadlock(err) {
+			return err
+		}
+	}
 }
 
 // HeartbeatResult is what the server tells a worker in its heartbeat reply.
@@ -149,7 +169,15 @@ type HeartbeatResult struct {
 // returning those it must cancel.
 func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (HeartbeatResult, error) {
 	var res HeartbeatResult
-	err := s.asyncCommit(ctx, func(tx pgx.Tx) error {
+	err := againOnDeadlock(ctx, func() error {
+		res = HeartbeatResult{}
+		return s.workerHeartbeat(ctx, id, stats, lease, &res)
+	})
+	return res, interpretError(err)
+}
+
+func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration, res *HeartbeatResult) error {
+	return s.asyncCommit(ctx, func(tx pgx.Tx) error {
 		var state string
 		err := tx.QueryRow(ctx, `
 			UPDATE workers SET last_heartbeat_at = now(), stats = coalesce($2::jsonb, stats)
@@ -184,14 +212,17 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMe
 		}
 		return rows.Err()
 	})
-	return res, interpretError(err)
 }
 
 // WorkerUnregister ends a worker's registration; jobs it still holds go back
 // to their queues at once, the attempt not counted (it did not fail them).
 // Unregistering an unregistered worker succeeds.
 func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
-	return interpretError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	return interpretError(againOnDeadlock(ctx, func() error { return s.workerUnregister(ctx, id) }))
+}
+
+func (s *Store) workerUnregister(ctx context.Context, id string) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE workers SET state = 'UNREGISTERED',
 				state_changed_at = CASE WHEN state = 'UNREGISTERED' THEN state_changed_at ELSE now() END
@@ -203,7 +234,7 @@ func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
 			return ErrWorkerUnknown
 		}
 		return s.requeueHeld(ctx, tx, id, false)
-	}))
+	})
 }
 
 // requeueHeld puts the running jobs of a worker back in their queues. A job
