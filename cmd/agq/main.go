@@ -23,6 +23,7 @@ func main() {
 }
 
 func run(args []string) int {
+	setGCPercent()
 	migrate := len(args) > 0 && args[0] == "migrate"
 	if migrate {
 		args = args[1:]
