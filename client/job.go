@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -167,6 +168,14 @@ func (w *Worker) runJob(r *runningJob) {
 		w.untrack(r, false)
 		return
 	}
+	if err == nil && cause == nil {
+		if body, ok := r.completedBody(result); ok {
+			w.completed.Add(1)
+			w.handlerReturned(true)
+			w.reports.push(r.finalReport(body))
+			return
+		}
+	}
 	doc, failed := finalReport(result, err, cause)
 	if failed {
 		w.failed.Add(1)
@@ -175,14 +184,20 @@ func (w *Worker) runJob(r *runningJob) {
 		w.completed.Add(1)
 	}
 	w.handlerReturned(true)
-	w.reports.push(&pendingReport{jobID: j.ID(), body: r.body(doc), done: func(err error) {
+	w.reports.push(r.finalReport(r.body(doc)))
+}
+
+// finalReport is the reporter's entry for r's final report.
+func (r *runningJob) finalReport(body []byte) *pendingReport {
+	w := r.job.w
+	return &pendingReport{jobID: r.job.ID(), body: body, done: func(err error) {
 		switch classify(err) {
 		case outcomeOK, outcomeCancelled, outcomeLost:
 		default:
-			w.log.Error("could not report the job's end", "job_id", j.ID(), "error", err)
+			w.log.Error("could not report the job's end", "job_id", r.job.ID(), "error", err)
 		}
 		w.untrack(r, true)
-	}})
+	}}
 }
 
 // call runs the job's handler; a panic is a failed attempt.
@@ -249,6 +264,34 @@ func (r *runningJob) body(doc map[string]any) []byte {
 			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
 	}
 	return body
+}
+
+// completedBody is the JOB.UPDATE JSON of a job completed with result,
+// written without building a document first: most jobs end so. It
+// reports false when result has fields of its own or is not JSON.
+func (r *runningJob) completedBody(result any) ([]byte, bool) {
+	if _, ok := result.(ReportFields); ok {
+		return nil, false
+	}
+	output := []byte("null")
+	if result != nil {
+		var err error
+		if output, err = marshal(result); err != nil {
+			return nil, false
+		}
+	}
+	delivery, err := marshal(r.job.msg.Delivery)
+	if err != nil {
+		return nil, false
+	}
+	b := make([]byte, 0, 64+len(output)+len(delivery))
+	b = append(b, `{"status":"completed","output":`...)
+	b = append(b, output...)
+	b = append(b, `,"delivery":`...)
+	b = append(b, delivery...)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(r.job.msg.Attempt), 10)
+	return append(b, '}'), true
 }
 
 // marshal encodes v without escaping <, > and & (which would make a report

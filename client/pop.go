@@ -2,35 +2,62 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// popLoop keeps the slots full: whenever some are free it takes up to that
-// many jobs with one BLMPOP, from the first of the queues that has any.
-func (w *Worker) popLoop() {
+// A worker pops with two loops, each on its own connection and taking up
+// to half the slots at a time: while agq claims one batch, the slots of
+// the other are refilled, and PostgreSQL runs both claims at once. The
+// first loop waits in BLMPOP; the second takes only what is there already
+// (LMPOP), and after finding nothing waits until the first gets jobs, so
+// an idle worker holds one blocked connection.
+type popper struct {
+	conn     *redis.Client // closed to cut a blocked pop off
+	blocking bool
+	freed    chan struct{} // a slot was freed or a report answered (capacity 1)
+}
+
+// popLoop keeps the slots full: whenever some are free it takes up to
+// that many jobs (at most its share) with one pop, from the first of the
+// queues that has any.
+func (w *Worker) popLoop(p *popper) {
 	keys := make([]string, len(w.opts.Queues))
 	for i, q := range w.opts.Queues {
 		keys[i] = "queue:" + q
 	}
 	b := w.newBackoff()
 	for {
-		free := w.waitFree()
-		if free == 0 {
+		n := w.reserve(p)
+		if n == 0 {
 			return
 		}
 		if err := w.ensureRegistered(w.popCtx); err != nil {
+			w.release(n)
 			return
 		}
-		res := w.pop.BLMPop(w.popCtx, w.opts.PopTimeout, "RIGHT", int64(free), keys...)
+		var res *redis.KeyValuesCmd
+		if p.blocking {
+			res = p.conn.BLMPop(w.popCtx, w.opts.PopTimeout, "RIGHT", int64(n), keys...)
+		} else {
+			res = p.conn.LMPop(w.popCtx, "RIGHT", int64(n), keys...)
+		}
 		queue, raws, err := res.Result()
+		w.release(n - len(raws))
 		switch classify(err) {
 		case outcomeOK:
 			b.Reset()
 			w.start(queue, raws)
+			if p.blocking {
+				w.signalPopped()
+			}
 			continue
 		case outcomeNil:
 			b.Reset()
+			if !p.blocking && !w.waitPopped() {
+				return
+			}
 			continue
 		case outcomeNoPerm:
 			w.fail(err)
@@ -44,23 +71,45 @@ func (w *Worker) popLoop() {
 			w.reg.lost()
 		}
 		wait := b.Next()
-		w.log.Warn("BLMPOP failed", "error", err, "retry_in", wait)
+		w.log.Warn("pop failed", "error", err, "retry_in", wait)
 		if !sleep(w.popCtx, wait) {
 			return
 		}
 	}
 }
 
-// popSettle is how long the pop loop waits, after a slot freed, for more
+// signalPopped tells the second loop that the first got jobs: there may
+// be more.
+func (w *Worker) signalPopped() {
+	select {
+	case w.popped <- struct{}{}:
+	default:
+	}
+}
+
+// waitPopped waits until the first loop gets jobs; false when popping
+// stopped.
+func (w *Worker) waitPopped() bool {
+	select {
+	case <-w.popped:
+		return true
+	case <-w.popCtx.Done():
+		return false
+	}
+}
+
+// popSettle is how long a pop loop waits, after a slot freed, for more
 // to free: a burst of short jobs ends within it, and one pop then serves
 // all their slots.
 const popSettle = 2 * time.Millisecond
 
-// waitFree waits until a slot is free and returns how many are; 0 when
-// popping stopped. It pops at once when half the slots are free, else
-// popSettle after it first saw one free. Popping pauses while many final
-// reports wait for agq: a worker that cannot report takes no more jobs.
-func (w *Worker) waitFree() int {
+// reserve waits until a slot is free and takes as many as are, up to
+// half the worker's slots, for p's next pop; 0 when popping stopped. It
+// takes them at once when that many are free, else popSettle after it
+// first saw one free. Popping pauses while many final reports wait for
+// agq: a worker that cannot report takes no more jobs.
+func (w *Worker) reserve(p *popper) int {
+	share := (w.opts.Concurrency + 1) / 2
 	var settle *time.Timer
 	var settled <-chan time.Time
 	defer func() {
@@ -70,19 +119,21 @@ func (w *Worker) waitFree() int {
 	}()
 	for {
 		w.mu.Lock()
-		free, unreported := w.free, w.unreported
-		w.mu.Unlock()
-		if free > 0 && unreported < w.reportBacklog() {
-			if 2*free >= w.opts.Concurrency || settle != nil && settled == nil {
-				return free
+		if free := w.free; free > 0 && w.unreported < w.reportBacklog() {
+			if free >= share || settle != nil && settled == nil {
+				n := min(free, share)
+				w.free -= n
+				w.mu.Unlock()
+				return n
 			}
 			if settle == nil {
 				settle = time.NewTimer(popSettle)
 				settled = settle.C
 			}
 		}
+		w.mu.Unlock()
 		select {
-		case <-w.freed:
+		case <-p.freed:
 		case <-settled:
 			settled = nil
 		case <-w.popCtx.Done():
@@ -91,32 +142,75 @@ func (w *Worker) waitFree() int {
 	}
 }
 
+// release gives back n slots a pop reserved and did not fill.
+func (w *Worker) release(n int) {
+	if n == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.free += n
+	w.mu.Unlock()
+	w.signalFreed()
+}
+
 // reportBacklog is how many final reports may wait before popping pauses.
 func (w *Worker) reportBacklog() int { return max(2*w.opts.Concurrency, maxReportBatch) }
 
-// start runs each delivered job in a slot of its own.
+// start hands each delivered job to a slot of its own, which its pop
+// reserved: the slots decode their jobs, so that the next pop goes out at
+// once.
 func (w *Worker) start(queue string, raws []string) {
+	w.jobs.Add(len(raws))
 	for _, raw := range raws {
-		var msg jobMessage
-		if err := json.Unmarshal([]byte(raw), &msg); err != nil || msg.JobID == "" {
-			w.log.Error("received a job without a readable job_id; agq delivers it again after its acknowledgement timeout",
-				"queue", queue, "error", err)
-			continue
-		}
-		msg.raw = raw
-		r := w.track(&msg)
-		w.jobs.Add(1)
-		go w.runJob(r)
+		w.runInSlot(delivery{queue, raw})
 	}
 }
 
-func (w *Worker) track(msg *jobMessage) *runningJob {
+// delivery is a job as BLMPOP delivered it.
+type delivery struct{ queue, raw string }
+
+// runInSlot hands a delivered job to an idle slot goroutine, or starts
+// one. Slot goroutines outlive their jobs, so a job does not pay for a new
+// goroutine and the growth of its stack; there are about as many as the
+// worker's concurrency, and they end when Run returns.
+func (w *Worker) runInSlot(d delivery) {
+	select {
+	case w.idleSlots <- d:
+	default:
+		go w.slot(d)
+	}
+}
+
+func (w *Worker) slot(d delivery) {
+	for {
+		if r := w.track(d); r != nil {
+			w.runJob(r)
+		}
+		select {
+		case d = <-w.idleSlots:
+		case <-w.slotsEnd:
+			return
+		}
+	}
+}
+
+// track decodes a delivered job and keeps it as this worker's until agq
+// has its final report; nil when it has no readable job_id, whose slot is
+// then free again.
+func (w *Worker) track(d delivery) *runningJob {
+	msg := &jobMessage{raw: d.raw}
+	if err := decodeJob(d.raw, msg); err != nil || msg.JobID == "" {
+		w.log.Error("received a job without a readable job_id; agq delivers it again after its acknowledgement timeout",
+			"queue", d.queue, "error", err)
+		w.handlerReturned(false)
+		w.jobs.Done()
+		return nil
+	}
 	j := &Job{msg: msg, w: w}
 	r := &runningJob{job: j}
 	r.ctx, r.cancel = context.WithCancelCause(w.jobsCtx)
 	j.run = r
 	w.mu.Lock()
-	w.free--
 	w.running[msg.JobID] = r
 	w.mu.Unlock()
 	return r
@@ -151,8 +245,10 @@ func (w *Worker) untrack(r *runningJob, reported bool) {
 }
 
 func (w *Worker) signalFreed() {
-	select {
-	case w.freed <- struct{}{}:
-	default:
+	for _, p := range w.poppers {
+		select {
+		case p.freed <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -39,18 +39,17 @@ func (q *reportQueue) push(p *pendingReport) {
 	q.mu.Lock()
 	q.waiting = append(q.waiting, p)
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.signal()
 }
 
-// take waits for reports and returns up to maxReportBatch of them; none
-// once the queue is closed and empty.
-func (q *reportQueue) take() []*pendingReport {
+// take waits for reports and returns up to maxReportBatch of them, once
+// at least enough() wait or the queue is closed; none once it is closed
+// and empty.
+func (q *reportQueue) take(enough func() int) []*pendingReport {
 	for {
 		q.mu.Lock()
-		if n := len(q.waiting); n > 0 {
+		n := len(q.waiting)
+		if n > 0 && (n >= enough() || q.closed) {
 			k := min(n, maxReportBatch)
 			batch := q.waiting[:k:k]
 			q.waiting = q.waiting[k:]
@@ -69,14 +68,19 @@ func (q *reportQueue) take() []*pendingReport {
 	}
 }
 
-func (q *reportQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
+// signal wakes take to look again.
+func (q *reportQueue) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (q *reportQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
 }
 
 // report sends JOB.UPDATE job_id body together with the reports of other
@@ -92,22 +96,31 @@ func (w *Worker) report(ctx context.Context, jobID string, body []byte) error {
 	}
 }
 
-// reporter sends the waiting reports as pipelines, taking a batch only
-// once a pipeline is free: reports about different jobs in one pipeline
-// share a commit on agq, and each still gets its own reply.
+// reporter sends the waiting reports as pipelines: reports about
+// different jobs in one pipeline share a commit on agq, and each still
+// gets its own reply. With no pipeline in flight, whatever waits goes at
+// once; while some are, another goes only with a full batch, and the
+// rest gathers until one returns.
 func (w *Worker) reporter() {
 	inFlight := make(chan struct{}, reportPipelines)
+	enough := func() int {
+		if len(inFlight) > 1 { // this pipeline's own token counts
+			return maxReportBatch
+		}
+		return 1
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
 		inFlight <- struct{}{}
-		batch := w.reports.take()
+		batch := w.reports.take(enough)
 		if batch == nil {
 			return
 		}
 		wg.Go(func() {
-			defer func() { <-inFlight }()
 			w.sendReports(batch)
+			<-inFlight
+			w.reports.signal()
 		})
 	}
 }

@@ -89,8 +89,9 @@ type Worker struct {
 	fallback HandlerFunc
 	started  time.Time
 
-	rdb *redis.Client // registration, heartbeats, reports, steps
-	pop *redis.Client // BLMPOP only; closed to cut a blocked pop off
+	rdb     *redis.Client // registration, heartbeats, reports, steps
+	poppers [2]*popper    // made by NewWorker, connected by Run
+	popped  chan struct{} // the first pop loop got jobs (capacity 1)
 
 	reg      registration
 	interval atomic.Int64 // heartbeat interval, ns
@@ -99,9 +100,11 @@ type Worker struct {
 	free       int                    // slots without a running handler
 	unreported int                    // final reports not answered yet
 	running    map[string]*runningJob // by job id, until agq has the final report
-	freed      chan struct{}          // a slot was freed or a report answered (capacity 1)
 
 	reports reportQueue
+
+	idleSlots chan delivery // a job for a slot goroutine waiting for one
+	slotsEnd  chan struct{} // closed when Run returns: idle slot goroutines end
 
 	completed, failed atomic.Int64
 
@@ -152,15 +155,18 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &Worker{
-		opts:     opts,
-		log:      log.With("worker_id", opts.WorkerID),
-		handlers: map[string]HandlerFunc{},
-		free:     opts.Concurrency,
-		running:  map[string]*runningJob{},
-		freed:    make(chan struct{}, 1),
-		reports:  reportQueue{wake: make(chan struct{}, 1)},
-		fatal:    make(chan error, 1),
-		now:      make(chan struct{}),
+		opts:      opts,
+		log:       log.With("worker_id", opts.WorkerID),
+		handlers:  map[string]HandlerFunc{},
+		free:      opts.Concurrency,
+		running:   map[string]*runningJob{},
+		poppers:   [2]*popper{{blocking: true, freed: make(chan struct{}, 1)}, {freed: make(chan struct{}, 1)}},
+		popped:    make(chan struct{}, 1),
+		idleSlots: make(chan delivery),
+		slotsEnd:  make(chan struct{}),
+		reports:   reportQueue{wake: make(chan struct{}, 1)},
+		fatal:     make(chan error, 1),
+		now:       make(chan struct{}),
 	}
 	w.started = time.Now()
 	w.popCtx, w.stopPop = context.WithCancel(context.Background())
@@ -200,11 +206,14 @@ func newRedis(addr, user, key string, tlsConfig *tls.Config, poolSize int, readT
 // Worker runs once.
 func (w *Worker) Run(ctx context.Context) error {
 	w.rdb = newRedis(w.opts.Addr, w.opts.WorkerID, w.opts.Key, w.opts.TLSConfig, min(w.opts.Concurrency, 32)+8, 30*time.Second)
-	w.pop = newRedis(w.opts.Addr, w.opts.WorkerID, w.opts.Key, w.opts.TLSConfig, 1, 0)
+	for _, p := range w.poppers {
+		p.conn = newRedis(w.opts.Addr, w.opts.WorkerID, w.opts.Key, w.opts.TLSConfig, 1, 0)
+	}
 	defer w.rdb.Close()
 	defer w.stopRep()
 	defer w.stopJobs(ErrShuttingDown)
 	defer w.endPopping()
+	defer close(w.slotsEnd)
 
 	w.log.Info("worker starting", "addr", w.opts.Addr, "queues", w.opts.Queues, "concurrency", w.opts.Concurrency)
 	if err := w.registerAtStart(ctx); err != nil {
@@ -223,7 +232,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	var rep sync.WaitGroup
 	rep.Go(w.reporter)
 	var pops sync.WaitGroup
-	pops.Go(w.popLoop)
+	for _, p := range w.poppers {
+		pops.Go(func() { w.popLoop(p) })
+	}
 
 	var fatal error
 	select {
@@ -251,7 +262,11 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) endPopping() {
 	w.popOnce.Do(func() {
 		w.stopPop()
-		w.pop.Close()
+		for _, p := range w.poppers {
+			if p.conn != nil {
+				p.conn.Close()
+			}
+		}
 	})
 }
 

@@ -206,7 +206,7 @@ func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
 	c := Claimed{Job: Job{Status: StatusRunning}}
 	j := &c.Job
 	var refusal string
-	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload,
+	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload),
 		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &j.After,
 		&j.TraceParent, &j.TraceState, &refusal)
 	return c, refusal, err

@@ -95,10 +95,10 @@ func jobCols(a string) string {
 // scanJob reads jobColumns, then the extra destinations.
 func scanJob(row pgx.Row, extra ...any) (Job, error) {
 	var j Job
-	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, &j.Plan, &j.Inputs, &j.Payload, &j.Priority,
+	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload), &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
-		&j.Progress, &j.Result, &j.Errors, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
+		rawJSON(&j.Progress), rawJSON(&j.Result), rawJSON(&j.Errors), &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
 		&j.After, &j.OnParentFailure}
 	err := row.Scan(append(dest, extra...)...)
 	return j, err
@@ -210,6 +210,11 @@ func notifyReady(ctx context.Context, tx pgx.Tx, note ReadyNote) error {
 	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelJobs, string(b))
 	return err
 }
+
+// rawJSON scans a json or jsonb column as its bytes: pgx would run a
+// json.RawMessage destination through json.Unmarshal, which checks what
+// PostgreSQL already checked. NULL scans as nil, as before.
+func rawJSON(p *json.RawMessage) *[]byte { return (*[]byte)(p) }
 
 func nullJSON(raw json.RawMessage) any {
 	if len(raw) == 0 {
