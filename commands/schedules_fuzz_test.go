@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/scheduler"
-	"github.com/agq/agq/store"
 )
 
 // FuzzScheduleDoc feeds SCHEDULE.CREATE and SCHEDULE.UPDATE documents to
@@ -28,8 +28,8 @@ func FuzzScheduleDoc(f *testing.F) {
 	}
 	s := &Server{opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	existing := store.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
-		MaxCatchup: 100, Job: store.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
+	existing := api.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
+		MaxCatchup: 100, Job: api.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		doc, err := s.decodeScheduleDoc(raw)
 		if err != nil {
@@ -44,7 +44,7 @@ func FuzzScheduleDoc(f *testing.F) {
 				if doc.Name == nil {
 					continue
 				}
-				sc = store.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+				sc = api.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
 			}
 			if err := s.applyScheduleDoc(doc, &sc, creating, now); err != nil {
 				if _, ok := resp.AsError(err); !ok {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 )
 
 func TestCancelJob(t *testing.T) {
@@ -54,7 +55,7 @@ func TestCancelJob(t *testing.T) {
 		b := setup(t)
 		err := b.engine.CancelJob(b.ctx, "missing")
 		requireJobError(t, err, "missing")
-		if !errors.Is(err, engine.ErrNotFound) {
+		if !errors.Is(err, api.ErrNotFound) {
 			t.Fatalf("got %v, want ErrNotFound", err)
 		}
 	})
@@ -107,7 +108,7 @@ func TestRetryJob(t *testing.T) {
 			err := b.engine.RetryJob(b.ctx, "j1")
 			if tt.refused != "" {
 				requireJobError(t, err, "j1")
-				var state *engine.StateError
+				var state *api.StateError
 				if !errors.As(err, &state) || state.Status != tt.refused {
 					t.Fatalf("got %v, want StateError naming %s", err, tt.refused)
 				}
@@ -153,7 +154,7 @@ func TestRetryJobWhoseUniqueKeyIsHeld(t *testing.T) {
 	}
 	err := b.engine.RetryJob(b.ctx, "j1")
 	requireJobError(t, err, "j1")
-	if !errors.Is(err, engine.ErrUniqueKeyHeld) {
+	if !errors.Is(err, api.ErrUniqueKeyHeld) {
 		t.Fatalf("got %v, want ErrUniqueKeyHeld", err)
 	}
 	if got := b.get(t, "j1"); got.Status != engine.StatusFailed {
@@ -225,7 +226,7 @@ func TestWorkers(t *testing.T) {
 		if err := b.engine.DrainWorker(b.ctx, "w1"); err != nil {
 			t.Fatal(err)
 		}
-		if _, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 1); !errors.Is(err, engine.ErrWorkerDraining) || len(jobs) != 0 {
+		if _, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 1); !errors.Is(err, api.ErrWorkerDraining) || len(jobs) != 0 {
 			t.Fatalf("claim: %d jobs, %v; want ErrWorkerDraining", len(jobs), err)
 		}
 		if hb, err := b.engine.Heartbeat(b.ctx, "w1", nil); err != nil || !hb.Drain {
@@ -243,7 +244,7 @@ func TestWorkers(t *testing.T) {
 		stranger := b.worker
 		stranger.ID = "stranger"
 		for _, w := range []engine.Worker{b.worker, stranger} {
-			var notRegistered *engine.WorkerNotRegisteredError
+			var notRegistered *api.WorkerNotRegisteredError
 			_, jobs, err := b.engine.Claim(b.ctx, w, []string{"q"}, 1)
 			if !errors.As(err, &notRegistered) || notRegistered.ID != w.ID || len(jobs) != 0 {
 				t.Fatalf("claim by %s: %d jobs, %v; want WorkerNotRegisteredError", w.ID, len(jobs), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
@@ -49,10 +50,6 @@ type Config struct {
 
 // Engine runs the transitions of jobs and workers.
 type Engine struct {
-	// Reads are the queries that change nothing, open to the wire layer
-	// and the dashboard as they are.
-	Reads
-
 	cfg     Config
 	store   *store.Store
 	hub     *wakeup.Hub
@@ -76,7 +73,6 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
 	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
 	e := &Engine{
-		Reads:   st,
 		cfg:     cfg,
 		store:   st,
 		hub:     hub,
@@ -88,10 +84,14 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
 	// pops that limits held back.
-	wakeup.Listen(hub, wakeup.Freed, func(f store.Freed) {
-		for _, note := range e.RoomNotes(f) {
-			hub.Wake(note)
+	wakeup.Listen(hub, wakeup.Freed, func(f api.Freed) {
+		for _, note := range e.RoomNotes(store.Freed(f)) {
+			hub.Wake(api.ReadyNote(note))
 		}
+	})
+	// Each node hears a move itself: its own subscribers are told here.
+	wakeup.Listen(hub, wakeup.Moved, func(m api.Moved) {
+		hub.DeliverLocal(movedMessages(store.Moved(m)))
 	})
 	return e
 }

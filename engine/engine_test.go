@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/internal/wakeup/listen"
 	"github.com/agq/agq/store"
 )
 
@@ -48,7 +50,7 @@ func setupWith(t *testing.T, configure func(*engine.Config)) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	hub := wakeup.New(wakeup.Config{ConnString: st.Pool.Config().ConnString(), NodeID: "n", Send: st.Notify})
+	hub := wakeup.New(wakeup.Config{Dial: listen.Dialer(st.Pool.Config().ConnString()), NodeID: "n", Send: listen.Send(st)})
 	cfg := engine.Config{HeartbeatInterval: 10 * time.Second, AckTimeout: time.Minute}
 	configure(&cfg)
 	e := engine.New(cfg, st, hub)
@@ -169,11 +171,11 @@ func receive[T any](t *testing.T, what string, c <-chan T) T {
 }
 
 // requireJobError checks that err is a refusal about job id.
-func requireJobError(t *testing.T, err error, id string) *engine.JobError {
+func requireJobError(t *testing.T, err error, id string) *api.JobError {
 	t.Helper()
-	var je *engine.JobError
+	var je *api.JobError
 	if !errors.As(err, &je) {
-		t.Fatalf("got %v (%T), want a *engine.JobError", err, err)
+		t.Fatalf("got %v (%T), want a *api.JobError", err, err)
 	}
 	if je.JobID != id {
 		t.Fatalf("the refusal names job %q, want %q", je.JobID, id)
@@ -205,7 +207,7 @@ func (w *fakeWait) started() {
 	}
 }
 
-func (w *fakeWait) Next(c <-chan store.ReadyNote) (*store.ReadyNote, bool, error) {
+func (w *fakeWait) Next(c <-chan api.ReadyNote) (*api.ReadyNote, bool, error) {
 	w.started()
 	timer := time.NewTimer(time.Until(w.until))
 	defer timer.Stop()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 )
 
 func TestPopWaiting(t *testing.T) {
@@ -121,7 +122,7 @@ func TestPopWaitingOfAClientThatLeft(t *testing.T) {
 				t.Fatal("the submission was not handed to the waiting pop")
 			}
 			r := receive(t, "the pop's end", popped)
-			if !errors.Is(r.err, engine.ErrClientGone) || len(r.jobs) != 0 {
+			if !errors.Is(r.err, api.ErrClientGone) || len(r.jobs) != 0 {
 				t.Fatalf("pop: %d jobs, %v; want ErrClientGone", len(r.jobs), r.err)
 			}
 			got := b.get(t, "j1")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 )
 
 func TestReport(t *testing.T) {
@@ -217,7 +218,7 @@ func TestReportRefusals(t *testing.T) {
 				return engine.Report{ID: held.ID, WorkerID: "w2", Status: engine.StatusCompleted}
 			},
 			check: func(t *testing.T, err error) {
-				var owner *engine.NotOwnerError
+				var owner *api.NotOwnerError
 				if !errors.As(err, &owner) || owner.Owner != "w1" {
 					t.Fatalf("got %v, want NotOwnerError naming w1", err)
 				}
@@ -237,7 +238,7 @@ func TestReportRefusals(t *testing.T) {
 				return engine.Report{ID: held.ID, WorkerID: "w1", Status: engine.StatusCompleted, Delivery: *held.Delivery}
 			},
 			check: func(t *testing.T, err error) {
-				var stale *engine.StaleDeliveryError
+				var stale *api.StaleDeliveryError
 				if !errors.As(err, &stale) {
 					t.Fatalf("got %v, want StaleDeliveryError", err)
 				}
@@ -253,7 +254,7 @@ func TestReportRefusals(t *testing.T) {
 				return report(held, "w1", engine.StatusCompleted)
 			},
 			check: func(t *testing.T, err error) {
-				if !errors.Is(err, engine.ErrJobCancelled) {
+				if !errors.Is(err, api.ErrJobCancelled) {
 					t.Fatalf("got %v, want ErrJobCancelled", err)
 				}
 			},
@@ -270,7 +271,7 @@ func TestReportRefusals(t *testing.T) {
 				return r
 			},
 			check: func(t *testing.T, err error) {
-				var state *engine.StateError
+				var state *api.StateError
 				if !errors.As(err, &state) || state.Status != engine.StatusCompleted {
 					t.Fatalf("got %v, want StateError naming completed", err)
 				}
@@ -303,7 +304,7 @@ func TestReportRefusals(t *testing.T) {
 		held = b.claimOne(t, b.worker)
 		err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusSnoozed))
 		requireJobError(t, err, "j1")
-		var limit *engine.SnoozeLimitError
+		var limit *api.SnoozeLimitError
 		if !errors.As(err, &limit) || limit.Snoozes != 1 {
 			t.Fatalf("got %v, want SnoozeLimitError after 1 snooze", err)
 		}
@@ -318,7 +319,7 @@ func TestReportRefusals(t *testing.T) {
 		for _, status := range []string{"", engine.StatusRunning, engine.StatusCompleted, engine.StatusSnoozed} {
 			err := b.engine.Report(b.ctx, engine.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
 			requireJobError(t, err, "missing")
-			if !errors.Is(err, engine.ErrNotFound) {
+			if !errors.Is(err, api.ErrNotFound) {
 				t.Fatalf("status %q: got %v, want ErrNotFound", status, err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/store"
 )
@@ -18,52 +19,36 @@ import (
 
 // Step calls and their outcomes, as the store applies them.
 type (
-	StepParams      = store.StepParams
-	StepBeginParams = store.StepBeginParams
-	StepBeginResult = store.StepBeginResult
-	StepFailParams  = store.StepFailParams
-	StepFailResult  = store.StepFailResult
-	StepSleepParams = store.StepSleepParams
-	StepSleepResult = store.StepSleepResult
-	Step            = store.Step
-	JobStepsParams  = store.JobStepsParams
+	StepParams      = api.StepParams
+	StepBeginParams = api.StepBeginParams
+	StepBeginResult = api.StepBeginResult
+	StepFailParams  = api.StepFailParams
+	StepFailResult  = api.StepFailResult
+	StepSleepParams = api.StepSleepParams
+	StepSleepResult = api.StepSleepResult
+	Step            = api.Step
+	JobStepsParams  = api.JobStepsParams
 )
 
 // MaxSteps is how many steps and sleeps one job may have.
-const MaxSteps = store.MaxSteps
-
-// Refusals of step calls.
-type (
-	// StepNotBegunError: the step was not begun by this delivery.
-	StepNotBegunError = store.StepNotBegunError
-	// StepAttemptsError: begun past its attempts, the step failed the job.
-	StepAttemptsError = store.StepAttemptsError
-	// StepKindError: the id names a sleep where a step was expected, or
-	// the other way round.
-	StepKindError = store.StepKindError
-	// StepLimitError: the job has MaxSteps steps already.
-	StepLimitError = store.StepLimitError
-)
-
-// ErrStepsNotHolder: a worker read the steps of a job it does not hold.
-var ErrStepsNotHolder = errors.New("only the worker holding the job reads its steps")
+const MaxSteps = api.MaxSteps
 
 // checkStep refuses a step id that breaks its rule.
 func checkStep(p StepParams) error {
 	if !names.Step(p.StepID) {
-		return &InvalidNameError{What: "step_id", Rule: names.StepRule}
+		return &api.InvalidNameError{What: "step_id", Rule: names.StepRule}
 	}
 	return nil
 }
 
 // stepError names the job a step call's refusal is about.
 func stepError(id string, err error) error {
-	var notBegun *StepNotBegunError
-	var attempts *StepAttemptsError
-	var kind *StepKindError
-	var limit *StepLimitError
+	var notBegun *store.StepNotBegunError
+	var attempts *store.StepAttemptsError
+	var kind *store.StepKindError
+	var limit *store.StepLimitError
 	if errors.As(err, &notBegun) || errors.As(err, &attempts) || errors.As(err, &kind) || errors.As(err, &limit) {
-		return &JobError{JobID: id, Err: err}
+		return refused(id, err)
 	}
 	return jobError(id, err)
 }
@@ -71,15 +56,15 @@ func stepError(id string, err error) error {
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
 // completed with in an earlier delivery for an equal input. It shares the
 // commit of the next group of begins.
-func (e *Engine) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error) {
+func (e *Engine) StepBegin(ctx context.Context, p api.StepBeginParams) (api.StepBeginResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
 		return StepBeginResult{}, err
 	}
-	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
+	res, err := e.groups.stepBegins.Add(storeStepBegin(p)).Wait(ctx)
 	if err != nil {
 		return StepBeginResult{}, jobError(p.JobID, err)
 	}
-	return res.Result, stepError(p.JobID, res.Err)
+	return api.StepBeginResult(res.Result), stepError(p.JobID, res.Err)
 }
 
 // runStepBegins serves a group of STEP.BEGINs; a begin past its step's
@@ -102,7 +87,7 @@ func (e *Engine) StepCompleteLater(p StepParams, output json.RawMessage) (wait f
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}
-	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
+	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: store.StepParams(p), Output: output})
 	return func(ctx context.Context) error {
 		res, gerr := pending.Wait(ctx)
 		if gerr != nil {
@@ -143,16 +128,16 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 	if err := checkStep(p.StepParams); err != nil {
 		return StepFailResult{}, err
 	}
-	var res StepFailResult
-	t, traced := e.stepTrace(ctx, p.StepParams)
+	var res store.StepFailResult
+	t, traced := e.stepTrace(ctx, store.StepParams(p.StepParams))
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepFail(ctx, p)
+		res, changed, sfx, err = e.store.StepFail(ctx, storeStepFail(p))
 		fx := stepEffects(sfx)
 		if changed {
-			fx.AsIs = append([]AsIs{stepNamed("step_failed", p.StepParams)}, fx.AsIs...)
+			fx.AsIs = append([]AsIs{stepNamed("step_failed", store.StepParams(p.StepParams))}, fx.AsIs...)
 			if traced {
 				// The step's failure ends the job's attempt too.
 				now, outcome := time.Now(), StatusFailed
@@ -165,7 +150,7 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return res, err
+	return api.StepFailResult(res), err
 }
 
 // StepSleep is STEP.SLEEP: the job sleeps until its wake time, or, in a
@@ -174,36 +159,36 @@ func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepRes
 	if err := checkStep(p.StepParams); err != nil {
 		return StepSleepResult{}, err
 	}
-	var res StepSleepResult
+	var res store.StepSleepResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepSleep(ctx, p)
+		res, changed, sfx, err = e.store.StepSleep(ctx, storeStepSleep(p))
 		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if changed {
-			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
+			fx.AsIs = []AsIs{stepNamed("sleeping", store.StepParams(p.StepParams))}
 			if t, ok := traces[p.JobID]; ok && res.Sleeping {
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, time.Now(), "sleeping", "")
 			}
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return res, err
+	return api.StepSleepResult(res), err
 }
 
 // JobSteps is JOB.STEPS: a page of the job's steps in the order first
 // begun. A worker (p.Holder) reads only the steps of a job it holds.
-func (e *Engine) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error) {
-	steps, err := e.store.JobSteps(ctx, p)
+func (e *Engine) JobSteps(ctx context.Context, p api.JobStepsParams) ([]api.Step, error) {
+	steps, err := e.store.JobSteps(ctx, store.JobStepsParams(p))
 	if errors.Is(err, store.ErrNotHolder) {
-		err = ErrStepsNotHolder
+		err = api.ErrStepsNotHolder
 	}
-	if errors.Is(err, ErrStepsNotHolder) || errors.Is(err, ErrNotFound) {
-		return nil, &JobError{JobID: p.JobID, Err: err}
+	if errors.Is(err, api.ErrStepsNotHolder) || errors.Is(err, store.ErrNotFound) {
+		return nil, refused(p.JobID, err)
 	}
-	return steps, err
+	return apiSteps(steps), apiError(err)
 }
 
 // stepEffects are the effects of a step call that may have ended the job's
@@ -219,7 +204,7 @@ func stepEffects(sfx store.Effects) Effects {
 }
 
 // stepNamed announces a step's event on its job.
-func stepNamed(event string, p StepParams) AsIs {
+func stepNamed(event string, p store.StepParams) AsIs {
 	a := named(event, p.JobID)
 	a.StepID = p.StepID
 	return a

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 )
 
 func TestSubmit(t *testing.T) {
@@ -115,7 +116,7 @@ func TestSubmitTheSameID(t *testing.T) {
 				res, err = b.engine.Submit(b.ctx, tt.again)
 			}
 			if tt.exists {
-				var exists *engine.JobExistsError
+				var exists *api.JobExistsError
 				if !errors.As(err, &exists) || exists.ID != "j1" {
 					t.Fatalf("got %v (%T), want JobExistsError for j1", err, err)
 				}

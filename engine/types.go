@@ -1,108 +1,64 @@
 package engine
 
 import (
-	"context"
-	"time"
-
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/engine/api"
 )
 
-// The records the engine's callers read and write. They are the store's
-// own, named here so that the wire layer and the dashboard depend on the
-// engine alone.
+// The records the engine's callers read and write: the API's, named here
+// for the engine's own code and tests. The store keeps its own copies;
+// convert.go turns one into the other at the engine's edge.
 type (
-	Job            = store.Job
-	NewJob         = store.NewJob
-	JobState       = store.JobState
-	JobTemplate    = store.JobTemplate
-	SubmitResult   = store.SubmitResult
-	Worker         = store.Worker
-	Queue          = store.Queue
-	QueueSummary   = store.QueueSummary
-	Limits         = store.Limits
-	LimitsChange   = store.LimitsChange
-	Rate           = store.Rate
-	Schedule       = store.Schedule
-	MinuteCount    = store.MinuteCount
-	ReadyNote      = store.ReadyNote
-	Freed          = store.Freed
-	Moved          = store.Moved
-	KeyspaceJob    = store.KeyspaceJob
-	KeyspaceWorker = store.KeyspaceWorker
+	Job            = api.Job
+	NewJob         = api.NewJob
+	JobState       = api.JobState
+	JobTemplate    = api.JobTemplate
+	SubmitResult   = api.SubmitResult
+	Worker         = api.Worker
+	Queue          = api.Queue
+	QueueSummary   = api.QueueSummary
+	Limits         = api.Limits
+	LimitsChange   = api.LimitsChange
+	Rate           = api.Rate
+	Schedule       = api.Schedule
+	MinuteCount    = api.MinuteCount
+	ReadyNote      = api.ReadyNote
+	Freed          = api.Freed
+	Moved          = api.Moved
+	KeyspaceJob    = api.KeyspaceJob
+	KeyspaceWorker = api.KeyspaceWorker
 
-	JobListParams      = store.JobListParams
-	QueueJobsParams    = store.QueueJobsParams
-	FailedJobsParams   = store.FailedJobsParams
-	WorkerPageParams   = store.WorkerPageParams
-	KeyspaceJobsParams = store.KeyspaceJobsParams
+	JobListParams      = api.JobListParams
+	QueueJobsParams    = api.QueueJobsParams
+	FailedJobsParams   = api.FailedJobsParams
+	WorkerPageParams   = api.WorkerPageParams
+	KeyspaceJobsParams = api.KeyspaceJobsParams
 )
 
 // Job statuses.
 const (
-	StatusQueued    = store.StatusQueued
-	StatusScheduled = store.StatusScheduled
-	StatusRunning   = store.StatusRunning
-	StatusRetrying  = store.StatusRetrying
-	StatusCompleted = store.StatusCompleted
-	StatusFailed    = store.StatusFailed
-	StatusCancelled = store.StatusCancelled
+	StatusQueued    = api.StatusQueued
+	StatusScheduled = api.StatusScheduled
+	StatusRunning   = api.StatusRunning
+	StatusRetrying  = api.StatusRetrying
+	StatusCompleted = api.StatusCompleted
+	StatusFailed    = api.StatusFailed
+	StatusCancelled = api.StatusCancelled
 	// StatusSnoozed is a report's status, never a job's: the job goes back
 	// to scheduled.
-	StatusSnoozed = store.StatusSnoozed
+	StatusSnoozed = api.StatusSnoozed
 )
 
 // Worker states.
 const (
-	WorkerActive       = store.WorkerActive
-	WorkerDraining     = store.WorkerDraining
-	WorkerDead         = store.WorkerDead
-	WorkerUnregistered = store.WorkerUnregistered
+	WorkerActive       = api.WorkerActive
+	WorkerDraining     = api.WorkerDraining
+	WorkerDead         = api.WorkerDead
+	WorkerUnregistered = api.WorkerUnregistered
 )
 
 // MaxLogLines bounds the lines kept of one attempt's log.
-const MaxLogLines = store.MaxLogLines
+const MaxLogLines = api.MaxLogLines
 
 // IsTerminal reports whether a job in this status never moves again
 // without JOB.RETRY.
-func IsTerminal(status string) bool { return store.IsTerminal(status) }
-
-// Reads are the queries that change nothing: the wire layer and the
-// dashboard call them as they are.
-type Reads interface {
-	JobGet(ctx context.Context, id string) (Job, error)
-	JobList(ctx context.Context, p JobListParams) ([]Job, error)
-	JobStates(ctx context.Context, ids []string) ([]JobState, error)
-	JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error)
-	JobChildren(ctx context.Context, id string, limit int) ([]JobState, error)
-	JobCounts(ctx context.Context) (map[string]int64, error)
-	RunningJobs(ctx context.Context, limit int) ([]Job, error)
-	FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error)
-	FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]MinuteCount, error)
-
-	QueueStats(ctx context.Context, name string) ([]Queue, error)
-	QueueDepth(ctx context.Context, queue string) (int64, error)
-	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]Job, error)
-	QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error)
-	QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]QueueSummary, error)
-	QueueLimitsGet(ctx context.Context, name string) (Limits, error)
-	TypeLimitsGet(ctx context.Context, name string) (Limits, error)
-
-	WorkerGet(ctx context.Context, id string) (Worker, error)
-	WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error)
-	WorkerList(ctx context.Context, state string) ([]Worker, error)
-	WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, error)
-	WorkerCounts(ctx context.Context) (map[string]int64, error)
-	WorkersHeldJobs(ctx context.Context, workers []string, perWorker int) (map[string][]string, error)
-
-	ScheduleGet(ctx context.Context, name string) (Schedule, error)
-	ScheduleList(ctx context.Context) ([]Schedule, error)
-	Leader(ctx context.Context) (string, time.Time, error)
-
-	KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]KeyspaceJob, error)
-	KeyspaceJobProbe(ctx context.Context, id string) (KeyspaceJob, error)
-	KeyspaceJobCounts(ctx context.Context) (jobs, held int64, err error)
-	KeyspaceQueues(ctx context.Context, namePrefix string) ([]string, error)
-	KeyspaceWorker(ctx context.Context, id string) (KeyspaceWorker, error)
-	KeyspaceWorkers(ctx context.Context, idPrefix string) ([]KeyspaceWorker, error)
-	KeyspaceCapabilityMembers(ctx context.Context, capability string) ([]string, error)
-}
+func IsTerminal(status string) bool { return api.IsTerminal(status) }
