@@ -11,6 +11,18 @@ import (
 	"github.com/agq/agq/scheduler"
 )
 
+// cronParser is the engine as far as applying a schedule document asks it:
+// it parses cron texts as the engine does.
+type cronParser struct{ api.Engine }
+
+func (cronParser) ParseCron(text, timezone string) (api.CronSpec, error) {
+	spec, err := scheduler.Parse(text, timezone)
+	if err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
 // FuzzScheduleDoc feeds SCHEDULE.CREATE and SCHEDULE.UPDATE documents to
 // their decoder and validation: whatever the input, the answer is an error
 // reply or a schedule that can fire, never a panic.
@@ -26,7 +38,7 @@ func FuzzScheduleDoc(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := &Server{opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
+	s := &Server{eng: cronParser{}, opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	existing := api.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
 		MaxCatchup: 100, Job: api.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}

@@ -13,26 +13,6 @@ import (
 // engine settles the mark once that committed (settle), and the leader's
 // sweep settles whatever a crash or another path left (SettleDependencies).
 
-// StatusPending is a job waiting for its parents.
-const StatusPending = api.StatusPending
-
-// What a parent's failure or cancellation does to a pending child.
-const (
-	ParentFailureCancel = api.ParentFailureCancel
-	ParentFailureRun    = api.ParentFailureRun
-)
-
-// Limits of after.
-const (
-	// MaxParents bounds one job's after.
-	MaxParents = 10000
-	// MaxAfterEntries bounds the after entries of one submission.
-	MaxAfterEntries = 100000
-)
-
-// ParentState is a parent as the popped job carries it.
-type ParentState = api.ParentState
-
 // settleRound bounds the marks one settling transaction takes.
 const settleRound = 1000
 
@@ -155,7 +135,7 @@ func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (pag
 	}
 	if worker != "" {
 		switch {
-		case j.Status != StatusRunning:
+		case j.Status != store.StatusRunning:
 			return nil, "", jobError(id, &api.StateError{Status: j.Status})
 		case j.WorkerID == nil || *j.WorkerID != worker:
 			return nil, "", jobError(id, &api.NotOwnerError{Owner: *j.WorkerID})

@@ -3,9 +3,12 @@
 // jobs when it registers or leaves), the rules that decide them, the
 // groups that let many clients share one statement, the hand-offs to
 // waiting pops, the limits on running jobs, and the events each transition
-// publishes. The RESP commands and the dashboard both call it; neither
-// knows SQL. Each transition collects its Effects and the engine publishes
-// them after the commit, in one place (publish).
+// publishes. The RESP commands and the dashboard both call it, through
+// the api.Engine interface it implements; neither knows SQL nor the
+// store's types. Each transition collects its Effects and the engine
+// publishes them after the commit, in one place (publish). Inside, the
+// engine works on the store's records; convert.go turns them into the
+// API's where they leave, and apiError the store's errors.
 package engine
 
 import (
@@ -110,7 +113,8 @@ func (e *Engine) offPath() (context.Context, context.CancelFunc) {
 // DashboardSecret is the dashboard's signing secret, shared by every
 // node: the one stored, or fresh when none is.
 func (e *Engine) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
-	return e.store.DashboardSecret(ctx, fresh)
+	secret, err := e.store.DashboardSecret(ctx, fresh)
+	return secret, apiError(err)
 }
 
 // DropIdleConns closes the pool's idle connections: a command that failed

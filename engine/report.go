@@ -8,12 +8,6 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// Report is one JOB.UPDATE, read and checked: the job, the reporting
-// worker (or an admin), the status reported ("" progress, running,
-// completed, failed, cancelled, snoozed), the delivery it is about, and
-// the document as sent (progress or result).
-type Report = api.Report
-
 // Report applies a worker's report. A final one shares the commit of the
 // node's next group of final reports, an acknowledgement or progress the
 // statement of the next group of those; a snooze takes the careful path

@@ -17,24 +17,8 @@ import (
 // completions share commits in groups, as final reports do; the other
 // calls take the careful path alone.
 
-// Step calls and their outcomes, as the store applies them.
-type (
-	StepParams      = api.StepParams
-	StepBeginParams = api.StepBeginParams
-	StepBeginResult = api.StepBeginResult
-	StepFailParams  = api.StepFailParams
-	StepFailResult  = api.StepFailResult
-	StepSleepParams = api.StepSleepParams
-	StepSleepResult = api.StepSleepResult
-	Step            = api.Step
-	JobStepsParams  = api.JobStepsParams
-)
-
-// MaxSteps is how many steps and sleeps one job may have.
-const MaxSteps = api.MaxSteps
-
 // checkStep refuses a step id that breaks its rule.
-func checkStep(p StepParams) error {
+func checkStep(p api.StepParams) error {
 	if !names.Step(p.StepID) {
 		return &api.InvalidNameError{What: "step_id", Rule: names.StepRule}
 	}
@@ -58,11 +42,11 @@ func stepError(id string, err error) error {
 // commit of the next group of begins.
 func (e *Engine) StepBegin(ctx context.Context, p api.StepBeginParams) (api.StepBeginResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepBeginResult{}, err
+		return api.StepBeginResult{}, err
 	}
 	res, err := e.groups.stepBegins.Add(storeStepBegin(p)).Wait(ctx)
 	if err != nil {
-		return StepBeginResult{}, jobError(p.JobID, err)
+		return api.StepBeginResult{}, jobError(p.JobID, err)
 	}
 	return api.StepBeginResult(res.Result), stepError(p.JobID, res.Err)
 }
@@ -77,13 +61,13 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []store.StepBeginParam
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
 // commit of the next group of completions.
-func (e *Engine) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error {
+func (e *Engine) StepComplete(ctx context.Context, p api.StepParams, output json.RawMessage) error {
 	return e.StepCompleteLater(p, output)(ctx)
 }
 
 // StepCompleteLater adds a STEP.COMPLETE to its group at once and answers
 // how to await its outcome, as ReportLater does for reports.
-func (e *Engine) StepCompleteLater(p StepParams, output json.RawMessage) (wait func(context.Context) error) {
+func (e *Engine) StepCompleteLater(p api.StepParams, output json.RawMessage) (wait func(context.Context) error) {
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}
@@ -124,9 +108,9 @@ func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepComplet
 
 // StepFail is STEP.FAIL: the job's attempt ends with the step's failure,
 // retried or final as the retry policy decides with the step's attempts.
-func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult, error) {
+func (e *Engine) StepFail(ctx context.Context, p api.StepFailParams) (api.StepFailResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepFailResult{}, err
+		return api.StepFailResult{}, err
 	}
 	var res store.StepFailResult
 	t, traced := e.stepTrace(ctx, store.StepParams(p.StepParams))
@@ -140,9 +124,9 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 			fx.AsIs = append([]AsIs{stepNamed("step_failed", store.StepParams(p.StepParams))}, fx.AsIs...)
 			if traced {
 				// The step's failure ends the job's attempt too.
-				now, outcome := time.Now(), StatusFailed
+				now, outcome := time.Now(), store.StatusFailed
 				if res.Retry {
-					outcome = StatusRetrying
+					outcome = store.StatusRetrying
 				}
 				e.trace.StepEnded(attemptOf(t), p.StepID, t.StepBeganAt, now, p.Message)
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, now, outcome, p.Message)
@@ -155,9 +139,9 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 
 // StepSleep is STEP.SLEEP: the job sleeps until its wake time, or, in a
 // delivery after it woke, carries on.
-func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepResult, error) {
+func (e *Engine) StepSleep(ctx context.Context, p api.StepSleepParams) (api.StepSleepResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepSleepResult{}, err
+		return api.StepSleepResult{}, err
 	}
 	var res store.StepSleepResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})

@@ -10,10 +10,6 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// HeartbeatResult is what a heartbeat tells its worker: to drain, and the
-// jobs whose cancellation was asked.
-type HeartbeatResult = api.HeartbeatResult
-
 // ParseRegistration validates a WORKER.REGISTER document: the worker to
 // register (its principal left for the caller) and the jobs it says it
 // runs, nil when it does not say.
@@ -38,7 +34,7 @@ func (e *Engine) RegisterWorker(ctx context.Context, w api.Worker, running []str
 
 // Heartbeat records that worker id is alive and extends the leases of the
 // jobs it holds.
-func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (HeartbeatResult, error) {
+func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (api.HeartbeatResult, error) {
 	res, err := e.store.WorkerHeartbeat(ctx, id, stats, e.Lease())
 	return api.HeartbeatResult(res), workerError(id, err)
 }
@@ -77,7 +73,7 @@ func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line
 		if errors.Is(err, store.ErrNotHolder) {
 			return refused(id, err)
 		}
-		return err
+		return apiError(err)
 	}
 	// Sent whether or not a subscriber is known: a line is kept and sent
 	// as the worker writes it, not a status someone may not want.

@@ -1,7 +1,9 @@
 // Package wakeup fans PostgreSQL notifications out to blocked clients. One
-// LISTEN connection per agq process receives every "jobs became claimable"
-// and "job finished" note; blocked pops and JOB.WAITs wait on in-memory
-// channels and hold no database connection.
+// LISTEN connection per agq process (a Conn, opened by package listen)
+// receives every "jobs became claimable" and "job finished" note; blocked
+// pops and JOB.WAITs wait on in-memory channels and hold no database
+// connection. The package itself imports neither store nor pgx: the wire
+// layer uses it.
 package wakeup
 
 import (
