@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/resp"
@@ -41,7 +41,7 @@ func (s *Server) jobCommands() []*Command {
 // transaction (a bad element rejects the whole batch, naming its index),
 // a single one with the node's next group of submissions. keyQueue is the
 // queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]engine.SubmitResult, error) {
+func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]api.SubmitResult, error) {
 	jobs, err := s.parseJobs(docs, keyQueue, batch)
 	if err != nil {
 		return nil, err
@@ -53,13 +53,13 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 	if err != nil {
 		return nil, err
 	}
-	return []engine.SubmitResult{r}, nil
+	return []api.SubmitResult{r}, nil
 }
 
 // parseJobs validates the documents, naming the first that is not a valid
 // job. keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]engine.NewJob, error) {
-	jobs := make([]engine.NewJob, len(docs))
+func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]api.NewJob, error) {
+	jobs := make([]api.NewJob, len(docs))
 	for i, d := range docs {
 		j, err := s.parseJob(d, cmp.Or(keyQueue, "ready"))
 		if err != nil {
@@ -178,10 +178,10 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 
 // readReport reads and checks a JOB.UPDATE's arguments and finds the
 // reporting worker.
-func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (engine.Report, error) {
+func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (api.Report, error) {
 	id := string(args[1])
 	if int64(len(args[2])) > s.opts.MaxPayload {
-		return engine.Report{}, resp.ErrPayloadTooBig
+		return api.Report{}, resp.ErrPayloadTooBig
 	}
 	// One decoding: the document must be an object, checked by its first
 	// byte, since decoding null or an array into a struct would not fail.
@@ -189,31 +189,31 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
 		var typeErr *json.UnmarshalTypeError
 		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
-			return engine.Report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
+			return api.Report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
 		}
-		return engine.Report{}, resp.Errorf("invalid update: must be a JSON object")
+		return api.Report{}, resp.Errorf("invalid update: must be a JSON object")
 	}
 	switch doc.Status {
-	case "", engine.StatusRunning, engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled:
-	case engine.StatusSnoozed:
+	case "", api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
+	case api.StatusSnoozed:
 		if doc.Seconds == nil || !(*doc.Seconds > 0) || time.Duration(*doc.Seconds*float64(time.Second)) > maxSnooze {
-			return engine.Report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
+			return api.Report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
 		}
 	default:
-		return engine.Report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
+		return api.Report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
 	}
 	if err := textError(args[2]); err != nil {
-		return engine.Report{}, resp.Errorf("invalid update: %s", err)
+		return api.Report{}, resp.Errorf("invalid update: %s", err)
 	}
 	if doc.Delivery != "" {
 		u, err := uuid.Parse(doc.Delivery)
 		if err != nil {
-			return engine.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
+			return api.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
 		// In the form the store compares (any case, braces or urn: name the same token).
 		doc.Delivery = u.String()
 	}
-	p := engine.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
+	p := api.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
 		Delivery: doc.Delivery, Raw: args[2]}
 	if doc.Seconds != nil {
 		p.SnoozeFor = time.Duration(*doc.Seconds * float64(time.Second))
@@ -221,7 +221,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
-	if doc.Status == engine.StatusFailed && p.Error == "" {
+	if doc.Status == api.StatusFailed && p.Error == "" {
 		p.Error = "failed without an error message"
 	}
 	if sess.principal().Role == auth.RoleAdmin {
@@ -229,7 +229,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	} else {
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
-			return engine.Report{}, err
+			return api.Report{}, err
 		}
 		p.WorkerID = w.ID
 	}
@@ -239,7 +239,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 // JOB.GET job_id
 func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	j, err := s.eng.JobGet(ctx, string(args[1]))
-	if errors.Is(err, engine.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -256,7 +256,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	b := newBlocking(ctx, sess, timeout, engine.WaitRecheck)
+	b := newBlocking(ctx, sess, timeout, api.WaitRecheck)
 	defer b.close()
 	j, ended, err := s.eng.WaitJob(ctx, id, jobWait{b})
 	if err != nil || !ended {
@@ -268,7 +268,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 // JOB.LIST [QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]
 // Answers [next_cursor, [job json …]] like SCAN; cursor "0" starts and ends.
 func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	p := engine.JobListParams{Limit: 100}
+	p := api.JobListParams{Limit: 100}
 	for i := 1; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			return nil, resp.ErrSyntax
@@ -280,8 +280,8 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 		case "STATUS":
 			p.Status = strings.ToLower(v)
 			switch p.Status {
-			case engine.StatusPending, engine.StatusQueued, engine.StatusScheduled, engine.StatusRunning, engine.StatusRetrying,
-				engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled:
+			case api.StatusPending, api.StatusQueued, api.StatusScheduled, api.StatusRunning, api.StatusRetrying,
+				api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
 			default:
 				return nil, resp.Errorf("unknown status '%s'", v)
 			}

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/resp"
 )
 
@@ -319,24 +319,24 @@ func (ks *keyspace) lookup(ctx context.Context, key string, withValue bool) (key
 
 // workerKeyTTL says whether a worker has the key of the given kind now,
 // and its time to live.
-func (ks *keyspace) workerKeyTTL(w engine.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
+func (ks *keyspace) workerKeyTTL(w api.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
 	interval := ks.s.eng.HeartbeatInterval()
-	live := w.State == engine.WorkerActive || w.State == engine.WorkerDraining
+	live := w.State == api.WorkerActive || w.State == api.WorkerDraining
 	switch kind {
 	case kindWorkerAlive:
 		left := aliveIntervals*interval - w.SinceHeartbeat
 		return left, live && left > 0
 	case kindWorkerStats:
 		left := statsIntervals*interval - w.SinceHeartbeat
-		return left, w.State != engine.WorkerUnregistered && w.HasStats && left > 0
+		return left, w.State != api.WorkerUnregistered && w.HasStats && left > 0
 	default: // kindWorkerMetadata
-		return noExpiry, w.State != engine.WorkerUnregistered
+		return noExpiry, w.State != api.WorkerUnregistered
 	}
 }
 
 // holderTTL is the time a job:<id>:worker key has left: until the job's
 // deadline, its timeout.
-func holderTTL(j engine.KeyspaceJob) time.Duration {
+func holderTTL(j api.KeyspaceJob) time.Duration {
 	if j.UntilDeadline == nil {
 		return noExpiry
 	}
@@ -344,7 +344,7 @@ func holderTTL(j engine.KeyspaceJob) time.Duration {
 }
 
 func notFoundIsMissing(err error) error {
-	if errors.Is(err, engine.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
@@ -85,15 +84,6 @@ func (sub *subscriber) count() int { return len(sub.channels) + len(sub.patterns
 
 // Deliver hands a message from the hub to this node's subscribers.
 func (s *Server) Deliver(m wakeup.Message) { s.broker.deliver(m) }
-
-// DeliverMoved tells this node's subscribers of a job moved out of running
-// by the leader's watchdog or a worker's (re-)registration, on any node, or
-// of a worker the watchdog declared dead: each node hears the move itself.
-func (s *Server) DeliverMoved(m engine.Moved) {
-	for _, msg := range engine.MovedMessages(m) {
-		s.broker.deliver(msg)
-	}
-}
 
 func (s *Server) pubsubCommands() []*Command {
 	return []*Command{

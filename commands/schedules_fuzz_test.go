@@ -5,11 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/scheduler"
-	"github.com/agq/agq/store"
 )
+
+// cronParser is the engine as far as applying a schedule document asks it:
+// it parses cron texts as the engine does.
+type cronParser struct{ api.Engine }
+
+func (cronParser) ParseCron(text, timezone string) (api.CronSpec, error) {
+	spec, err := scheduler.Parse(text, timezone)
+	if err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
 
 // FuzzScheduleDoc feeds SCHEDULE.CREATE and SCHEDULE.UPDATE documents to
 // their decoder and validation: whatever the input, the answer is an error
@@ -26,10 +38,10 @@ func FuzzScheduleDoc(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := &Server{opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
+	s := &Server{eng: cronParser{}, opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	existing := store.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
-		MaxCatchup: 100, Job: store.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
+	existing := api.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
+		MaxCatchup: 100, Job: api.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		doc, err := s.decodeScheduleDoc(raw)
 		if err != nil {
@@ -44,7 +56,7 @@ func FuzzScheduleDoc(f *testing.F) {
 				if doc.Name == nil {
 					continue
 				}
-				sc = store.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+				sc = api.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
 			}
 			if err := s.applyScheduleDoc(doc, &sc, creating, now); err != nil {
 				if _, ok := resp.AsError(err); !ok {

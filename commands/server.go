@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tidwall/redcon"
 
-	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
@@ -47,8 +47,8 @@ type Options struct {
 // Server serves RESP clients.
 type Server struct {
 	opts    Options
-	eng     *engine.Engine
-	keys    *auth.Keyring
+	eng     api.Engine
+	keys    auth.Keys
 	hub     *wakeup.Hub
 	log     zerolog.Logger
 	metrics *metrics
@@ -67,7 +67,7 @@ type Server struct {
 }
 
 // New builds a server; Serve starts it.
-func New(opts Options, eng *engine.Engine, keys *auth.Keyring, hub *wakeup.Hub, log zerolog.Logger, reg prometheus.Registerer) *Server {
+func New(opts Options, eng api.Engine, keys auth.Keys, hub *wakeup.Hub, log zerolog.Logger, reg prometheus.Registerer) *Server {
 	if opts.CommandTimeout == 0 {
 		opts.CommandTimeout = 10 * time.Second
 	}
@@ -217,7 +217,6 @@ func (s *Server) ctxForCommand(sess *Session) (context.Context, context.CancelFu
 // have been missed.
 func (s *Server) listen() {
 	wakeup.Listen(s.hub, wakeup.Messages, s.Deliver)
-	wakeup.Listen(s.hub, wakeup.Moved, s.DeliverMoved)
 	wakeup.Listen(s.hub, wakeup.KeyRevoked, func(note string) {
 		principal, liveDigest, _ := strings.Cut(note, " ")
 		s.RevokeSessions(principal, liveDigest)

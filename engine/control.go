@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/scheduler"
@@ -57,9 +57,9 @@ func (e *Engine) RetryJob(ctx context.Context, id string) error {
 // PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).
 func (e *Engine) PauseQueue(ctx context.Context, name string, paused bool) error {
 	if !names.Queue(name) {
-		return &InvalidNameError{What: "queue", Rule: names.Rule}
+		return &api.InvalidNameError{What: "queue", Rule: names.Rule}
 	}
-	return e.store.QueueSetPaused(ctx, name, paused)
+	return apiError(e.store.QueueSetPaused(ctx, name, paused))
 }
 
 // DrainWorker is WORKER.DRAIN: the worker gets no more work, and its next
@@ -100,9 +100,9 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 		if sc.NextFireAt != nil && (catchup || sc.NextFireAt.After(now)) {
 			return nil // the sweep replays what was missed, up to max_catchup
 		}
-		spec, err := ParseCron(sc.Cron, sc.Timezone)
+		spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
 		if err != nil {
-			return &ScheduleCannotFireError{Name: name, Err: err}
+			return &api.ScheduleCannotFireError{Name: name, Err: err}
 		}
 		next := spec.Next(now)
 		sc.NextFireAt = &next
@@ -113,46 +113,38 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 
 // CreateSchedule stores a new schedule; the same definition again is
 // accepted, another one under its name is ScheduleExistsError.
-func (e *Engine) CreateSchedule(ctx context.Context, sc Schedule) error {
-	_, err := e.store.ScheduleCreate(ctx, sc)
+func (e *Engine) CreateSchedule(ctx context.Context, sc api.Schedule) error {
+	_, err := e.store.ScheduleCreate(ctx, storeSchedule(sc))
 	if errors.Is(err, store.ErrConflict) {
-		return &ScheduleExistsError{Name: sc.Name}
+		return &api.ScheduleExistsError{Name: sc.Name}
 	}
-	return err
+	return apiError(err)
 }
 
 // UpdateSchedule lets change edit the named schedule under its lock.
-func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*Schedule) error) error {
-	_, err := e.store.ScheduleUpdate(ctx, name, change)
+func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*api.Schedule) error) error {
+	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+		a := apiSchedule(*sc)
+		if err := change(&a); err != nil {
+			return err
+		}
+		*sc = storeSchedule(a)
+		return nil
+	})
 	return scheduleError(name, err)
 }
 
 // DeleteSchedule deletes a schedule; deleting a missing one succeeds.
 func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 	_, err := e.store.ScheduleDelete(ctx, name)
-	return err
+	return apiError(err)
 }
 
 // ParseCron reads a schedule's cron text in its time zone.
-func ParseCron(text, timezone string) (*scheduler.Spec, error) {
-	return scheduler.Parse(text, timezone)
-}
-
-// ScheduleCannotFireError: a resumed schedule's cron or time zone no
-// longer parses.
-type ScheduleCannotFireError struct {
-	Name string
-	Err  error
-}
-
-func (e *ScheduleCannotFireError) Error() string {
-	return fmt.Sprintf("schedule '%s' cannot fire: %s; fix it with SCHEDULE.UPDATE", e.Name, e.Err)
-}
-
-// ScheduleExistsError: a schedule of this name exists with another
-// definition.
-type ScheduleExistsError struct{ Name string }
-
-func (e *ScheduleExistsError) Error() string {
-	return fmt.Sprintf("schedule '%s' exists with another definition: change it with SCHEDULE.UPDATE", e.Name)
+func (e *Engine) ParseCron(text, timezone string) (api.CronSpec, error) {
+	spec, err := scheduler.Parse(text, timezone)
+	if err != nil {
+		return nil, err
+	}
+	return spec, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/store"
 )
 
@@ -11,30 +12,6 @@ import (
 // its parents ended. A parent's end marks it in its own transaction; the
 // engine settles the mark once that committed (settle), and the leader's
 // sweep settles whatever a crash or another path left (SettleDependencies).
-
-// StatusPending is a job waiting for its parents.
-const StatusPending = store.StatusPending
-
-// What a parent's failure or cancellation does to a pending child.
-const (
-	ParentFailureCancel = store.ParentFailureCancel
-	ParentFailureRun    = store.ParentFailureRun
-)
-
-// Limits of after.
-const (
-	// MaxParents bounds one job's after.
-	MaxParents = 10000
-	// MaxAfterEntries bounds the after entries of one submission.
-	MaxAfterEntries = 100000
-)
-
-// ParentNotFoundError: an after names a job that does not exist, or one
-// later in the same batch (or the job itself).
-type ParentNotFoundError = store.ParentNotFoundError
-
-// ParentState is a parent as the popped job carries it.
-type ParentState = store.ParentState
 
 // settleRound bounds the marks one settling transaction takes.
 const settleRound = 1000
@@ -45,7 +22,7 @@ const maxSettleRounds = 50
 
 // checkAfter refuses an after naming the job itself or a job later in the
 // same batch: a graph is submitted parents first, so no cycle can be made.
-func checkAfter(jobs []NewJob) error {
+func checkAfter(jobs []store.NewJob) error {
 	pos := make(map[string]int, len(jobs))
 	for i, j := range jobs {
 		if _, ok := pos[j.ID]; !ok {
@@ -55,7 +32,7 @@ func checkAfter(jobs []NewJob) error {
 	for i, j := range jobs {
 		for _, p := range j.After {
 			if k, ok := pos[p]; ok && k >= i {
-				err := error(&ParentNotFoundError{ID: p})
+				err := error(&api.ParentNotFoundError{ID: p})
 				if len(jobs) > 1 {
 					err = fmt.Errorf("job %d: %w", i, err)
 				}
@@ -130,7 +107,7 @@ func settledEffects(st store.Settled) Effects {
 
 // attachParents gives each claimed job that has parents their statuses
 // and, within the payload limit, their results.
-func (e *Engine) attachParents(ctx context.Context, jobs []Job) error {
+func (e *Engine) attachParents(ctx context.Context, jobs []store.Job) error {
 	for i := range jobs {
 		if jobs[i].After == nil {
 			continue
@@ -151,31 +128,31 @@ const parentsPage = 100
 // cursor, with their results, for the worker holding the job (or an
 // admin, worker ""). The page ends early where the results would pass the
 // payload limit; next is "" after the last page.
-func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]ParentState, next string, err error) {
+func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]api.ParentState, next string, err error) {
 	j, err := e.store.JobGet(ctx, id)
 	if err != nil {
 		return nil, "", jobError(id, err)
 	}
 	if worker != "" {
 		switch {
-		case j.Status != StatusRunning:
-			return nil, "", jobError(id, &StateError{Status: j.Status})
+		case j.Status != store.StatusRunning:
+			return nil, "", jobError(id, &api.StateError{Status: j.Status})
 		case j.WorkerID == nil || *j.WorkerID != worker:
-			return nil, "", jobError(id, &NotOwnerError{Owner: *j.WorkerID})
+			return nil, "", jobError(id, &api.NotOwnerError{Owner: *j.WorkerID})
 		}
 	}
 	rows, err := e.store.JobParentsPage(ctx, id, cursor, parentsPage)
 	if err != nil {
-		return nil, "", err
+		return nil, "", apiError(err)
 	}
-	page = make(map[string]ParentState, len(rows))
+	page = make(map[string]api.ParentState, len(rows))
 	var size int64
 	for i, r := range rows {
 		size += int64(len(r.Result))
 		if i > 0 && size > e.cfg.MaxParentResults {
 			return page, rows[i-1].ID, nil
 		}
-		page[r.ID] = r.ParentState
+		page[r.ID] = api.ParentState(r.ParentState)
 	}
 	if len(rows) == parentsPage {
 		next = rows[len(rows)-1].ID

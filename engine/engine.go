@@ -3,9 +3,12 @@
 // jobs when it registers or leaves), the rules that decide them, the
 // groups that let many clients share one statement, the hand-offs to
 // waiting pops, the limits on running jobs, and the events each transition
-// publishes. The RESP commands and the dashboard both call it; neither
-// knows SQL. Each transition collects its Effects and the engine publishes
-// them after the commit, in one place (publish).
+// publishes. The RESP commands and the dashboard both call it, through
+// the api.Engine interface it implements; neither knows SQL nor the
+// store's types. Each transition collects its Effects and the engine
+// publishes them after the commit, in one place (publish). Inside, the
+// engine works on the store's records; convert.go turns them into the
+// API's where they leave, and apiError the store's errors.
 package engine
 
 import (
@@ -16,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
@@ -49,10 +53,6 @@ type Config struct {
 
 // Engine runs the transitions of jobs and workers.
 type Engine struct {
-	// Reads are the queries that change nothing, open to the wire layer
-	// and the dashboard as they are.
-	Reads
-
 	cfg     Config
 	store   *store.Store
 	hub     *wakeup.Hub
@@ -76,7 +76,6 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
 	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
 	e := &Engine{
-		Reads:   st,
 		cfg:     cfg,
 		store:   st,
 		hub:     hub,
@@ -88,10 +87,14 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
 	// pops that limits held back.
-	wakeup.Listen(hub, wakeup.Freed, func(f store.Freed) {
-		for _, note := range e.RoomNotes(f) {
-			hub.Wake(note)
+	wakeup.Listen(hub, wakeup.Freed, func(f api.Freed) {
+		for _, note := range e.RoomNotes(store.Freed(f)) {
+			hub.Wake(api.ReadyNote(note))
 		}
+	})
+	// Each node hears a move itself: its own subscribers are told here.
+	wakeup.Listen(hub, wakeup.Moved, func(m api.Moved) {
+		hub.DeliverLocal(movedMessages(store.Moved(m)))
 	})
 	return e
 }
@@ -110,7 +113,8 @@ func (e *Engine) offPath() (context.Context, context.CancelFunc) {
 // DashboardSecret is the dashboard's signing secret, shared by every
 // node: the one stored, or fresh when none is.
 func (e *Engine) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
-	return e.store.DashboardSecret(ctx, fresh)
+	secret, err := e.store.DashboardSecret(ctx, fresh)
+	return secret, apiError(err)
 }
 
 // DropIdleConns closes the pool's idle connections: a command that failed

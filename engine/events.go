@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/store"
 )
@@ -52,7 +53,7 @@ type AsIs struct {
 func (e *Engine) transition(ctx context.Context, run func() (Effects, error)) error {
 	fx, err := run()
 	e.publish(ctx, fx)
-	return err
+	return apiError(err)
 }
 
 // StatusEvent is one transition of one job, as job.<id>.status carries it.
@@ -83,8 +84,8 @@ type queueEvent struct {
 // node has a subscriber to them, so that nobody listening costs the job
 // flow nothing.
 func (e *Engine) publish(ctx context.Context, fx Effects) {
-	e.hub.Publish(fx.Ready, fx.Done)
-	e.hub.Free(fx.Freed)
+	e.hub.Publish(apiReadyNotes(fx.Ready), fx.Done)
+	e.hub.Free(api.Freed(fx.Freed))
 	if len(fx.Parents) > 0 {
 		defer e.settle(ctx, fx.Parents)
 	}
@@ -206,11 +207,11 @@ func workerEvent(id, event string) wakeup.Message {
 	return wakeup.Message{Channel: "worker." + id + ".events", Payload: string(b)}
 }
 
-// MovedMessages are the messages for this node's own subscribers of a job
+// movedMessages are the messages for this node's own subscribers of a job
 // moved out of running by the leader's watchdog or a worker's
 // (re-)registration, on any node, or of a worker the watchdog declared
 // dead: each node hears the move itself, so they are delivered locally only.
-func MovedMessages(m store.Moved) []wakeup.Message {
+func movedMessages(m store.Moved) []wakeup.Message {
 	if m.DeadWorker != "" {
 		return []wakeup.Message{workerEvent(m.DeadWorker, "dead")}
 	}

@@ -70,7 +70,8 @@ func (e *Engine) handJobs(takers []*wakeup.Waiter, res []store.SubmitResult) {
 			continue
 		}
 		takers[i] = nil
-		if !w.Hand(res[i].Delivered) {
+		job := apiJob(*res[i].Delivered)
+		if !w.Hand(&job) {
 			e.giveBack(w.Worker(), *res[i].Delivered)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/store"
 )
 
@@ -93,22 +94,23 @@ func (l *limitedPops) room(f store.Freed, now time.Time) []store.ReadyNote {
 }
 
 // ConfigureQueue changes the queue's limits and answers those now in force.
-func (e *Engine) ConfigureQueue(ctx context.Context, name string, change LimitsChange) (Limits, error) {
-	return e.store.QueueConfigure(ctx, name, change)
+func (e *Engine) ConfigureQueue(ctx context.Context, name string, change api.LimitsChange) (api.Limits, error) {
+	limits, err := e.store.QueueConfigure(ctx, name, storeLimitsChange(change))
+	return apiLimits(limits), apiError(err)
 }
 
 // ConfigureType changes a job type's limits, counted across every queue,
 // and answers those now in force.
-func (e *Engine) ConfigureType(ctx context.Context, name string, change LimitsChange) (Limits, error) {
-	var limits Limits
+func (e *Engine) ConfigureType(ctx context.Context, name string, change api.LimitsChange) (api.Limits, error) {
+	var limits store.Limits
 	err := e.transition(ctx, func() (Effects, error) {
 		var err error
-		if limits, err = e.store.TypeConfigure(ctx, name, change); err != nil {
+		if limits, err = e.store.TypeConfigure(ctx, name, storeLimitsChange(change)); err != nil {
 			return Effects{}, err
 		}
 		// Loosened limits may leave room at once: wake, on every node,
 		// the pops the type held back.
 		return Effects{Freed: store.Freed{Types: map[string]int{name: 1_000_000}}}, nil
 	})
-	return limits, err
+	return apiLimits(limits), err
 }

@@ -3,30 +3,28 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/store"
 )
 
 // SubmitLater adds one job to the node's next group of single submissions
 // at once and answers how to await its outcome, so that a pipeline of
 // submissions joins one group instead of waiting for a commit each, as
 // ReportLater does for reports.
-func (e *Engine) SubmitLater(job NewJob) (wait func(context.Context) (SubmitResult, error)) {
-	if err := checkAfter([]NewJob{job}); err != nil {
-		return func(context.Context) (SubmitResult, error) { return SubmitResult{}, err }
+func (e *Engine) SubmitLater(job api.NewJob) (wait func(context.Context) (api.SubmitResult, error)) {
+	sj := storeNewJob(job)
+	if err := checkAfter([]store.NewJob{sj}); err != nil {
+		return func(context.Context) (api.SubmitResult, error) { return api.SubmitResult{}, err }
 	}
-	pending := e.groups.submits.Add(job)
-	return func(ctx context.Context) (SubmitResult, error) {
+	pending := e.groups.submits.Add(sj)
+	return func(ctx context.Context) (api.SubmitResult, error) {
 		out, err := pending.Wait(ctx)
 		if err != nil {
-			return SubmitResult{}, err
+			return api.SubmitResult{}, apiError(err)
 		}
-		return out.res, out.err
+		return apiSubmitResult(out.res), apiError(out.err)
 	}
-}
-
-// Pushed is one LPUSH whose jobs committed: the jobs and their results.
-type Pushed struct {
-	Jobs    []NewJob
-	Results []SubmitResult
 }
 
 // PushDepths answers LPUSHes to one queue that committed together, in the
@@ -38,7 +36,7 @@ type Pushed struct {
 // counts at least the jobs its own push made ready (plus, as for Push,
 // those handed at once to waiting pops), and a script filling an empty
 // queue sees 1, 2, 3… as Redis answers it.
-func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []Pushed) ([]int64, error) {
+func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []api.Pushed) ([]int64, error) {
 	now := e.clock.Now()
 	ready := make([]int64, len(pushes))
 	handed := make([]int64, len(pushes))
@@ -49,7 +47,7 @@ func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []Pushed) 
 	}
 	n, err := e.pushedDepth(ctx, queue, total)
 	if err != nil {
-		return nil, err
+		return nil, apiError(err)
 	}
 	out := make([]int64, len(pushes))
 	var readySoFar, handedSoFar int64
@@ -64,7 +62,7 @@ func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []Pushed) 
 // pushCounts counts a push's jobs that it made ready and those handed at
 // once to waiting pops; jobs that existed already or are due later count
 // neither.
-func pushCounts(p Pushed, now time.Time) (ready, handed int64) {
+func pushCounts(p api.Pushed, now time.Time) (ready, handed int64) {
 	for i, r := range p.Results {
 		switch {
 		case !r.Created || p.Jobs[i].RunAt.After(now):

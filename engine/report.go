@@ -4,30 +4,26 @@ import (
 	"cmp"
 	"context"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/store"
 )
-
-// Report is one JOB.UPDATE, read and checked: the job, the reporting
-// worker (or an admin), the status reported ("" progress, running,
-// completed, failed, cancelled, snoozed), the delivery it is about, and
-// the document as sent (progress or result).
-type Report = store.JobUpdateParams
 
 // Report applies a worker's report. A final one shares the commit of the
 // node's next group of final reports, an acknowledgement or progress the
 // statement of the next group of those; a snooze takes the careful path
 // alone. Re-sending a report that took effect succeeds and changes nothing.
-func (e *Engine) Report(ctx context.Context, p Report) error {
+func (e *Engine) Report(ctx context.Context, p api.Report) error {
 	if wait, ok := e.ReportLater(p); ok {
 		return wait(ctx)
 	}
-	return e.snooze(ctx, p)
+	return e.snooze(ctx, store.JobUpdateParams(p))
 }
 
 // ReportLater adds a report to its group at once and answers how to await
 // its outcome, so that a pipeline of reports joins one group; false for a
 // snooze, which Report applies alone.
-func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok bool) {
+func (e *Engine) ReportLater(r api.Report) (wait func(context.Context) error, ok bool) {
+	p := store.JobUpdateParams(r)
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	var g = e.groups.finishes
 	switch p.Status {
@@ -45,13 +41,13 @@ func (e *Engine) ReportLater(p Report) (wait func(context.Context) error, ok boo
 
 // snooze puts a running job back to wait for p.SnoozeFor, its attempt
 // given back; past the snooze limit the job fails instead.
-func (e *Engine) snooze(ctx context.Context, p Report) error {
+func (e *Engine) snooze(ctx context.Context, p store.JobUpdateParams) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	traces := e.attemptTraces(ctx, []string{p.ID})
 	return e.transition(ctx, func() (Effects, error) {
 		sfx, err := e.store.JobUpdate(ctx, p)
 		if err == nil {
-			e.traceReports(traces, []Report{p}, nil, sfx.Moved)
+			e.traceReports(traces, []store.JobUpdateParams{p}, nil, sfx.Moved)
 		}
 		// The snooze, or a failure past the limit, which releases the
 		// job's children.

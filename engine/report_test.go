@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 )
 
 func TestReport(t *testing.T) {
@@ -14,19 +15,19 @@ func TestReport(t *testing.T) {
 	tests := []struct {
 		name        string
 		maxAttempts int
-		report      func(r *engine.Report)
+		report      func(r *api.Report)
 		// ended is the status a JOB.WAIT started before the report
 		// returns; "" when the job has not ended.
 		ended string
-		check func(t *testing.T, j engine.Job)
+		check func(t *testing.T, j api.Job)
 	}{
 		{
 			name: "CompletedEndsTheJobWithItsResult",
-			report: func(r *engine.Report) {
-				r.Status, r.Raw = engine.StatusCompleted, json.RawMessage(`{"ok":true}`)
+			report: func(r *api.Report) {
+				r.Status, r.Raw = api.StatusCompleted, json.RawMessage(`{"ok":true}`)
 			},
-			ended: engine.StatusCompleted,
-			check: func(t *testing.T, j engine.Job) {
+			ended: api.StatusCompleted,
+			check: func(t *testing.T, j api.Job) {
 				var result struct{ OK bool }
 				if err := json.Unmarshal(j.Result, &result); err != nil || !result.OK || j.FinishedAt == nil {
 					t.Fatalf("result %s, finished at %v", j.Result, j.FinishedAt)
@@ -35,9 +36,9 @@ func TestReport(t *testing.T) {
 		},
 		{
 			name:   "FailedNotRetryableEndsTheJobFailed",
-			report: func(r *engine.Report) { r.Status, r.Error, r.Retryable = engine.StatusFailed, "boom", false },
-			ended:  engine.StatusFailed,
-			check: func(t *testing.T, j engine.Job) {
+			report: func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", false },
+			ended:  api.StatusFailed,
+			check: func(t *testing.T, j api.Job) {
 				if j.Attempt != 1 || errorCount(t, j) != 1 {
 					t.Fatalf("attempt %d, errors %s", j.Attempt, j.Errors)
 				}
@@ -46,26 +47,26 @@ func TestReport(t *testing.T) {
 		{
 			name:        "FailedOnTheLastAttemptEndsTheJobFailed",
 			maxAttempts: 1,
-			report:      func(r *engine.Report) { r.Status, r.Error, r.Retryable = engine.StatusFailed, "boom", true },
-			ended:       engine.StatusFailed,
+			report:      func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", true },
+			ended:       api.StatusFailed,
 		},
 		{
 			name:   "FailedRetryableWithAttemptsLeftWaitsToRunAgain",
-			report: func(r *engine.Report) { r.Status, r.Error, r.Retryable = engine.StatusFailed, "boom", true },
-			check: func(t *testing.T, j engine.Job) {
+			report: func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", true },
+			check: func(t *testing.T, j api.Job) {
 				// Retried at once (backoff 0): a retrying job due now reads as queued.
-				if j.Status != engine.StatusQueued || j.Attempt != 1 || j.WorkerID != nil || errorCount(t, j) != 1 {
+				if j.Status != api.StatusQueued || j.Attempt != 1 || j.WorkerID != nil || errorCount(t, j) != 1 {
 					t.Fatalf("status %s attempt %d worker %v errors %s", j.Status, j.Attempt, j.WorkerID, j.Errors)
 				}
 			},
 		},
 		{
 			name: "SnoozedWaitsUntilLaterWithItsAttemptGivenBack",
-			report: func(r *engine.Report) {
-				r.Status, r.SnoozeFor = engine.StatusSnoozed, time.Hour
+			report: func(r *api.Report) {
+				r.Status, r.SnoozeFor = api.StatusSnoozed, time.Hour
 			},
-			check: func(t *testing.T, j engine.Job) {
-				if j.Status != engine.StatusScheduled || j.Attempt != 0 || j.WorkerID != nil {
+			check: func(t *testing.T, j api.Job) {
+				if j.Status != api.StatusScheduled || j.Attempt != 0 || j.WorkerID != nil {
 					t.Fatalf("status %s attempt %d worker %v", j.Status, j.Attempt, j.WorkerID)
 				}
 				if until := time.Until(j.RunAt); until < 55*time.Minute || until > 65*time.Minute {
@@ -75,26 +76,26 @@ func TestReport(t *testing.T) {
 		},
 		{
 			name: "ProgressKeepsTheJobRunning",
-			report: func(r *engine.Report) {
+			report: func(r *api.Report) {
 				r.Status, r.Raw = "", json.RawMessage(`{"progress_percent":40}`)
 			},
-			check: func(t *testing.T, j engine.Job) {
+			check: func(t *testing.T, j api.Job) {
 				var progress struct {
 					Percent int `json:"progress_percent"`
 				}
 				if err := json.Unmarshal(j.Progress, &progress); err != nil || progress.Percent != 40 {
 					t.Fatalf("progress %s", j.Progress)
 				}
-				if j.Status != engine.StatusRunning || j.Attempt != 1 || *j.WorkerID != "w1" {
+				if j.Status != api.StatusRunning || j.Attempt != 1 || *j.WorkerID != "w1" {
 					t.Fatalf("status %s attempt %d worker %v", j.Status, j.Attempt, j.WorkerID)
 				}
 			},
 		},
 		{
 			name:   "RunningAcknowledgesAndKeepsTheJobRunning",
-			report: func(r *engine.Report) { r.Status = engine.StatusRunning },
-			check: func(t *testing.T, j engine.Job) {
-				if j.Status != engine.StatusRunning || j.Attempt != 1 || j.AckDeadline != nil {
+			report: func(r *api.Report) { r.Status = api.StatusRunning },
+			check: func(t *testing.T, j api.Job) {
+				if j.Status != api.StatusRunning || j.Attempt != 1 || j.AckDeadline != nil {
 					t.Fatalf("status %s attempt %d ack deadline %v", j.Status, j.Attempt, j.AckDeadline)
 				}
 			},
@@ -144,7 +145,7 @@ func TestReport(t *testing.T) {
 		claimed := b.submitAndClaim(t, newJob("j1"))
 		w2 := b.registerWorker(t, "w2")
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		r := report(claimed, "w1", engine.StatusFailed)
+		r := report(claimed, "w1", api.StatusFailed)
 		r.Error, r.Retryable = "boom", true
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -158,7 +159,7 @@ func TestReport(t *testing.T) {
 	t.Run("ReportsAddedToOneGroupEachTakeEffect", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		if _, err := b.engine.SubmitBatch(b.ctx, []engine.NewJob{newJob("j1"), newJob("j2")}); err != nil {
+		if _, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1"), newJob("j2")}); err != nil {
 			t.Fatal(err)
 		}
 		_, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 2)
@@ -167,7 +168,7 @@ func TestReport(t *testing.T) {
 		}
 		var waits []func() error
 		for _, j := range jobs {
-			wait, ok := b.engine.ReportLater(report(j, "w1", engine.StatusCompleted))
+			wait, ok := b.engine.ReportLater(report(j, "w1", api.StatusCompleted))
 			if !ok {
 				t.Fatal("a final report was not grouped")
 			}
@@ -179,17 +180,17 @@ func TestReport(t *testing.T) {
 			}
 		}
 		for _, id := range []string{"j1", "j2"} {
-			if got := b.get(t, id); got.Status != engine.StatusCompleted {
+			if got := b.get(t, id); got.Status != api.StatusCompleted {
 				t.Fatalf("%s is %s", id, got.Status)
 			}
 		}
-		if _, ok := b.engine.ReportLater(engine.Report{ID: "j1", Status: engine.StatusSnoozed}); ok {
+		if _, ok := b.engine.ReportLater(api.Report{ID: "j1", Status: api.StatusSnoozed}); ok {
 			t.Fatal("a snooze was grouped")
 		}
 	})
 }
 
-func errorCount(t *testing.T, j engine.Job) int {
+func errorCount(t *testing.T, j api.Job) int {
 	t.Helper()
 	var errs []json.RawMessage
 	if err := json.Unmarshal(j.Errors, &errs); err != nil {
@@ -205,28 +206,28 @@ func TestReportRefusals(t *testing.T) {
 		name string
 		// report prepares the case from a job w1 holds and returns the
 		// report to refuse.
-		report func(t *testing.T, b *testBundle, held engine.Job) engine.Report
+		report func(t *testing.T, b *testBundle, held api.Job) api.Report
 		check  func(t *testing.T, err error)
 		// status is the job's status after the refusal.
 		status string
 	}{
 		{
 			name: "AnotherWorkersReportIsNotTheOwners",
-			report: func(t *testing.T, b *testBundle, held engine.Job) engine.Report {
+			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
 				b.registerWorker(t, "w2")
-				return engine.Report{ID: held.ID, WorkerID: "w2", Status: engine.StatusCompleted}
+				return api.Report{ID: held.ID, WorkerID: "w2", Status: api.StatusCompleted}
 			},
 			check: func(t *testing.T, err error) {
-				var owner *engine.NotOwnerError
+				var owner *api.NotOwnerError
 				if !errors.As(err, &owner) || owner.Owner != "w1" {
 					t.Fatalf("got %v, want NotOwnerError naming w1", err)
 				}
 			},
-			status: engine.StatusRunning,
+			status: api.StatusRunning,
 		},
 		{
 			name: "AReportAboutAnEarlierDeliveryIsStale",
-			report: func(t *testing.T, b *testBundle, held engine.Job) engine.Report {
+			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
 				if err := b.engine.UnregisterWorker(b.ctx, "w1"); err != nil {
 					t.Fatal(err)
 				}
@@ -234,48 +235,48 @@ func TestReportRefusals(t *testing.T) {
 				if again := b.claimOne(t, b.worker); *again.Delivery == *held.Delivery {
 					t.Fatal("the second delivery has the first one's token")
 				}
-				return engine.Report{ID: held.ID, WorkerID: "w1", Status: engine.StatusCompleted, Delivery: *held.Delivery}
+				return api.Report{ID: held.ID, WorkerID: "w1", Status: api.StatusCompleted, Delivery: *held.Delivery}
 			},
 			check: func(t *testing.T, err error) {
-				var stale *engine.StaleDeliveryError
+				var stale *api.StaleDeliveryError
 				if !errors.As(err, &stale) {
 					t.Fatalf("got %v, want StaleDeliveryError", err)
 				}
 			},
-			status: engine.StatusRunning,
+			status: api.StatusRunning,
 		},
 		{
 			name: "AReportAfterCancelIsCancelled",
-			report: func(t *testing.T, b *testBundle, held engine.Job) engine.Report {
+			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
 				if err := b.engine.CancelJob(b.ctx, held.ID); err != nil {
 					t.Fatal(err)
 				}
-				return report(held, "w1", engine.StatusCompleted)
+				return report(held, "w1", api.StatusCompleted)
 			},
 			check: func(t *testing.T, err error) {
-				if !errors.Is(err, engine.ErrJobCancelled) {
+				if !errors.Is(err, api.ErrJobCancelled) {
 					t.Fatalf("got %v, want ErrJobCancelled", err)
 				}
 			},
-			status: engine.StatusCancelled,
+			status: api.StatusCancelled,
 		},
 		{
 			name: "AnotherStatusAboutACompletedJobIsAStateError",
-			report: func(t *testing.T, b *testBundle, held engine.Job) engine.Report {
-				if err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusCompleted)); err != nil {
+			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
+				if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
 					t.Fatal(err)
 				}
-				r := report(held, "w1", engine.StatusFailed)
+				r := report(held, "w1", api.StatusFailed)
 				r.Error = "late"
 				return r
 			},
 			check: func(t *testing.T, err error) {
-				var state *engine.StateError
-				if !errors.As(err, &state) || state.Status != engine.StatusCompleted {
+				var state *api.StateError
+				if !errors.As(err, &state) || state.Status != api.StatusCompleted {
 					t.Fatalf("got %v, want StateError naming completed", err)
 				}
 			},
-			status: engine.StatusCompleted,
+			status: api.StatusCompleted,
 		},
 	}
 	for _, tt := range tests {
@@ -296,18 +297,18 @@ func TestReportRefusals(t *testing.T) {
 		t.Parallel()
 		b := setupWith(t, func(cfg *engine.Config) { cfg.MaxSnoozes = 1 })
 		held := b.submitAndClaim(t, newJob("j1"))
-		r := report(held, "w1", engine.StatusSnoozed) // due again at once
+		r := report(held, "w1", api.StatusSnoozed) // due again at once
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatalf("first snooze: %v", err)
 		}
 		held = b.claimOne(t, b.worker)
-		err := b.engine.Report(b.ctx, report(held, "w1", engine.StatusSnoozed))
+		err := b.engine.Report(b.ctx, report(held, "w1", api.StatusSnoozed))
 		requireJobError(t, err, "j1")
-		var limit *engine.SnoozeLimitError
+		var limit *api.SnoozeLimitError
 		if !errors.As(err, &limit) || limit.Snoozes != 1 {
 			t.Fatalf("got %v, want SnoozeLimitError after 1 snooze", err)
 		}
-		if got := b.get(t, "j1"); got.Status != engine.StatusFailed {
+		if got := b.get(t, "j1"); got.Status != api.StatusFailed {
 			t.Fatalf("status %s, want failed", got.Status)
 		}
 	})
@@ -315,10 +316,10 @@ func TestReportRefusals(t *testing.T) {
 	t.Run("AReportAboutAnUnknownJobIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, status := range []string{"", engine.StatusRunning, engine.StatusCompleted, engine.StatusSnoozed} {
-			err := b.engine.Report(b.ctx, engine.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
+		for _, status := range []string{"", api.StatusRunning, api.StatusCompleted, api.StatusSnoozed} {
+			err := b.engine.Report(b.ctx, api.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
 			requireJobError(t, err, "missing")
-			if !errors.Is(err, engine.ErrNotFound) {
+			if !errors.Is(err, api.ErrNotFound) {
 				t.Fatalf("status %q: got %v, want ErrNotFound", status, err)
 			}
 		}
@@ -333,8 +334,8 @@ func TestReportTheSameFinalReportTwice(t *testing.T) {
 		name   string
 		status string
 	}{
-		{name: "CompletedTwiceIsOneCompletion", status: engine.StatusCompleted},
-		{name: "FailedTwiceIsOneFailure", status: engine.StatusFailed},
+		{name: "CompletedTwiceIsOneCompletion", status: api.StatusCompleted},
+		{name: "FailedTwiceIsOneFailure", status: api.StatusFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/store"
 )
@@ -16,54 +17,22 @@ import (
 // completions share commits in groups, as final reports do; the other
 // calls take the careful path alone.
 
-// Step calls and their outcomes, as the store applies them.
-type (
-	StepParams      = store.StepParams
-	StepBeginParams = store.StepBeginParams
-	StepBeginResult = store.StepBeginResult
-	StepFailParams  = store.StepFailParams
-	StepFailResult  = store.StepFailResult
-	StepSleepParams = store.StepSleepParams
-	StepSleepResult = store.StepSleepResult
-	Step            = store.Step
-	JobStepsParams  = store.JobStepsParams
-)
-
-// MaxSteps is how many steps and sleeps one job may have.
-const MaxSteps = store.MaxSteps
-
-// Refusals of step calls.
-type (
-	// StepNotBegunError: the step was not begun by this delivery.
-	StepNotBegunError = store.StepNotBegunError
-	// StepAttemptsError: begun past its attempts, the step failed the job.
-	StepAttemptsError = store.StepAttemptsError
-	// StepKindError: the id names a sleep where a step was expected, or
-	// the other way round.
-	StepKindError = store.StepKindError
-	// StepLimitError: the job has MaxSteps steps already.
-	StepLimitError = store.StepLimitError
-)
-
-// ErrStepsNotHolder: a worker read the steps of a job it does not hold.
-var ErrStepsNotHolder = errors.New("only the worker holding the job reads its steps")
-
 // checkStep refuses a step id that breaks its rule.
-func checkStep(p StepParams) error {
+func checkStep(p api.StepParams) error {
 	if !names.Step(p.StepID) {
-		return &InvalidNameError{What: "step_id", Rule: names.StepRule}
+		return &api.InvalidNameError{What: "step_id", Rule: names.StepRule}
 	}
 	return nil
 }
 
 // stepError names the job a step call's refusal is about.
 func stepError(id string, err error) error {
-	var notBegun *StepNotBegunError
-	var attempts *StepAttemptsError
-	var kind *StepKindError
-	var limit *StepLimitError
+	var notBegun *store.StepNotBegunError
+	var attempts *store.StepAttemptsError
+	var kind *store.StepKindError
+	var limit *store.StepLimitError
 	if errors.As(err, &notBegun) || errors.As(err, &attempts) || errors.As(err, &kind) || errors.As(err, &limit) {
-		return &JobError{JobID: id, Err: err}
+		return refused(id, err)
 	}
 	return jobError(id, err)
 }
@@ -71,15 +40,15 @@ func stepError(id string, err error) error {
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
 // completed with in an earlier delivery for an equal input. It shares the
 // commit of the next group of begins.
-func (e *Engine) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error) {
+func (e *Engine) StepBegin(ctx context.Context, p api.StepBeginParams) (api.StepBeginResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepBeginResult{}, err
+		return api.StepBeginResult{}, err
 	}
-	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
+	res, err := e.groups.stepBegins.Add(storeStepBegin(p)).Wait(ctx)
 	if err != nil {
-		return StepBeginResult{}, jobError(p.JobID, err)
+		return api.StepBeginResult{}, jobError(p.JobID, err)
 	}
-	return res.Result, stepError(p.JobID, res.Err)
+	return api.StepBeginResult(res.Result), stepError(p.JobID, res.Err)
 }
 
 // runStepBegins serves a group of STEP.BEGINs; a begin past its step's
@@ -92,17 +61,17 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []store.StepBeginParam
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
 // commit of the next group of completions.
-func (e *Engine) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error {
+func (e *Engine) StepComplete(ctx context.Context, p api.StepParams, output json.RawMessage) error {
 	return e.StepCompleteLater(p, output)(ctx)
 }
 
 // StepCompleteLater adds a STEP.COMPLETE to its group at once and answers
 // how to await its outcome, as ReportLater does for reports.
-func (e *Engine) StepCompleteLater(p StepParams, output json.RawMessage) (wait func(context.Context) error) {
+func (e *Engine) StepCompleteLater(p api.StepParams, output json.RawMessage) (wait func(context.Context) error) {
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}
-	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
+	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: store.StepParams(p), Output: output})
 	return func(ctx context.Context) error {
 		res, gerr := pending.Wait(ctx)
 		if gerr != nil {
@@ -139,25 +108,25 @@ func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepComplet
 
 // StepFail is STEP.FAIL: the job's attempt ends with the step's failure,
 // retried or final as the retry policy decides with the step's attempts.
-func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult, error) {
+func (e *Engine) StepFail(ctx context.Context, p api.StepFailParams) (api.StepFailResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepFailResult{}, err
+		return api.StepFailResult{}, err
 	}
-	var res StepFailResult
-	t, traced := e.stepTrace(ctx, p.StepParams)
+	var res store.StepFailResult
+	t, traced := e.stepTrace(ctx, store.StepParams(p.StepParams))
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepFail(ctx, p)
+		res, changed, sfx, err = e.store.StepFail(ctx, storeStepFail(p))
 		fx := stepEffects(sfx)
 		if changed {
-			fx.AsIs = append([]AsIs{stepNamed("step_failed", p.StepParams)}, fx.AsIs...)
+			fx.AsIs = append([]AsIs{stepNamed("step_failed", store.StepParams(p.StepParams))}, fx.AsIs...)
 			if traced {
 				// The step's failure ends the job's attempt too.
-				now, outcome := time.Now(), StatusFailed
+				now, outcome := time.Now(), store.StatusFailed
 				if res.Retry {
-					outcome = StatusRetrying
+					outcome = store.StatusRetrying
 				}
 				e.trace.StepEnded(attemptOf(t), p.StepID, t.StepBeganAt, now, p.Message)
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, now, outcome, p.Message)
@@ -165,45 +134,45 @@ func (e *Engine) StepFail(ctx context.Context, p StepFailParams) (StepFailResult
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return res, err
+	return api.StepFailResult(res), err
 }
 
 // StepSleep is STEP.SLEEP: the job sleeps until its wake time, or, in a
 // delivery after it woke, carries on.
-func (e *Engine) StepSleep(ctx context.Context, p StepSleepParams) (StepSleepResult, error) {
+func (e *Engine) StepSleep(ctx context.Context, p api.StepSleepParams) (api.StepSleepResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return StepSleepResult{}, err
+		return api.StepSleepResult{}, err
 	}
-	var res StepSleepResult
+	var res store.StepSleepResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})
 	err := e.transition(ctx, func() (Effects, error) {
 		var sfx store.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepSleep(ctx, p)
+		res, changed, sfx, err = e.store.StepSleep(ctx, storeStepSleep(p))
 		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
 		if changed {
-			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
+			fx.AsIs = []AsIs{stepNamed("sleeping", store.StepParams(p.StepParams))}
 			if t, ok := traces[p.JobID]; ok && res.Sleeping {
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, time.Now(), "sleeping", "")
 			}
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return res, err
+	return api.StepSleepResult(res), err
 }
 
 // JobSteps is JOB.STEPS: a page of the job's steps in the order first
 // begun. A worker (p.Holder) reads only the steps of a job it holds.
-func (e *Engine) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error) {
-	steps, err := e.store.JobSteps(ctx, p)
+func (e *Engine) JobSteps(ctx context.Context, p api.JobStepsParams) ([]api.Step, error) {
+	steps, err := e.store.JobSteps(ctx, store.JobStepsParams(p))
 	if errors.Is(err, store.ErrNotHolder) {
-		err = ErrStepsNotHolder
+		err = api.ErrStepsNotHolder
 	}
-	if errors.Is(err, ErrStepsNotHolder) || errors.Is(err, ErrNotFound) {
-		return nil, &JobError{JobID: p.JobID, Err: err}
+	if errors.Is(err, api.ErrStepsNotHolder) || errors.Is(err, store.ErrNotFound) {
+		return nil, refused(p.JobID, err)
 	}
-	return steps, err
+	return apiSteps(steps), apiError(err)
 }
 
 // stepEffects are the effects of a step call that may have ended the job's
@@ -219,7 +188,7 @@ func stepEffects(sfx store.Effects) Effects {
 }
 
 // stepNamed announces a step's event on its job.
-func stepNamed(event string, p StepParams) AsIs {
+func stepNamed(event string, p store.StepParams) AsIs {
 	a := named(event, p.JobID)
 	a.StepID = p.StepID
 	return a

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/store"
 )
@@ -46,7 +47,7 @@ func endSubmissions(subs []tracing.Submission, res []store.SubmitResult, errs []
 
 // traceDeliveries records how long each delivered job waited and gives it
 // the traceparent of its attempt's span, which its worker's spans join.
-func (e *Engine) traceDeliveries(worker string, jobs []store.Job) {
+func (e *Engine) traceDeliveries(worker string, jobs []api.Job) {
 	if e.trace == nil {
 		return
 	}
@@ -100,7 +101,7 @@ func attemptOf(t store.AttemptTrace) tracing.Attempt {
 // stepTrace reads, before a step call ends the step, the job's delivery
 // and when the step began; found false when tracing is off or the job
 // carries no trace context.
-func (e *Engine) stepTrace(ctx context.Context, p StepParams) (store.AttemptTrace, bool) {
+func (e *Engine) stepTrace(ctx context.Context, p store.StepParams) (store.AttemptTrace, bool) {
 	if e.trace == nil {
 		return store.AttemptTrace{}, false
 	}

@@ -4,37 +4,28 @@ import (
 	"context"
 	"errors"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/registry"
 	"github.com/agq/agq/store"
 )
 
-// HeartbeatResult is what a heartbeat tells its worker: to drain, and the
-// jobs whose cancellation was asked.
-type HeartbeatResult = store.HeartbeatResult
-
-// Errors of a registration, whose texts are the protocol's replies.
-var (
-	ErrInvalidCapabilities = registry.ErrInvalidCapabilities
-	ErrInvalidWorkerID     = registry.ErrInvalidWorkerID
-)
-
-// InvalidRegistrationError names what is wrong with a registration.
-type InvalidRegistrationError = registry.InvalidRegistrationError
-
 // ParseRegistration validates a WORKER.REGISTER document: the worker to
 // register (its principal left for the caller) and the jobs it says it
 // runs, nil when it does not say.
-func ParseRegistration(raw []byte) (Worker, []string, error) { return registry.ParseRegistration(raw) }
+func (e *Engine) ParseRegistration(raw []byte) (api.Worker, []string, error) {
+	w, running, err := registry.ParseRegistration(raw)
+	return api.Worker(w), running, apiError(err)
+}
 
 // RegisterWorker records w as registered and active. The same worker
 // registering again (a reconnect, a restart) takes its record over and
 // keeps the jobs it holds; held jobs it does not list in running, when it
 // lists them, were lost with an earlier process and go back to their
 // queues. Its pops blocked on any node look again under its capabilities.
-func (e *Engine) RegisterWorker(ctx context.Context, w Worker, running []string) error {
+func (e *Engine) RegisterWorker(ctx context.Context, w api.Worker, running []string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		if err := e.store.WorkerRegister(ctx, w, e.Lease(), running); err != nil {
+		if err := e.store.WorkerRegister(ctx, store.Worker(w), e.Lease(), running); err != nil {
 			return Effects{}, err
 		}
 		return Effects{Messages: e.workerEvents(w.ID, "registered")}, nil
@@ -43,9 +34,9 @@ func (e *Engine) RegisterWorker(ctx context.Context, w Worker, running []string)
 
 // Heartbeat records that worker id is alive and extends the leases of the
 // jobs it holds.
-func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (HeartbeatResult, error) {
+func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (api.HeartbeatResult, error) {
 	res, err := e.store.WorkerHeartbeat(ctx, id, stats, e.Lease())
-	return res, workerError(id, err)
+	return api.HeartbeatResult(res), workerError(id, err)
 }
 
 // UnregisterWorker ends a worker's registration; the jobs it still holds
@@ -70,7 +61,7 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 		return workerError(id, err)
 	}
 	if w.Principal != principal {
-		return &WorkerOfAnotherPrincipalError{ID: id}
+		return &api.WorkerOfAnotherPrincipalError{ID: id}
 	}
 	return nil
 }
@@ -79,10 +70,10 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 // the worker holding it, and publishes it on channel to every node.
 func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line []byte) error {
 	if _, _, err := e.store.JobLogAppend(ctx, id, worker, string(line)); err != nil {
-		if errors.Is(err, ErrNotHolder) {
-			return &JobError{JobID: id, Err: err}
+		if errors.Is(err, store.ErrNotHolder) {
+			return refused(id, err)
 		}
-		return err
+		return apiError(err)
 	}
 	// Sent whether or not a subscriber is known: a line is kept and sent
 	// as the worker writes it, not a status someone may not want.
@@ -94,9 +85,9 @@ func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line
 // register.
 func workerError(id string, err error) error {
 	if errors.Is(err, store.ErrWorkerUnknown) || errors.Is(err, store.ErrNotFound) {
-		return &WorkerNotRegisteredError{ID: id}
+		return &api.WorkerNotRegisteredError{ID: id}
 	}
-	return err
+	return apiError(err)
 }
 
 // workerEvents are worker.<id>.events's messages for event, while anyone

@@ -7,15 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-
-	"github.com/agq/agq/internal/names"
-	"github.com/agq/agq/store"
 )
 
 // Roles a principal can have.
@@ -61,161 +56,29 @@ type Entry struct {
 	CreatedAt string
 }
 
-type staticKey struct {
-	digest [32]byte
-	Principal
-}
-
-// Keyring authenticates keys against static configuration and the store.
-type Keyring struct {
-	store  *store.Store
-	static []staticKey
-}
-
 // StaticKeys are keys from configuration, by role then principal; values are
 // a key or "sha256:<hex digest>".
 type StaticKeys map[string]map[string]string
 
-// NewKeyring validates the static keys and returns a keyring.
-func NewKeyring(st *store.Store, static StaticKeys, source map[string]string) (*Keyring, error) {
-	k := &Keyring{store: st}
-	for role, entries := range static {
-		if !validRole(role) {
-			return nil, fmt.Errorf("%w: %q", ErrBadRole, role)
-		}
-		for name, spec := range entries {
-			if !names.Principal(name) {
-				return nil, fmt.Errorf("principal %q: %w", name, ErrBadPrincipal)
-			}
-			digest, err := ParseKeySpec(spec)
-			if err != nil {
-				return nil, fmt.Errorf("key of %q: %w", name, err)
-			}
-			src := source[role]
-			if src == "" {
-				src = "config"
-			}
-			k.static = append(k.static, staticKey{digest: digest, Principal: Principal{Name: name, Role: role, Source: src}})
-		}
-	}
-	// Map order is random; KEY.LIST shows them in a stable order.
-	slices.SortFunc(k.static, func(a, b staticKey) int { return strings.Compare(a.Name, b.Name) })
-	return k, nil
+// Keys checks and manages session keys; internal/auth/keyring keeps them
+// in configuration and the database.
+type Keys interface {
+	// Authenticate checks key, and user when it is given.
+	Authenticate(ctx context.Context, user, key string) (Principal, error)
+	// StillValid reports whether the key p authenticated with is still live.
+	StillValid(ctx context.Context, p Principal) (bool, error)
+	// IsPrincipal reports whether name is a principal's.
+	IsPrincipal(ctx context.Context, name string) (bool, error)
+	// Create mints a key for principal name with role and returns it.
+	Create(ctx context.Context, role, name string) (string, error)
+	// Revoke revokes a minted key.
+	Revoke(ctx context.Context, name string) error
+	// List returns every live principal.
+	List(ctx context.Context) ([]Entry, error)
 }
 
-// HasStaticAdmin reports whether configuration supplies an admin key.
-func (k *Keyring) HasStaticAdmin() bool {
-	for _, s := range k.static {
-		if s.Role == RoleAdmin {
-			return true
-		}
-	}
-	return false
-}
-
-// Authenticate checks key, and user when it is given. user may be empty or
-// "default" (any principal), the principal's name, or — for worker keys — the
-// worker id the connection will act as, which must look like one. Whose the
-// id is, WORKER.REGISTER says (NOPERM for another principal's).
-func (k *Keyring) Authenticate(ctx context.Context, user, key string) (Principal, error) {
-	digest := Digest(key)
-	p, err := k.lookup(ctx, digest)
-	if err != nil {
-		return Principal{}, err
-	}
-	if user == "" || user == "default" || user == p.Name {
-		return p, nil
-	}
-	if p.Role != RoleWorker || !names.Worker(user) {
-		return Principal{}, ErrBadCredentials
-	}
-	return p, nil
-}
-
-func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (Principal, error) {
-	for _, s := range k.static {
-		if subtle.ConstantTimeCompare(s.digest[:], digest[:]) == 1 {
-			p := s.Principal
-			p.Digest = digest
-			return p, nil
-		}
-	}
-	row, err := k.store.PrincipalByDigest(ctx, digest[:])
-	if errors.Is(err, store.ErrNotFound) {
-		return Principal{}, ErrBadCredentials
-	}
-	if err != nil {
-		return Principal{}, fmt.Errorf("looking up key: %w", err)
-	}
-	// The row was found by its digest; compare again in constant time so the
-	// decision never rests on a variable-time comparison.
-	if subtle.ConstantTimeCompare(row.KeyDigest, digest[:]) != 1 {
-		return Principal{}, ErrBadCredentials
-	}
-	return Principal{Name: row.Name, Role: row.Role, Source: row.Source, Digest: digest}, nil
-}
-
-// Create mints a key for principal with role, replacing any key it had, and
-// returns the key; it is not stored anywhere in clear.
-func (k *Keyring) Create(ctx context.Context, role, name string) (string, error) {
-	if !validRole(role) {
-		return "", ErrBadRole
-	}
-	if !names.Principal(name) {
-		return "", ErrBadPrincipal
-	}
-	if k.isStatic(name) {
-		return "", ErrStaticPrincipal
-	}
-	key := GenerateKey()
-	d := Digest(key)
-	if err := k.store.PrincipalPut(ctx, store.Principal{Name: name, Role: role, KeyDigest: d[:], Source: "minted"}); err != nil {
-		return "", fmt.Errorf("storing key: %w", err)
-	}
-	return key, nil
-}
-
-// Revoke revokes a minted key. Revoking an already revoked key succeeds.
-func (k *Keyring) Revoke(ctx context.Context, name string) error {
-	if k.isStatic(name) {
-		return ErrStaticPrincipal
-	}
-	err := k.store.PrincipalRevoke(ctx, name, k.HasStaticAdmin())
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return ErrUnknownPrincipal
-	case errors.Is(err, store.ErrLastAdmin):
-		return ErrLastAdmin
-	}
-	return err
-}
-
-// List returns every live principal, static ones included.
-func (k *Keyring) List(ctx context.Context) ([]Entry, error) {
-	rows, err := k.store.PrincipalList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Entry, 0, len(rows)+len(k.static))
-	for _, s := range k.static {
-		out = append(out, Entry{Principal: s.Principal})
-	}
-	for _, r := range rows {
-		out = append(out, Entry{Principal: Principal{Name: r.Name, Role: r.Role, Source: r.Source}, CreatedAt: r.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")})
-	}
-	return out, nil
-}
-
-func (k *Keyring) isStatic(name string) bool {
-	for _, s := range k.static {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-func validRole(r string) bool {
+// ValidRole reports whether r is one of the roles.
+func ValidRole(r string) bool {
 	return r == RoleAdmin || r == RoleWorker || r == RoleProducer || r == RoleViewer
 }
 
@@ -246,32 +109,4 @@ func ParseKeySpec(spec string) ([32]byte, error) {
 		return d, errors.New("empty key")
 	}
 	return Digest(spec), nil
-}
-
-// StillValid reports whether the key a principal authenticated with is
-// still live: static keys always are; stored ones unless revoked or
-// replaced since.
-func (k *Keyring) StillValid(ctx context.Context, p Principal) (bool, error) {
-	for _, s := range k.static {
-		if subtle.ConstantTimeCompare(s.digest[:], p.Digest[:]) == 1 {
-			return true, nil
-		}
-	}
-	row, err := k.store.PrincipalByDigest(ctx, p.Digest[:])
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return row.Name == p.Name, nil
-}
-
-// IsPrincipal reports whether name is a principal's, from configuration or
-// minted (revoked or not).
-func (k *Keyring) IsPrincipal(ctx context.Context, name string) (bool, error) {
-	if k.isStatic(name) {
-		return true, nil
-	}
-	return k.store.PrincipalExists(ctx, name)
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agq/agq/engine"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 )
 
@@ -51,14 +51,14 @@ type Config struct {
 type Dashboard struct {
 	cfg       Config
 	prefix    string
-	eng       *engine.Engine
-	keys      *auth.Keyring
+	eng       api.Engine
+	keys      auth.Keys
 	signer    signer
 	keyCheck  *keyCheck
 	pages     map[string]*template.Template
 	mux       *http.ServeMux
 	overview  cached[overviewData]
-	summaries cached[[]engine.QueueSummary]
+	summaries cached[[]api.QueueSummary]
 	chart     chartCache
 	log       zerolog.Logger
 }
@@ -67,7 +67,7 @@ type Dashboard struct {
 // (created there by the first node), so every node honours every session.
 // Every change it makes goes through the engine's operations, with the
 // rules and events of the RESP commands.
-func New(ctx context.Context, cfg Config, st *engine.Engine, keys *auth.Keyring) (*Dashboard, error) {
+func New(ctx context.Context, cfg Config, st api.Engine, keys auth.Keys) (*Dashboard, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/"
 	}
@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg Config, st *engine.Engine, keys *auth.Keyring)
 		keyCheck:  &keyCheck{keys: keys, seen: map[string]time.Time{}},
 		log:       cfg.Logger,
 		overview:  cached[overviewData]{ttl: 2 * time.Second},
-		summaries: cached[[]engine.QueueSummary]{ttl: 2 * time.Second},
+		summaries: cached[[]api.QueueSummary]{ttl: 2 * time.Second},
 	}
 	if d.pages, err = parsePages(d.funcs()); err != nil {
 		return nil, err

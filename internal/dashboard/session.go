@@ -101,7 +101,7 @@ func (s signer) csrfValid(sess session, token string) bool {
 // revoked key's sessions end within recheckEvery without a database read on
 // every request.
 type keyCheck struct {
-	keys *auth.Keyring
+	keys auth.Keys
 	mu   sync.Mutex
 	seen map[string]time.Time // digest → last found valid
 }

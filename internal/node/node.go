@@ -26,6 +26,7 @@ import (
 	"github.com/agq/agq/commands"
 	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/auth/keyring"
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/internal/dashboard"
 	"github.com/agq/agq/internal/health"
@@ -34,6 +35,7 @@ import (
 	"github.com/agq/agq/internal/service"
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/internal/wakeup/listen"
 	"github.com/agq/agq/migrations"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
@@ -235,7 +237,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		n.log.Info().Ints("versions", applied).Msg("migrations applied")
 	}
 
-	keys, err := auth.NewKeyring(n.store, staticKeys(cfg), map[string]string{})
+	keys, err := keyring.New(n.store, staticKeys(cfg), map[string]string{})
 	if err != nil {
 		return nil, err
 	}
@@ -253,10 +255,10 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	bg, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.hub = wakeup.New(wakeup.Config{
-		ConnString: n.directURL,
-		NodeID:     n.ID,
-		Send:       n.store.Notify,
-		Logger:     n.log.With().Str("component", "listen").Logger(),
+		Dial:   listen.Dialer(n.directURL),
+		NodeID: n.ID,
+		Send:   listen.Send(n.store),
+		Logger: n.log.With().Str("component", "listen").Logger(),
 	})
 	n.engine = engine.New(engine.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval,
@@ -365,7 +367,7 @@ func (n *Node) Reload() error {
 
 // httpHandler serves /healthz, /readyz and /metrics, and the dashboard
 // under its prefix unless it is turned off.
-func (n *Node) httpHandler(ctx context.Context, keys *auth.Keyring) (http.Handler, error) {
+func (n *Node) httpHandler(ctx context.Context, keys auth.Keys) (http.Handler, error) {
 	side := health.Handler(n.ready, n.registry)
 	if !n.cfg.UI {
 		return side, nil

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/auth/keyring"
 	"github.com/agq/agq/internal/config"
 )
 
@@ -47,7 +47,7 @@ func adminKeyWhere(cfg config.Config, minted string) string {
 	case len(cfg.Admins) > 0:
 		return "[admins] of " + cfg.ConfigFile
 	}
-	path := filepath.Join(cfg.DataDir, auth.AdminKeyFile)
+	path := filepath.Join(cfg.DataDir, keyring.AdminKeyFile)
 	if _, err := os.Stat(path); err != nil {
 		// Another node sharing the database minted it.
 		return "the data dir of the node that minted it"

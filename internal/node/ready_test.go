@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/internal/agqtest"
-	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/internal/auth/keyring"
 	"github.com/agq/agq/internal/config"
 	"github.com/agq/agq/internal/node"
 )
@@ -107,7 +107,7 @@ func TestReadyLineSaysWhereEverythingIs(t *testing.T) {
 		cfg := agqtest.DefaultConfig(t)
 		cfg.AdminKey = ""
 		n, line, _ := readyLine(t, cfg)
-		if want := filepath.Join(cfg.DataDir, auth.AdminKeyFile); line["admin_key"] != want {
+		if want := filepath.Join(cfg.DataDir, keyring.AdminKeyFile); line["admin_key"] != want {
 			t.Fatalf("admin_key %v, want %s", line["admin_key"], want)
 		}
 		if want := "http://" + n.HTTPAddr() + "/"; line["dashboard"] != want {

@@ -1,23 +1,22 @@
 // Package wakeup fans PostgreSQL notifications out to blocked clients. One
-// LISTEN connection per agq process receives every "jobs became claimable"
-// and "job finished" note; blocked pops and JOB.WAITs wait on in-memory
-// channels and hold no database connection.
+// LISTEN connection per agq process (a Conn, opened by package listen)
+// receives every "jobs became claimable" and "job finished" note; blocked
+// pops and JOB.WAITs wait on in-memory channels and hold no database
+// connection. The package itself imports neither store nor pgx: the wire
+// layer uses it.
 package wakeup
 
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
-	"errors"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/service"
-	"github.com/agq/agq/store"
 )
 
 const maxTimers = 100000
@@ -34,17 +33,18 @@ const recheckPerQueue = 1000
 
 // Config configures a Hub.
 type Config struct {
-	// ConnString is the database the LISTEN connection opens.
-	ConnString string
-	Logger     zerolog.Logger
+	// Dial opens the LISTEN connection (internal/wakeup/listen opens it
+	// on PostgreSQL); nil: the hub hears only this node.
+	Dial   func(ctx context.Context) (Conn, error)
+	Logger zerolog.Logger
 	// ReconnectDelay is the pause between LISTEN reconnection attempts.
 	ReconnectDelay time.Duration
 	// NodeID names this node in the events it sends, so that it skips its
 	// own when they come back.
 	NodeID string
-	// Send delivers events to the other nodes (NOTIFY channel, payloads);
+	// Send delivers events to the other nodes (NoticeEvents payloads);
 	// nil keeps Publish local.
-	Send func(ctx context.Context, channel string, payloads []string) error
+	Send func(ctx context.Context, payloads []string) error
 }
 
 // Hub routes notifications to waiters.
@@ -59,9 +59,9 @@ type Hub struct {
 	timerSig chan struct{}
 
 	outMu    sync.Mutex
-	outReady []store.ReadyNote
+	outReady []api.ReadyNote
 	outDone  []string
-	outFreed store.Freed
+	outFreed api.Freed
 	outMsgs  []Message
 	// outInterest asks the next notice to say what this node's subscribers
 	// listen to;
@@ -109,7 +109,7 @@ type Waiter struct {
 	h      *Hub
 	queues []string
 	caps   []string
-	c      chan store.ReadyNote
+	c      chan api.ReadyNote
 	onWake func()
 	// worker is who a job may be handed to ("" takes no hand-offs).
 	worker string
@@ -117,12 +117,12 @@ type Waiter struct {
 	// wake-ups pass it by), the wake-up it missed meanwhile (N 0: none),
 	// closed, and the job handed over and not yet picked up.
 	taken, closed bool
-	missed        store.ReadyNote
-	handed        *store.Job
+	missed        api.ReadyNote
+	handed        *api.Job
 }
 
 // C receives a note when a job the waiter can run may be claimable.
-func (w *Waiter) C() <-chan store.ReadyNote { return w.c }
+func (w *Waiter) C() <-chan api.ReadyNote { return w.c }
 
 // NewWaiter registers a waiter. Register before checking the database, so
 // a job committed between the check and the wait still wakes it. onWake,
@@ -135,7 +135,7 @@ func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
 // NewWorkerWaiter registers a waiter that jobs may also be handed to
 // directly, as worker's (TakeWaiter).
 func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func()) *Waiter {
-	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan store.ReadyNote, 1), onWake: onWake, worker: worker}
+	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan api.ReadyNote, 1), onWake: onWake, worker: worker}
 	h.mu.Lock()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], w)
@@ -151,7 +151,7 @@ func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func(
 //
 // A job handed over and not picked up stays for Handed; none is handed
 // after Close.
-func (w *Waiter) Close(unused ...store.ReadyNote) {
+func (w *Waiter) Close(unused ...api.ReadyNote) {
 	h := w.h
 	h.mu.Lock()
 	w.closed = true
@@ -206,7 +206,7 @@ func (w *Waiter) Worker() string { return w.worker }
 // closed meanwhile (the job is the caller's to give back). A waiter handed
 // a job waits no more: it leaves its queues' lists, and a wake-up it
 // missed goes to another.
-func (w *Waiter) Hand(job *store.Job) bool {
+func (w *Waiter) Hand(job *api.Job) bool {
 	h := w.h
 	h.mu.Lock()
 	if w.closed {
@@ -216,10 +216,10 @@ func (w *Waiter) Hand(job *store.Job) bool {
 	w.handed, w.taken = job, false
 	h.unlist(w)
 	missed := w.missed
-	w.missed = store.ReadyNote{}
+	w.missed = api.ReadyNote{}
 	h.mu.Unlock()
 	select {
-	case w.c <- store.ReadyNote{N: 0}:
+	case w.c <- api.ReadyNote{N: 0}:
 	default: // a note is pending: it wakes the waiter as well
 	}
 	w.wake()
@@ -231,7 +231,7 @@ func (w *Waiter) Hand(job *store.Job) bool {
 }
 
 // Handed picks up the job handed to the waiter, if any.
-func (w *Waiter) Handed() (*store.Job, bool) {
+func (w *Waiter) Handed() (*api.Job, bool) {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -251,7 +251,7 @@ func (w *Waiter) Untake() {
 	}
 	w.taken = false
 	missed := w.missed
-	w.missed = store.ReadyNote{}
+	w.missed = api.ReadyNote{}
 	if missed.N > 0 {
 		select {
 		case w.c <- missed:
@@ -267,7 +267,7 @@ func (w *Waiter) Untake() {
 // RetryTimed re-arms a note that came due but whose job a waiter could not
 // claim yet: the database clock, which decides, may run slightly behind
 // ours. A few retries 50 ms apart cover any sane clock skew.
-func (h *Hub) RetryTimed(note store.ReadyNote) {
+func (h *Hub) RetryTimed(note api.ReadyNote) {
 	if !note.Timed || note.Tries >= 5 {
 		return
 	}
@@ -278,7 +278,7 @@ func (h *Hub) RetryTimed(note store.ReadyNote) {
 
 // deliver wakes up to note.N idle waiters of the queue able to run jobs
 // needing note.Requires, oldest first; a future note is kept for its time.
-func (h *Hub) deliver(note store.ReadyNote) {
+func (h *Hub) deliver(note api.ReadyNote) {
 	if note.At > time.Now().UnixMilli() {
 		h.mu.Lock()
 		// Past this many pending due times, blocked pops' periodic re-check
@@ -331,30 +331,6 @@ func (w *Waiter) wake() {
 	}
 }
 
-// recheck wakes the waiters that can take jobs claimable now in the queues
-// they wait on; it pings the connection when nobody waits.
-func (h *Hub) recheck(ctx context.Context, conn *pgx.Conn) error {
-	h.mu.Lock()
-	queues := make([]string, 0, len(h.byQueue))
-	for q, ws := range h.byQueue {
-		if len(ws) > 0 {
-			queues = append(queues, q)
-		}
-	}
-	h.mu.Unlock()
-	if len(queues) == 0 {
-		return conn.Ping(ctx)
-	}
-	notes, err := store.ClaimableNotes(ctx, conn, queues, recheckPerQueue)
-	if err != nil {
-		return err
-	}
-	for _, note := range notes {
-		h.deliver(note)
-	}
-	return nil
-}
-
 // wakeAll wakes every waiter: after a LISTEN reconnect notes may be lost.
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
@@ -362,11 +338,11 @@ func (h *Hub) wakeAll() {
 	for q, ws := range h.byQueue {
 		for _, w := range ws {
 			if w.taken {
-				w.missed = store.ReadyNote{Queue: q, N: 1}
+				w.missed = api.ReadyNote{Queue: q, N: 1}
 				continue
 			}
 			select {
-			case w.c <- store.ReadyNote{Queue: q, N: 1}:
+			case w.c <- api.ReadyNote{Queue: q, N: 1}:
 				w.wake()
 			default:
 			}
@@ -391,7 +367,7 @@ func (h *Hub) WakeWorker(worker string) {
 				continue // a taken waiter's hand-off is checked by the database
 			}
 			select {
-			case w.c <- store.ReadyNote{N: 0}: // as a hand-off's signal: no note to pass on
+			case w.c <- api.ReadyNote{N: 0}: // as a hand-off's signal: no note to pass on
 				w.wake()
 			default: // a note is pending: it wakes the waiter as well
 			}
@@ -461,124 +437,16 @@ func (h *Hub) jobDone(id string) {
 	}
 }
 
-// listenLoop keeps one LISTEN connection open, reconnecting after errors.
-func (h *Hub) listenLoop(ctx context.Context) {
-	first := true
-	for ctx.Err() == nil {
-		err := h.listenOnce(ctx, !first)
-		first = false
-		if ctx.Err() != nil {
-			return
-		}
-		h.cfg.Logger.Warn().Err(err).Msg("LISTEN connection lost; reconnecting")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(h.cfg.ReconnectDelay):
-		}
-	}
-}
-
-func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
-	cc, err := store.DedicatedConnConfig(h.cfg.ConnString)
-	if err != nil {
-		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	for _, ch := range []string{store.ChannelJobs, store.ChannelDone, store.ChannelKeys, store.ChannelEvents, store.ChannelMoved} {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-			return err
-		}
-	}
-	// Due times announced before we listened are learnt from the table.
-	notes, err := store.FutureReadyNotes(ctx, conn, 10000)
-	if err != nil {
-		return err
-	}
-	for _, note := range notes {
-		h.deliver(note)
-	}
-	// Notes sent while we were not listening — away, or not yet connected
-	// while clients were already served — are lost: everyone re-checks.
-	h.wakeAll()
-	h.heardOwnInterest()
-	emit(h, Reconnected, struct{}{})
-	if reconnect {
-		h.cfg.Logger.Info().Msg("LISTEN connection restored")
-	}
-	nextCheck := time.Now().Add(recheckEvery)
-	for {
-		// Waiting is bounded so that the waited queues are re-checked, busy
-		// or not, which also finds a connection that died silently.
-		if !time.Now().Before(nextCheck) {
-			checkCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := h.recheck(checkCtx, conn)
-			cancel()
-			if err != nil {
-				return err
-			}
-			nextCheck = time.Now().Add(recheckEvery)
-		}
-		waitCtx, cancel := context.WithDeadline(ctx, nextCheck)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		switch n.Channel {
-		case store.ChannelJobs:
-			var note store.ReadyNote
-			if err := json.Unmarshal([]byte(n.Payload), &note); err != nil || note.Queue == "" {
-				h.cfg.Logger.Warn().Str("payload", n.Payload).Msg("malformed job notification")
-				continue
-			}
-			h.deliver(note)
-		case store.ChannelDone:
-			h.jobDone(n.Payload)
-		case store.ChannelEvents:
-			h.receiveEvent(n.Payload)
-		case store.ChannelMoved:
-			var m store.Moved
-			if json.Unmarshal([]byte(n.Payload), &m) != nil {
-				continue
-			}
-			if m.Registered != "" {
-				h.WakeWorker(m.Registered)
-				continue
-			}
-			if m.ID != "" {
-				// A job left running (the watchdog, a worker's
-				// registration): room for the pops limits held back.
-				var f store.Freed
-				f.Add(m.Queue, m.Type, 1)
-				emit(h, Freed, f)
-			}
-			if h.subscribed() {
-				emit(h, Moved, m)
-			}
-		case store.ChannelKeys:
-			emit(h, KeyRevoked, n.Payload)
-		}
-	}
-}
-
 // timerLoop delivers future notes when their time comes.
 func (h *Hub) timerLoop(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		h.mu.Lock()
-		var due []store.ReadyNote
+		var due []api.ReadyNote
 		now := time.Now().UnixMilli()
 		for h.timers.Len() > 0 && h.timers[0].At <= now {
-			due = append(due, heap.Pop(&h.timers).(store.ReadyNote))
+			due = append(due, heap.Pop(&h.timers).(api.ReadyNote))
 		}
 		wait := time.Hour
 		if h.timers.Len() > 0 {
@@ -607,12 +475,12 @@ func (h *Hub) timerLoop(ctx context.Context) {
 }
 
 // dueHeap orders future notes by time.
-type dueHeap []store.ReadyNote
+type dueHeap []api.ReadyNote
 
 func (d dueHeap) Len() int           { return len(d) }
 func (d dueHeap) Less(i, j int) bool { return d[i].At < d[j].At }
 func (d dueHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
-func (d *dueHeap) Push(x any)        { *d = append(*d, x.(store.ReadyNote)) }
+func (d *dueHeap) Push(x any)        { *d = append(*d, x.(api.ReadyNote)) }
 func (d *dueHeap) Pop() any {
 	old := *d
 	x := old[len(old)-1]

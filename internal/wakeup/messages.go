@@ -111,6 +111,17 @@ func (h *Hub) PublishMessages(msgs []Message) {
 	h.signalSend()
 }
 
+// DeliverLocal gives msgs to this node's subscribers only: for what every
+// node hears for itself, such as a Moved.
+func (h *Hub) DeliverLocal(msgs []Message) {
+	if !h.subscribed() {
+		return
+	}
+	for _, m := range msgs {
+		emit(h, Messages, m)
+	}
+}
+
 func (h *Hub) signalSend() {
 	select {
 	case h.outSig <- struct{}{}:

@@ -1,4 +1,4 @@
-package auth
+package keyring
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/store"
 )
 
@@ -30,8 +31,8 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 		}
 		// Stored only into a database that never had an admin principal
 		// (a new database): a revoked admin key must stay revoked.
-		d := Digest(key)
-		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
+		d := auth.Digest(key)
+		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
 			return "", fmt.Errorf("storing admin key: %w", err)
 		}
 		exists, err := k.store.AdminExists(ctx)
@@ -39,7 +40,7 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 			return "", err
 		}
 		if !exists {
-			return "", fmt.Errorf("%w: the key in %s was revoked; delete the file to mint a new one", ErrNoAdmin, path)
+			return "", fmt.Errorf("%w: the key in %s was revoked; delete the file to mint a new one", auth.ErrNoAdmin, path)
 		}
 		return "", nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -49,9 +50,9 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 	if err != nil || exists {
 		return "", err
 	}
-	key := GenerateKey()
-	d := Digest(key)
-	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: RoleAdmin, KeyDigest: d[:], Source: "generated"}, true)
+	key := auth.GenerateKey()
+	d := auth.Digest(key)
+	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, true)
 	if err != nil {
 		return "", fmt.Errorf("storing admin key: %w", err)
 	}

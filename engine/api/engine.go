@@ -1,0 +1,141 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Engine is what the wire layer and the dashboard ask of the job engine:
+// every transition, and the reads that change nothing. package engine
+// implements it.
+type Engine interface {
+	Reads
+
+	// Jobs.
+	Submit(ctx context.Context, job NewJob) (SubmitResult, error)
+	SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult, error)
+	SubmitLater(job NewJob) (wait func(context.Context) (SubmitResult, error))
+	Push(ctx context.Context, queue string, jobs []NewJob) (int64, error)
+	PushDepths(ctx context.Context, queue string, pushes []Pushed) ([]int64, error)
+	Claim(ctx context.Context, w Worker, queues []string, limit int) (string, []Job, error)
+	PopWaiting(ctx context.Context, w Worker, refresh func() (Worker, error), queues []string, limit int, wait Wait) (string, []Job, error)
+	WaitJob(ctx context.Context, id string, wait JobWait) (Job, bool, error)
+	Report(ctx context.Context, p Report) error
+	ReportLater(p Report) (wait func(context.Context) error, ok bool)
+	CancelJob(ctx context.Context, id string) error
+	RetryJob(ctx context.Context, id string) error
+	AppendLog(ctx context.Context, id, worker, channel string, line []byte) error
+	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]ParentState, next string, err error)
+
+	// Steps.
+	StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error)
+	StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error
+	StepCompleteLater(p StepParams, output json.RawMessage) (wait func(context.Context) error)
+	StepFail(ctx context.Context, p StepFailParams) (StepFailResult, error)
+	StepSleep(ctx context.Context, p StepSleepParams) (StepSleepResult, error)
+	JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error)
+
+	// Workers.
+	ParseRegistration(raw []byte) (Worker, []string, error)
+	RegisterWorker(ctx context.Context, w Worker, running []string) error
+	Heartbeat(ctx context.Context, id string, stats []byte) (HeartbeatResult, error)
+	UnregisterWorker(ctx context.Context, id string) error
+	DrainWorker(ctx context.Context, id string) error
+	CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error
+	HeartbeatInterval() time.Duration
+
+	// Queues and types.
+	PauseQueue(ctx context.Context, name string, paused bool) error
+	ConfigureQueue(ctx context.Context, name string, change LimitsChange) (Limits, error)
+	ConfigureType(ctx context.Context, name string, change LimitsChange) (Limits, error)
+
+	// Schedules.
+	ParseCron(text, timezone string) (CronSpec, error)
+	CreateSchedule(ctx context.Context, sc Schedule) error
+	UpdateSchedule(ctx context.Context, name string, change func(*Schedule) error) error
+	DeleteSchedule(ctx context.Context, name string) error
+	PauseSchedule(ctx context.Context, name string) error
+	ResumeSchedule(ctx context.Context, name string, catchup bool) error
+	TriggerSchedule(ctx context.Context, name string) (string, error)
+
+	// DashboardSecret is the dashboard's signing secret, shared by every
+	// node: the one stored, or fresh when none is.
+	DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error)
+	// DropIdleConns closes the database pool's idle connections: a
+	// command that failed on a broken one runs again on a fresh one.
+	DropIdleConns()
+}
+
+// Reads are the queries that change nothing.
+type Reads interface {
+	JobGet(ctx context.Context, id string) (Job, error)
+	JobList(ctx context.Context, p JobListParams) ([]Job, error)
+	JobStates(ctx context.Context, ids []string) ([]JobState, error)
+	JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error)
+	JobChildren(ctx context.Context, id string, limit int) ([]JobState, error)
+	JobCounts(ctx context.Context) (map[string]int64, error)
+	RunningJobs(ctx context.Context, limit int) ([]Job, error)
+	FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error)
+	FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]MinuteCount, error)
+
+	QueueStats(ctx context.Context, name string) ([]Queue, error)
+	QueueDepth(ctx context.Context, queue string) (int64, error)
+	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]Job, error)
+	QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error)
+	QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]QueueSummary, error)
+	QueueLimitsGet(ctx context.Context, name string) (Limits, error)
+	TypeLimitsGet(ctx context.Context, name string) (Limits, error)
+
+	WorkerGet(ctx context.Context, id string) (Worker, error)
+	WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error)
+	WorkerList(ctx context.Context, state string) ([]Worker, error)
+	WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, error)
+	WorkerCounts(ctx context.Context) (map[string]int64, error)
+	WorkersHeldJobs(ctx context.Context, workers []string, perWorker int) (map[string][]string, error)
+
+	ScheduleGet(ctx context.Context, name string) (Schedule, error)
+	ScheduleList(ctx context.Context) ([]Schedule, error)
+	Leader(ctx context.Context) (string, time.Time, error)
+
+	KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]KeyspaceJob, error)
+	KeyspaceJobProbe(ctx context.Context, id string) (KeyspaceJob, error)
+	KeyspaceJobCounts(ctx context.Context) (jobs, held int64, err error)
+	KeyspaceQueues(ctx context.Context, namePrefix string) ([]string, error)
+	KeyspaceWorker(ctx context.Context, id string) (KeyspaceWorker, error)
+	KeyspaceWorkers(ctx context.Context, idPrefix string) ([]KeyspaceWorker, error)
+	KeyspaceCapabilityMembers(ctx context.Context, capability string) ([]string, error)
+}
+
+// A Wait is how a blocked pop waits, given by the wire layer: its client's
+// connection parks, and wake-ups unpark it.
+type Wait interface {
+	// Next waits for a note on c (returned), the periodic re-check (nil),
+	// or the end of the wait: done at the timeout, or err.
+	Next(c <-chan ReadyNote) (note *ReadyNote, done bool, err error)
+	// Out waits out the timeout, wake-ups aside.
+	Out() error
+	// Gone reports whether the client was seen leaving.
+	Gone() bool
+	// OnWake is what a wake-up must call besides filling its channel.
+	OnWake() func()
+}
+
+// A JobWait is how a JOB.WAIT waits, given by the wire layer.
+type JobWait interface {
+	// Next waits for a signal on c or the periodic re-check (false), or
+	// the end of the wait (true, or err).
+	Next(c <-chan struct{}) (done bool, err error)
+	OnWake() func()
+}
+
+// PopRecheck and WaitRecheck are how long a blocked command trusts
+// wake-ups alone before it looks at the database again. A pop's queues
+// are re-checked by the hub every 15 s for notes that were lost, so its
+// own re-check is the last resort for a job beyond what the hub reads; a
+// JOB.WAIT has only its own (one lookup by id) for a completion notice
+// lost with the node that sent it.
+const (
+	PopRecheck  = 5 * time.Minute
+	WaitRecheck = 15 * time.Second
+)

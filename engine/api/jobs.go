@@ -1,0 +1,209 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Job statuses.
+const (
+	StatusQueued    = "queued"
+	StatusScheduled = "scheduled"
+	StatusRunning   = "running"
+	StatusRetrying  = "retrying"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+	// StatusSnoozed is a report's status, never a job's: the job goes back
+	// to scheduled.
+	StatusSnoozed = "snoozed"
+	// StatusPending is a job waiting for its parents.
+	StatusPending = "pending"
+)
+
+// IsTerminal reports whether a job in this status never moves again
+// without JOB.RETRY.
+func IsTerminal(status string) bool {
+	return status == StatusCompleted || status == StatusFailed || status == StatusCancelled
+}
+
+// What a parent's failure or cancellation does to a pending child.
+const (
+	ParentFailureCancel = "cancel"
+	ParentFailureRun    = "run"
+)
+
+// Limits of after.
+const (
+	// MaxParents bounds one job's after.
+	MaxParents = 10000
+	// MaxAfterEntries bounds the after entries of one submission.
+	MaxAfterEntries = 100000
+)
+
+// MaxLogLines bounds the lines kept of one attempt's log.
+const MaxLogLines = 1000
+
+// MaxGroup is the most requests one statement serves together.
+const MaxGroup = 500
+
+// Job is a job as stored.
+type Job struct {
+	ID                  string
+	Seq                 int64 // submission order
+	Queue               string
+	Type                string
+	Requires            []string
+	Plan                json.RawMessage
+	Inputs              json.RawMessage
+	Payload             json.RawMessage
+	Priority            int
+	Status              string
+	Attempt             int
+	MaxAttempts         int
+	RetryBackoffSeconds float64
+	TimeoutSeconds      int
+	RunAt               time.Time
+	UniqueKey           *string
+	WorkerID            *string
+	// Delivery is the token of the latest delivery.
+	Delivery        *string
+	AckDeadline     *time.Time
+	LeaseExpiresAt  *time.Time
+	DeadlineAt      *time.Time
+	CancelRequested bool
+	Progress        json.RawMessage
+	Result          json.RawMessage
+	Errors          json.RawMessage
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	UpdatedAt       time.Time
+	// Snoozes counts the times its holder put it back for later.
+	Snoozes int
+	// Steps counts its steps and sleeps; only JobGet reads it.
+	Steps int
+	// After names the job's parents, nil for a job without any.
+	After           []string
+	OnParentFailure string
+	// PendingParents counts the parents not yet ended (JobGet only).
+	PendingParents int
+	// Parents are the parents' statuses and results (a delivery's only);
+	// ParentsTruncated says the results did not fit.
+	Parents          map[string]ParentState
+	ParentsTruncated bool
+	// TraceParent and TraceState are the job's W3C trace context; a
+	// delivery's only.
+	TraceParent, TraceState string
+}
+
+// ParentState is a parent as its child sees it.
+type ParentState struct {
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+}
+
+// NewJob is a validated submission.
+type NewJob struct {
+	ID                  string
+	Queue               string
+	Type                string
+	Requires            []string
+	Plan                json.RawMessage
+	Inputs              json.RawMessage
+	Payload             json.RawMessage
+	Priority            int
+	MaxAttempts         int
+	RetryBackoffSeconds float64
+	TimeoutSeconds      int
+	// RunAt is the zero time for "now".
+	RunAt     time.Time
+	UniqueKey string
+	// After names the jobs that must end before this one runs; with
+	// OnParentFailure (ParentFailureCancel when empty, ParentFailureRun)
+	// saying what a parent's failure or cancellation does to it.
+	After           []string
+	OnParentFailure string
+	// TraceParent and TraceState are the W3C trace context the job is
+	// stored with; not part of its contents (a re-sent job with another
+	// one is the same job).
+	TraceParent, TraceState string
+}
+
+// SubmitResult is the outcome of one submitted job.
+type SubmitResult struct {
+	ID      string
+	Created bool
+	Queue   string
+	// Same is false when the id was taken by a different job: the
+	// submission is refused, never silently merged.
+	Same bool
+	// Delivered is the job as handed to a worker waiting in a pop,
+	// running; nil when it was not.
+	Delivered *Job
+	// Status is set when the job was created waiting for its parents
+	// (pending) or cancelled because one of them failed: not claimable.
+	Status string
+}
+
+// Pushed is one LPUSH whose jobs committed: the jobs and their results.
+type Pushed struct {
+	Jobs    []NewJob
+	Results []SubmitResult
+}
+
+// JobState is where a job stands: what a status message says of it.
+type JobState struct {
+	ID, Queue, Status string
+	Attempt           int
+	WorkerID          *string
+}
+
+// Report is one JOB.UPDATE, read and checked: the job, the reporting
+// worker (or an admin), the status reported, the delivery it is about,
+// and the document as sent (progress or result).
+type Report struct {
+	ID       string
+	WorkerID string // the reporting worker; ignored when Admin
+	Admin    bool
+	// Status is "", "running", "completed", "failed", "cancelled" or
+	// "snoozed".
+	Status    string
+	Error     string
+	Retryable bool
+	// Attempt is the delivery the report is about; 0 when not given.
+	Attempt int
+	// Delivery is the token of the delivery the report is about ("" when
+	// not given): unlike the attempt, no later delivery repeats it.
+	Delivery string
+	// Raw is the update as sent: progress for running updates, the result
+	// for completed ones.
+	Raw json.RawMessage
+	// SnoozeFor is how long a snoozed job waits; MaxSnoozes how many
+	// snoozes a job may have before the next fails it.
+	SnoozeFor  time.Duration
+	MaxSnoozes int
+}
+
+// JobListParams filters JOB.LIST; Cursor is the last id of the previous page.
+type JobListParams struct {
+	Queue, Status, Type, Cursor string
+	Limit                       int
+}
+
+// FailedJobsParams pages through failed jobs of every queue, the most
+// recently failed first.
+type FailedJobsParams struct {
+	// BeforeFinished and BeforeID are the last job of the previous page
+	// (zero for the first page).
+	BeforeFinished time.Time
+	BeforeID       string
+	Limit          int
+}
+
+// MinuteCount is how many jobs finished in one minute, each count capped.
+type MinuteCount struct {
+	Minute    time.Time
+	Completed int64
+	Failed    int64
+}

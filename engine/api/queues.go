@@ -1,0 +1,183 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Queue is one queue with its counts by status.
+type Queue struct {
+	Name      string
+	Paused    bool
+	Counts    map[string]int64
+	OldestAge time.Duration // of the oldest claimable job, 0 when none
+}
+
+// QueueSummary is one queue with capped counts of its unfinished and
+// failed jobs, by stored status.
+type QueueSummary struct {
+	Name   string
+	Paused bool
+	// Counts by status (queued, scheduled, running, retrying, failed),
+	// each at most the cap asked for.
+	Counts map[string]int64
+}
+
+// QueueJobsParams pages through one queue's jobs of one stored status.
+type QueueJobsParams struct {
+	Queue, Status string
+	// Before is the last id of the previous page ("" for the first page).
+	Before string
+	Limit  int
+}
+
+// Limits are the flow-control limits of a queue or a job type; zero values
+// mean none.
+type Limits struct {
+	MaxRunning int
+	Rate       Rate
+}
+
+// LimitsChange says which limits to set: a nil field stays as it is;
+// MaxRunning 0 or a zero Rate removes that limit.
+type LimitsChange struct {
+	MaxRunning *int
+	Rate       *Rate
+}
+
+// Rate is a limit on starts: at most Limit in any Period. The zero value
+// is no limit.
+type Rate struct {
+	Limit  int
+	Period time.Duration
+}
+
+// ReadyNote tells listeners that N jobs needing Requires became claimable
+// in Queue, now or at At (unix milliseconds; 0 = now).
+type ReadyNote struct {
+	Queue    string   `json:"q"`
+	N        int      `json:"n"`
+	Requires []string `json:"r,omitempty"`
+	At       int64    `json:"at,omitempty"`
+
+	// Timed and Tries are the listener's own: a note that came due by a
+	// timer, and how often it was re-armed.
+	Timed bool `json:"-"`
+	Tries int  `json:"-"`
+}
+
+// Freed counts, per queue and per job type, the jobs that left running:
+// room where running jobs are limited.
+type Freed struct {
+	Queues map[string]int `json:"q,omitempty"`
+	Types  map[string]int `json:"t,omitempty"`
+}
+
+// Add counts n jobs of queue and of type typ (either may be empty).
+func (f *Freed) Add(queue, typ string, n int) {
+	if queue != "" {
+		if f.Queues == nil {
+			f.Queues = map[string]int{}
+		}
+		f.Queues[queue] += n
+	}
+	if typ != "" {
+		if f.Types == nil {
+			f.Types = map[string]int{}
+		}
+		f.Types[typ] += n
+	}
+}
+
+// Merge adds o's counts to f.
+func (f *Freed) Merge(o Freed) {
+	for q, n := range o.Queues {
+		f.Add(q, "", n)
+	}
+	for t, n := range o.Types {
+		f.Add("", t, n)
+	}
+}
+
+// Empty reports whether f counts nothing.
+func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
+
+// Schedule is a cron schedule.
+type Schedule struct {
+	Name       string
+	Cron       string
+	Timezone   string
+	Queue      string
+	Job        JobTemplate
+	Enabled    bool
+	MaxCatchup int
+	// NextFireAt is the first fire not yet submitted; nil when the spec
+	// fires no more.
+	NextFireAt *time.Time
+	LastFireAt *time.Time
+	Fires      int64
+	Skipped    int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// JobTemplate is the job a schedule submits at each fire, with its defaults
+// filled in: a NewJob without the id, queue and run time, which every fire
+// supplies. Its JSON is what the schedules table keeps.
+type JobTemplate struct {
+	Type                string          `json:"type,omitempty"`
+	Requires            []string        `json:"requires"`
+	Plan                json.RawMessage `json:"plan,omitempty"`
+	Inputs              json.RawMessage `json:"inputs,omitempty"`
+	Payload             json.RawMessage `json:"payload,omitempty"`
+	Priority            int             `json:"priority"`
+	MaxAttempts         int             `json:"max_attempts"`
+	RetryBackoffSeconds float64         `json:"retry_backoff_seconds"`
+	TimeoutSeconds      int             `json:"timeout_seconds"`
+}
+
+// CronSpec is a parsed cron text in its time zone.
+type CronSpec interface {
+	// Next is the first fire after t.
+	Next(t time.Time) time.Time
+}
+
+// KeyspaceJob is a job as the job:<id> and job:<id>:worker keys show it.
+type KeyspaceJob struct {
+	ID string
+	// Holder is the worker running the job, "" unless the job is running
+	// and its deadline (its timeout) has not passed.
+	Holder string
+	// UntilDeadline is deadline_at − now() by the database's clock when
+	// Holder is set and the job has a deadline; nil otherwise.
+	UntilDeadline *time.Duration
+}
+
+// KeyspaceWorker is a worker as the worker:<id>:… keys and the
+// capability:<name>:workers sets show it.
+type KeyspaceWorker struct {
+	ID              string
+	State           string
+	Capabilities    []string
+	HasStats        bool
+	LastHeartbeatAt time.Time
+	// SinceHeartbeat is now() − last_heartbeat_at by the database's clock,
+	// the one every node shares.
+	SinceHeartbeat time.Duration
+	// Metadata and Stats are filled by KeyspaceWorker only.
+	Metadata json.RawMessage
+	Stats    json.RawMessage
+}
+
+// KeyspaceJobsParams selects a page of job ids in id order.
+type KeyspaceJobsParams struct {
+	IDPrefix string
+	// RunningOnly lists only running jobs (for patterns that can match
+	// nothing but job:<id>:worker keys).
+	RunningOnly bool
+	// After resumes a listing after the last id of the previous page; when
+	// it is empty, Offset rows are skipped instead.
+	After  string
+	Offset int64
+	Limit  int
+}

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// MaxSteps is how many steps and sleeps one job may have.
+const MaxSteps = 10000
+
+// StepParams names the step a holder's call is about.
+type StepParams struct {
+	JobID, StepID string
+	WorkerID      string // the calling worker; ignored when Admin
+	Admin         bool
+	// Delivery is the token of the delivery the call is about, "" when
+	// not given.
+	Delivery string
+}
+
+// StepBeginParams is one STEP.BEGIN.
+type StepBeginParams struct {
+	StepParams
+	// Input is the step's input as sent, nil for none (JSON null).
+	Input json.RawMessage
+	// MaxAttempts and BackoffSeconds, when given, replace the step's.
+	MaxAttempts    *int
+	BackoffSeconds *float64
+}
+
+// StepBeginResult says whether to run the step: its attempt when it runs,
+// its output when it completed before with an equal input.
+type StepBeginResult struct {
+	Execute bool
+	Attempt int
+	Output  json.RawMessage
+}
+
+// StepFailParams is one STEP.FAIL.
+type StepFailParams struct {
+	StepParams
+	Message      string
+	NonRetryable bool
+	// RetryAfter, when given, replaces the step's backoff.
+	RetryAfter *time.Duration
+}
+
+// StepFailResult is what a STEP.FAIL did: the job waits until RetryAt, or
+// failed.
+type StepFailResult struct {
+	Retry   bool
+	RetryAt time.Time
+}
+
+// StepSleepParams is one STEP.SLEEP.
+type StepSleepParams struct {
+	StepParams
+	For time.Duration
+}
+
+// StepSleepResult is what a STEP.SLEEP did: the job sleeps until WakeAt, or
+// it woke in an earlier delivery and the worker carries on.
+type StepSleepResult struct {
+	Sleeping bool
+	WakeAt   time.Time
+}
+
+// Step is a step as JOB.STEPS shows it.
+type Step struct {
+	StepID, Kind, Status string
+	Attempts             int
+	Input, Output        json.RawMessage
+	Errors               json.RawMessage
+	BeganAt              time.Time
+	CompletedAt, WakeAt  *time.Time
+}
+
+// JobStepsParams pages through a job's steps in the order first begun.
+type JobStepsParams struct {
+	JobID string
+	// After is how many steps the earlier pages held.
+	After, Limit int
+	// Holder, when set, must be the worker holding the job.
+	Holder string
+}
