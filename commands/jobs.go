@@ -161,6 +161,22 @@ type updateDoc struct {
 	Seconds *float64 `json:"seconds"`
 }
 
+// decodeUpdateDoc reads a JOB.UPDATE document with encoding/json, which
+// words what is wrong with it. The document must be an object, checked by
+// its first byte, since decoding null or an array into a struct would not
+// fail.
+func decodeUpdateDoc(raw []byte, doc *updateDoc) error {
+	*doc = updateDoc{}
+	if body := bytes.TrimSpace(raw); len(body) > 0 && body[0] == '{' && json.Unmarshal(body, doc) == nil {
+		return nil
+	}
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(raw, doc); errors.As(err, &typeErr) && typeErr.Field != "" {
+		return resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
+	}
+	return resp.Errorf("invalid update: must be a JSON object")
+}
+
 // maxSnooze bounds one snooze.
 const maxSnooze = 366 * 24 * time.Hour
 
@@ -183,15 +199,11 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if int64(len(args[2])) > s.opts.MaxPayload {
 		return api.Report{}, resp.ErrPayloadTooBig
 	}
-	// One decoding: the document must be an object, checked by its first
-	// byte, since decoding null or an array into a struct would not fail.
 	var doc updateDoc
-	if body := bytes.TrimSpace(args[2]); len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &doc) != nil {
-		var typeErr *json.UnmarshalTypeError
-		if err := json.Unmarshal(args[2], &doc); errors.As(err, &typeErr) && typeErr.Field != "" {
-			return api.Report{}, resp.Errorf("invalid update: %s", jsonmsg.Reason(err))
+	if !readUpdateDoc(args[2], &doc) {
+		if err := decodeUpdateDoc(args[2], &doc); err != nil {
+			return api.Report{}, err
 		}
-		return api.Report{}, resp.Errorf("invalid update: must be a JSON object")
 	}
 	switch doc.Status {
 	case "", api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled:

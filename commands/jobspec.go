@@ -335,15 +335,9 @@ type delivery struct {
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
 // shows a waiting one. A delivery carries its token.
 func deliveryJSON(j api.Job) []byte {
-	d := delivery{
-		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
-		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
-		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
-		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated,
-	}
-	if j.Status == api.StatusRunning && j.Delivery != nil {
-		d.Delivery = *j.Delivery
-		d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
+	d := deliveryFor(j)
+	if b, ok := appendDelivery(make([]byte, 0, 256+len(d.Payload)+len(d.Plan)+len(d.Inputs)), &d); ok {
+		return b
 	}
 	b, _ := json.Marshal(d)
 	return b

@@ -9,6 +9,7 @@ package wakeup
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -49,7 +50,8 @@ type Config struct {
 
 // Hub routes notifications to waiters.
 type Hub struct {
-	cfg Config
+	cfg       Config
+	ownPrefix string // how this node's events begin
 
 	mu       sync.Mutex
 	seq      uint64
@@ -83,12 +85,14 @@ func New(cfg Config) *Hub {
 	if cfg.ReconnectDelay == 0 {
 		cfg.ReconnectDelay = time.Second
 	}
+	from, _ := json.Marshal(cfg.NodeID)
 	return &Hub{
-		cfg:      cfg,
-		byQueue:  map[string][]*Waiter{},
-		jobWait:  map[string]map[*JobWaiter]struct{}{},
-		timerSig: make(chan struct{}, 1),
-		outSig:   make(chan struct{}, 1),
+		cfg:       cfg,
+		ownPrefix: `{"f":` + string(from),
+		byQueue:   map[string][]*Waiter{},
+		jobWait:   map[string]map[*JobWaiter]struct{}{},
+		timerSig:  make(chan struct{}, 1),
+		outSig:    make(chan struct{}, 1),
 	}
 }
 

@@ -3,6 +3,7 @@ package wakeup
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/agq/agq/engine/api"
@@ -226,6 +227,13 @@ func mustJSON(v any) []byte {
 
 // receiveEvent handles another node's event.
 func (h *Hub) receiveEvent(payload string) {
+	// This node's own events were delivered in process when they were
+	// published: only one saying it has subscribers is read (the text
+	// "i":true appears only as that field, or in a field of the same
+	// name further in, which reading settles).
+	if strings.HasPrefix(payload, h.ownPrefix) && !strings.Contains(payload, `"i":true`) {
+		return
+	}
 	var ev event
 	if err := json.Unmarshal([]byte(payload), &ev); err != nil {
 		h.cfg.Logger.Warn().Str("payload", payload).Msg("malformed event notification")
