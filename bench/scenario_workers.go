@@ -60,6 +60,7 @@ func workerRows(ctx context.Context, o options, rows workerRowsOf, cl *cluster, 
 		r.rates(fmt.Sprintf("burn-down, client package worker (one process, %d slots, no-op handler), %d jobs", clientSlots, o.jobs), c.rate(), b.rate())
 		r.add("burn-down client package: write transactions / WAL bytes per job", fmt.Sprintf("%.2f / %.0f", c.cost.commits, c.cost.walBytes), "", "")
 		r.add("burn-down client package: CPU per job, agq / PostgreSQL / client process", micros(c.cost.agqCPU)+" / "+micros(c.cost.pgCPU)+" / "+micros(c.cost.self), "", "")
+		r.add("burn-down client package: PostgreSQL waits (share of samples)", c.waits, b.waits, "")
 	}
 	if rows.agw {
 		r.rates(fmt.Sprintf("burn-down, agw (concurrency %d, each job runs true), %d jobs", agwConcurrency, o.jobs), g.rate(), b.rate())

@@ -71,7 +71,7 @@ func decodeFlat(raw string, msg *jobMessage) bool {
 			case "[]":
 				msg.Requires = []string{}
 			default:
-				ok = json.Unmarshal([]byte(v), &msg.Requires) == nil
+				ok = strs(v, &msg.Requires) || json.Unmarshal([]byte(v), &msg.Requires) == nil
 			}
 		case "plan", "inputs", "payload", "parents":
 			if bytes == nil {
@@ -126,6 +126,31 @@ func knownKeyFold(key string) bool {
 		}
 	}
 	return false
+}
+
+// strs reads an array of strings without escapes into p; false for
+// anything else, left to encoding/json.
+func strs(v string, p *[]string) bool {
+	s := scanner{s: v}
+	if !s.byte('[') {
+		return false
+	}
+	var out []string
+	for {
+		item, ok := s.plainString()
+		if !ok {
+			return false
+		}
+		out = append(out, item)
+		if s.byte(',') {
+			continue
+		}
+		if !s.byte(']') || !s.end() {
+			return false
+		}
+		*p = out
+		return true
+	}
 }
 
 func integer(v string, p *int) bool {

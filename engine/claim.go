@@ -70,7 +70,11 @@ const maxClaimRounds = 16
 // their results, and returns those still waiting, and whether to claim
 // again at once (ClaimOutcome.Again).
 func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
-	var workers []string
+	total := 0
+	for _, i := range waiting {
+		total += reqs[i].limit
+	}
+	workers := make([]string, 0, total)
 	for _, i := range waiting {
 		for range reqs[i].limit {
 			workers = append(workers, reqs[i].worker)
@@ -106,7 +110,14 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	// A worker popping on several connections at once appears in several
 	// requests: its jobs go to them in arrival order.
 	byWorker := map[string][]store.Job{}
+	counts := map[string]int{}
 	for _, c := range claimed {
+		counts[c.Worker]++
+	}
+	for _, c := range claimed {
+		if byWorker[c.Worker] == nil {
+			byWorker[c.Worker] = make([]store.Job, 0, counts[c.Worker])
+		}
 		byWorker[c.Worker] = append(byWorker[c.Worker], c.Job)
 	}
 	next := waiting[:0:0]

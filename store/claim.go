@@ -109,7 +109,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 // next claim on, as it would to jobs already running when it was set.
 func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out ClaimOutcome, limited bool, err error) {
 	out.Refused = map[string]error{}
-	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 16))
+	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 1024))
 	err = s.hotQuery(ctx, true, nil, func(rows pgx.Rows) error {
 		c, refusal, err := scanClaimRow(rows)
 		if err != nil {
@@ -139,7 +139,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 	caps := cmpOrEmpty(p.Capabilities)
 	var out ClaimOutcome
 	out.Refused = map[string]error{}
-	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 16))
+	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 1024))
 	limited := true
 	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers)}}
 	lock.Query(func(rows pgx.Rows) error {
