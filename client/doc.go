@@ -1,10 +1,12 @@
 // Package client is a Go library for agq's workers and producers, over
 // plain RESP with go-redis.
 //
-// A Worker registers, heartbeats, and keeps its slots full with one
-// BLMPOP … COUNT <free slots> per round trip; a slot frees when its handler
-// returns, and the final reports of many slots go on in pipelines (retried
-// until agq answers) while the next pop is out. It acknowledges a delivery
+// A Worker registers, heartbeats, and keeps its slots full with pops that
+// each take jobs for many slots (COUNT <free slots>, up to half of them):
+// a BLMPOP that waits for work, and while a backlog lasts an LMPOP beside
+// it, so that agq claims the next jobs while the last claim is answered. A
+// slot frees when its handler returns, and the final reports of many slots
+// go on in pipelines (retried until agq answers) while the pops go out. It acknowledges a delivery
 // only when its job runs long enough to need it, or when the handler asks
 // (Job.Acknowledge). A handler's ctx ends on the job's timeout, on its
 // cancellation and on shutdown. Step and Job.Sleep use agq's durable steps,

@@ -7,12 +7,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A worker pops with two loops, each on its own connection and taking up
-// to half the slots at a time: while agq claims one batch, the slots of
-// the other are refilled, and PostgreSQL runs both claims at once. The
-// first loop waits in BLMPOP; the second takes only what is there already
-// (LMPOP), and after finding nothing waits until the first gets jobs, so
-// an idle worker holds one blocked connection.
+// A worker of more than one slot pops with two loops, each on its own
+// connection and taking up to half the slots at a time: while agq claims
+// one batch, the slots of the other are refilled, and PostgreSQL runs both
+// claims at once. The first loop waits in BLMPOP; the second takes only
+// what is there already (LMPOP), and after finding nothing waits until
+// the first gets a full batch, so that an idle worker holds one blocked
+// connection and a trickle of jobs costs no second pop.
 type popper struct {
 	conn     *redis.Client // closed to cut a blocked pop off
 	blocking bool
@@ -49,8 +50,8 @@ func (w *Worker) popLoop(p *popper) {
 		case outcomeOK:
 			b.Reset()
 			w.start(queue, raws)
-			if p.blocking {
-				w.signalPopped()
+			if p.blocking && len(raws) == n {
+				w.signalPopped() // a full batch: more may wait
 			}
 			continue
 		case outcomeNil:
@@ -78,8 +79,7 @@ func (w *Worker) popLoop(p *popper) {
 	}
 }
 
-// signalPopped tells the second loop that the first got jobs: there may
-// be more.
+// signalPopped tells the second loop that the first got a full batch.
 func (w *Worker) signalPopped() {
 	select {
 	case w.popped <- struct{}{}:
@@ -87,8 +87,8 @@ func (w *Worker) signalPopped() {
 	}
 }
 
-// waitPopped waits until the first loop gets jobs; false when popping
-// stopped.
+// waitPopped waits until the first loop gets a full batch; false when
+// popping stopped.
 func (w *Worker) waitPopped() bool {
 	select {
 	case <-w.popped:

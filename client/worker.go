@@ -91,7 +91,7 @@ type Worker struct {
 
 	rdb     *redis.Client // registration, heartbeats, reports, steps
 	poppers [2]*popper    // made by NewWorker, connected by Run
-	popped  chan struct{} // the first pop loop got jobs (capacity 1)
+	popped  chan struct{} // the first pop loop got a full batch (capacity 1)
 
 	reg      registration
 	interval atomic.Int64 // heartbeat interval, ns
@@ -232,8 +232,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	var rep sync.WaitGroup
 	rep.Go(w.reporter)
 	var pops sync.WaitGroup
-	for _, p := range w.poppers {
-		pops.Go(func() { w.popLoop(p) })
+	pops.Go(func() { w.popLoop(w.poppers[0]) })
+	if w.opts.Concurrency > 1 {
+		pops.Go(func() { w.popLoop(w.poppers[1]) })
 	}
 
 	var fatal error

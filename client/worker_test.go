@@ -58,11 +58,11 @@ func TestWorker(t *testing.T) {
 		}
 	})
 
-	t.Run("FillsManySlotsWithOneBLMPOP", func(t *testing.T) {
+	t.Run("FillsManySlotsWithOnePop", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ids := b.submit(t, 200, client.JobSpec{Type: "noop"})
-		before := blmpops(t, b.agq)
+		before := pops(t, b.agq)
 		b.startWorker(t, "batch-1", map[string]client.HandlerFunc{"noop": func(context.Context, *client.Job) (any, error) { return "ok", nil }},
 			func(o *client.WorkerOptions) { o.Concurrency = 50 })
 		for _, j := range b.waitAll(t, ids) {
@@ -70,10 +70,46 @@ func TestWorker(t *testing.T) {
 				t.Fatalf("job %s is %s with %s", j.ID, j.Status, j.Result)
 			}
 		}
-		pops := blmpops(t, b.agq) - before
-		t.Logf("200 jobs in %d BLMPOPs", pops)
-		if pops > 40 {
-			t.Fatalf("200 jobs took %d BLMPOPs with 50 slots", pops)
+		n := pops(t, b.agq).minus(before)
+		t.Logf("200 jobs in %d BLMPOPs and %d LMPOPs", n.blmpop, n.lmpop)
+		if n.blmpop+n.lmpop > 40 {
+			t.Fatalf("200 jobs took %d pops with 50 slots", n.blmpop+n.lmpop)
+		}
+	})
+
+	t.Run("TakesWithTwoPopsOnlyWhileABacklogLasts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var cur, most atomic.Int64
+		before := pops(t, b.agq)
+		b.startWorker(t, "two-pops-1", map[string]client.HandlerFunc{"work": func(context.Context, *client.Job) (any, error) {
+			n := cur.Add(1)
+			defer cur.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(2 * time.Millisecond)
+			return nil, nil
+		}}, func(o *client.WorkerOptions) { o.Concurrency = 20; o.PopTimeout = time.Second })
+		// Idle, the worker waits in BLMPOP; the LMPOP beside it tried once.
+		time.Sleep(2500 * time.Millisecond)
+		idle := pops(t, b.agq).minus(before)
+		if idle.lmpop > 1 || idle.blmpop < 1 {
+			t.Fatalf("an idle worker popped %d times with BLMPOP and %d with LMPOP in 2.5s", idle.blmpop, idle.lmpop)
+		}
+		ids := b.submit(t, 600, client.JobSpec{Type: "work"})
+		b.waitAll(t, ids)
+		busy := pops(t, b.agq).minus(before)
+		t.Logf("idle: %+v; after 600 jobs: %+v; at most %d running", idle, busy, most.Load())
+		if busy.lmpop <= idle.lmpop {
+			t.Fatalf("the backlog was taken by BLMPOP alone: %+v", busy)
+		}
+		if most.Load() > 20 {
+			t.Fatalf("%d jobs ran at once with 20 slots", most.Load())
+		}
+		// Idle again: no LMPOP while nothing waits.
+		time.Sleep(2500 * time.Millisecond)
+		if again := pops(t, b.agq).minus(before); again.lmpop > busy.lmpop+1 {
+			t.Fatalf("an idle worker went on with LMPOP: %+v, then %+v", busy, again)
 		}
 	})
 
@@ -235,8 +271,14 @@ func TestWorker(t *testing.T) {
 	})
 }
 
-// blmpops counts the BLMPOPs agq served, from its metrics.
-func blmpops(t *testing.T, a *agqtest.Agq) int {
+// popCounts are the pops agq served, from its metrics.
+type popCounts struct{ blmpop, lmpop int }
+
+func (c popCounts) minus(o popCounts) popCounts {
+	return popCounts{c.blmpop - o.blmpop, c.lmpop - o.lmpop}
+}
+
+func pops(t *testing.T, a *agqtest.Agq) popCounts {
 	t.Helper()
 	res, err := http.Get("http://" + a.HTTPAddr + "/metrics")
 	if err != nil {
@@ -244,13 +286,19 @@ func blmpops(t *testing.T, a *agqtest.Agq) int {
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
-	n := 0
+	var c popCounts
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "agq_commands_total{") && strings.Contains(strings.ToLower(line), `command="blmpop"`) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			n += int(v)
+		if !strings.HasPrefix(line, "agq_commands_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		switch l := strings.ToLower(line); {
+		case strings.Contains(l, `command="blmpop"`):
+			c.blmpop += int(v)
+		case strings.Contains(l, `command="lmpop"`):
+			c.lmpop += int(v)
 		}
 	}
-	return n
+	return c
 }
