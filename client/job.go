@@ -280,18 +280,30 @@ func (r *runningJob) completedBody(result any) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	delivery, err := marshal(r.job.msg.Delivery)
-	if err != nil {
-		return nil, false
+	delivery := r.job.msg.Delivery
+	if !plainToken(delivery) {
+		return nil, false // agq's tokens are plain: anything else takes the general path
 	}
 	b := make([]byte, 0, 64+len(output)+len(delivery))
 	b = append(b, `{"status":"completed","output":`...)
 	b = append(b, output...)
-	b = append(b, `,"delivery":`...)
+	b = append(b, `,"delivery":"`...)
 	b = append(b, delivery...)
+	b = append(b, '"')
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(r.job.msg.Attempt), 10)
 	return append(b, '}'), true
+}
+
+// plainToken reports whether encoding/json writes s as it is, between
+// quotes, without escaping anything.
+func plainToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // marshal encodes v without escaping <, > and & (which would make a report

@@ -198,7 +198,13 @@ func (w *Worker) slot(d delivery) {
 // has its final report; nil when it has no readable job_id, whose slot is
 // then free again.
 func (w *Worker) track(d delivery) *runningJob {
-	msg := &jobMessage{raw: d.raw}
+	// The job's three records in one allocation.
+	t := &struct {
+		msg jobMessage
+		job Job
+		run runningJob
+	}{}
+	msg, j, r := &t.msg, &t.job, &t.run
 	if err := decodeJob(d.raw, msg); err != nil || msg.JobID == "" {
 		w.log.Error("received a job without a readable job_id; agq delivers it again after its acknowledgement timeout",
 			"queue", d.queue, "error", err)
@@ -206,10 +212,9 @@ func (w *Worker) track(d delivery) *runningJob {
 		w.jobs.Done()
 		return nil
 	}
-	j := &Job{msg: msg, w: w}
-	r := &runningJob{job: j}
+	*j = Job{msg: msg, w: w, run: r}
+	r.job = j
 	r.ctx, r.cancel = context.WithCancelCause(w.jobsCtx)
-	j.run = r
 	w.mu.Lock()
 	w.running[msg.JobID] = r
 	w.mu.Unlock()
