@@ -437,3 +437,48 @@ func TestAParentAStepFailsReleasesItsChildPromptly(t *testing.T) {
 		t.Fatalf("a child was popped %v after its parent failed", slowest)
 	}
 }
+
+// A parent ended by its worker's WORKER.UNREGISTER — its cancellation was
+// asked while the worker held it — releases its child at once, not at the
+// leader's next sweep (every second): each of eight children is popped
+// soon after its parent's worker left.
+func TestAParentItsWorkerLeavesCancelledReleasesItsChildPromptly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	waiter := registerWorker(t, a, "ul-waiter", "t")
+	var slowest time.Duration
+	for i := range 8 {
+		parent, child := fmt.Sprintf("ulp-%d", i), fmt.Sprintf("ulc-%d", i)
+		holder := registerWorker(t, a, fmt.Sprintf("ul-holder-%d", i), "t")
+		graph := fmt.Sprintf(`[{"job_id":%q,"queue":"ulq","type":"t"},
+			{"job_id":%q,"queue":"ulc","type":"t","after":[%q],"on_parent_failure":"run"}]`, parent, child, parent)
+		if err := admin.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, d, ok := holder.pop(t, "2", "ulq"); !ok || d.JobID != parent {
+			t.Fatalf("popped %+v", d)
+		}
+		if err := admin.Do(ctx, "JOB.CANCEL", parent).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.c.Do(ctx, "WORKER.UNREGISTER", fmt.Sprintf("ul-holder-%d", i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		left := time.Now()
+		waitStatus(t, admin, parent, "cancelled")
+		_, d, ok := waiter.pop(t, "5", "ulc")
+		if !ok || d.JobID != child {
+			t.Fatalf("the child was not popped: %+v", d)
+		}
+		slowest = max(slowest, time.Since(left))
+		if err := waiter.update(ctx, child, map[string]any{"status": "completed", "delivery": d.Delivery}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the slowest child was popped %v after its parent's worker left", slowest)
+	if slowest > 500*time.Millisecond {
+		t.Fatalf("a child was popped %v after its parent's worker left", slowest)
+	}
+}

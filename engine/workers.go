@@ -25,10 +25,11 @@ func (e *Engine) ParseRegistration(raw []byte) (api.Worker, []string, error) {
 // queues. Its pops blocked on any node look again under its capabilities.
 func (e *Engine) RegisterWorker(ctx context.Context, w api.Worker, running []string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		if err := e.store.WorkerRegister(ctx, store.Worker(w), e.Lease(), running); err != nil {
+		ended, err := e.store.WorkerRegister(ctx, store.Worker(w), e.Lease(), running)
+		if err != nil {
 			return Effects{}, err
 		}
-		return Effects{Messages: e.workerEvents(w.ID, "registered")}, nil
+		return Effects{Messages: e.workerEvents(w.ID, "registered"), Parents: ended}, nil
 	})
 }
 
@@ -43,10 +44,11 @@ func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (api.He
 // go back to their queues at once.
 func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (Effects, error) {
-		if err := e.store.WorkerUnregister(ctx, id); err != nil {
+		ended, err := e.store.WorkerUnregister(ctx, id)
+		if err != nil {
 			return Effects{}, workerError(id, err)
 		}
-		return Effects{Messages: e.workerEvents(id, "unregistered")}, nil
+		return Effects{Messages: e.workerEvents(id, "unregistered"), Parents: ended}, nil
 	})
 }
 

@@ -189,7 +189,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			run: func(ctx context.Context, st *store.Store) error {
 				w := store.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",
 					Capabilities: everything, Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 1}
-				if err := st.WorkerRegister(ctx, w, 90*time.Second, nil); err != nil {
+				if _, err := st.WorkerRegister(ctx, w, 90*time.Second, nil); err != nil {
 					return err
 				}
 				_, err := st.WorkerHeartbeat(ctx, w.ID, json.RawMessage(`{"load":0.5}`), 90*time.Second)

@@ -238,7 +238,7 @@ func TestJobsClaim(t *testing.T) {
 			}
 		}},
 		{"Unregistered", holder, store.WorkerUnregistered, func(t *testing.T, b *trBundle, w string) {
-			if err := b.st.WorkerUnregister(b.ctx, w); err != nil {
+			if _, err := b.st.WorkerUnregister(b.ctx, w); err != nil {
 				t.Fatal(err)
 			}
 		}},

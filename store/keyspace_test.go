@@ -33,7 +33,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	}
 	w := store.Worker{ID: "w-1", Principal: "w", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 2}
-	if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
+	if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	out, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"w-1", "w-1"},

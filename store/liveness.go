@@ -42,7 +42,8 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
-			if err := s.requeueHeld(ctx, tx, id, true); err != nil {
+			// The leader's sweep settles what this ended.
+			if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
 				return err
 			}
 		}
@@ -75,7 +76,8 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 		if err != nil {
 			return err
 		}
-		n, err = s.notifyMoved(ctx, tx, "expired_lease", moved)
+		all, err := s.notifyMoved(ctx, tx, "expired_lease", moved)
+		n = len(all)
 		return err
 	})
 	return n, interpretError(err)
@@ -115,7 +117,8 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 		if err != nil {
 			return err
 		}
-		n, err = s.notifyMoved(ctx, tx, "timed_out_job", moved)
+		all, err := s.notifyMoved(ctx, tx, "timed_out_job", moved)
+		n = len(all)
 		return err
 	})
 	return n, interpretError(err)

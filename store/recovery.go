@@ -37,7 +37,8 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 		if err != nil {
 			return err
 		}
-		n, err = s.notifyMoved(ctx, tx, "unacked_delivery", moved)
+		all, err := s.notifyMoved(ctx, tx, "unacked_delivery", moved)
+		n = len(all)
 		return err
 	})
 	return n, interpretError(err)
@@ -60,27 +61,40 @@ var requeueUnackedSQL = `
 	WHERE j.id = d.id AND j.status = 'running'
 	RETURNING ` + movedColumns
 
+// endedOf lists the moved jobs that ended (a cancellation asked for while
+// they ran): their children's dependencies are to settle.
+func endedOf(moved []movedJob) []string {
+	var ended []string
+	for _, m := range moved {
+		if IsTerminal(m.status) {
+			ended = append(ended, m.id)
+		}
+	}
+	return ended
+}
+
 // notifyMoved reads rows of movedColumns for jobs a statement just moved
-// out of running, for reason, and tells listeners of each (tellMoved) and
-// Config.Recovered of those with trace context. It closes rows.
-func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows pgx.Rows) (int, error) {
+// out of running, for reason, tells listeners of each (tellMoved) and
+// Config.Recovered of those with trace context, and returns them. It
+// closes rows.
+func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows pgx.Rows) ([]movedJob, error) {
 	var all []movedJob
 	for rows.Next() {
 		m, err := scanMoved(rows)
 		if err != nil {
 			rows.Close()
-			return 0, err
+			return nil, err
 		}
 		all = append(all, m)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	var traced []RecoveredJob
 	for _, m := range all {
 		if err := tellMoved(ctx, tx, m); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if m.trace.TraceParent != "" && s.recovered != nil {
 			traced = append(traced, m.trace)
@@ -92,7 +106,7 @@ func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows 
 		// a lost connection causes.
 		s.recovered(reason, traced)
 	}
-	return len(all), nil
+	return all, nil
 }
 
 // RecoveredJob is a job a recovery moved out of running, with the trace

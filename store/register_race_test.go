@@ -54,7 +54,7 @@ func TestRegisterAndHeartbeatBesideReportGroups(t *testing.T) {
 				break loop
 			default:
 			}
-			if err := st.WorkerRegister(ctx, w, time.Minute, ids); err != nil {
+			if _, err := st.WorkerRegister(ctx, w, time.Minute, ids); err != nil {
 				t.Errorf("register: %v", err)
 			}
 			if _, err := st.WorkerHeartbeat(ctx, "w-r", nil, time.Minute); err != nil {

@@ -40,7 +40,7 @@ func storeWithPolicy(t *testing.T, policy store.RetryPolicy, ids ...string) (con
 	for _, id := range ids {
 		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
-		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
+		if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,14 +196,14 @@ func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
 		}
 		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
-		if err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
+		if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := st.WorkerDrain(ctx, "w-drained"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.WorkerUnregister(ctx, "w-gone"); err != nil {
+	if _, err := st.WorkerUnregister(ctx, "w-gone"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "only", Queue: "q", Requires: []string{"t"}, MaxAttempts: 1, TimeoutSeconds: 60}}); err != nil {

@@ -60,7 +60,7 @@ func (b *trBundle) register(t *testing.T, id string, caps ...string) {
 	t.Helper()
 	w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
-	if err := b.st.WorkerRegister(b.ctx, w, time.Minute, nil); err != nil {
+	if _, err := b.st.WorkerRegister(b.ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 }

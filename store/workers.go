@@ -79,14 +79,19 @@ func scanWorker(row pgx.Row) (Worker, error) {
 // the same id (a restart) and go back to their queues, the attempt counted.
 // Unacknowledged ones are left to the acknowledgement timeout, since a pop
 // may be claiming one at this very moment.
-func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
-	return interpretError(againOnDeadlock(ctx, func() error {
-		return s.workerRegister(ctx, w, lease, running)
-	}))
+//
+// It answers the jobs it ended (a cancellation asked while held, or no
+// attempt left), whose children's dependencies are to settle.
+func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) (ended []string, err error) {
+	err = againOnDeadlock(ctx, func() (err error) {
+		ended, err = s.workerRegister(ctx, w, lease, running)
+		return err
+	})
+	return ended, interpretError(err)
 }
 
-func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) error {
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) (ended []string, err error) {
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var holder string
 		var caps []string
 		err := tx.QueryRow(ctx, `SELECT principal, capabilities FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder, &caps)
@@ -98,9 +103,11 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 		case holder != w.Principal && w.ID != w.Principal:
 			return ErrWorkerTaken
 		case holder != w.Principal:
-			if err := s.requeueHeld(ctx, tx, w.ID, false); err != nil {
+			held, err := s.requeueHeld(ctx, tx, w.ID, false)
+			if err != nil {
 				return err
 			}
+			ended = append(ended, held...)
 		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
@@ -125,9 +132,11 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 			return ErrWorkerTaken
 		}
 		if running != nil {
-			if err := s.requeueLost(ctx, tx, w.ID, running); err != nil {
+			lost, err := s.requeueLost(ctx, tx, w.ID, running)
+			if err != nil {
 				return err
 			}
+			ended = append(ended, lost...)
 		}
 		if existed && !sameSet(caps, w.Capabilities) {
 			// The worker's pops blocked on any node wait with the old
@@ -142,6 +151,7 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 			WHERE worker_id = $1 AND status = 'running'`, w.ID, lease)
 		return err
 	})
+	return ended, err
 }
 
 // againOnDeadlock runs a transaction again when PostgreSQL broke a
@@ -216,13 +226,19 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 
 // WorkerUnregister ends a worker's registration; jobs it still holds go back
 // to their queues at once, the attempt not counted (it did not fail them).
-// Unregistering an unregistered worker succeeds.
-func (s *Store) WorkerUnregister(ctx context.Context, id string) error {
-	return interpretError(againOnDeadlock(ctx, func() error { return s.workerUnregister(ctx, id) }))
+// Unregistering an unregistered worker succeeds. It answers the jobs it
+// ended (held jobs whose cancellation was asked), whose children's
+// dependencies are to settle.
+func (s *Store) WorkerUnregister(ctx context.Context, id string) (ended []string, err error) {
+	err = againOnDeadlock(ctx, func() (err error) {
+		ended, err = s.workerUnregister(ctx, id)
+		return err
+	})
+	return ended, interpretError(err)
 }
 
-func (s *Store) workerUnregister(ctx context.Context, id string) error {
-	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+func (s *Store) workerUnregister(ctx context.Context, id string) (ended []string, err error) {
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE workers SET state = 'UNREGISTERED',
 				state_changed_at = CASE WHEN state = 'UNREGISTERED' THEN state_changed_at ELSE now() END
@@ -233,35 +249,37 @@ func (s *Store) workerUnregister(ctx context.Context, id string) error {
 		if tag.RowsAffected() == 0 {
 			return ErrWorkerUnknown
 		}
-		return s.requeueHeld(ctx, tx, id, false)
+		ended, err = s.requeueHeld(ctx, tx, id, false)
+		return err
 	})
+	return ended, err
 }
 
 // requeueHeld puts the running jobs of a worker back in their queues. A job
 // whose cancellation was asked for ends cancelled instead. countAttempt
 // says whether the attempt is spent (the worker died holding it) or not.
-func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) error {
+func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) (ended []string, err error) {
 	rows, err := tx.Query(ctx, `
 		SELECT `+lostDecideColumns+`, $2 AND NOT j.cancel_requested
 		FROM jobs j WHERE j.worker_id = $1 AND j.status = 'running'
 		ORDER BY j.id FOR UPDATE`, workerID, countAttempt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
 	if err != nil || len(d.ids) == 0 {
-		return err
+		return nil, err
 	}
 	moved, err := tx.Query(ctx, requeueHeldSQL, d.ids, d.retry, d.delays, countAttempt, workerID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	reason := "worker_left"
 	if countAttempt {
 		reason = "dead_worker"
 	}
-	_, err = s.notifyMoved(ctx, tx, reason, moved)
-	return err
+	all, err := s.notifyMoved(ctx, tx, reason, moved)
+	return endedOf(all), err
 }
 
 // requeueHeldSQL gives back the jobs of worker $5; $4 says whether their
@@ -327,25 +345,25 @@ func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 
 // requeueLost gives back the acknowledged jobs a re-registering worker holds
 // but no longer runs (jobs_running_worker), the attempt counted.
-func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) error {
+func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) (ended []string, err error) {
 	rows, err := tx.Query(ctx, `
 		SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 		FROM jobs j
 		WHERE j.worker_id = $1 AND j.status = 'running' AND j.ack_deadline IS NULL AND j.id <> ALL($2::text[])
 		ORDER BY j.id FOR UPDATE`, workerID, running)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
 	if err != nil || len(d.ids) == 0 {
-		return err
+		return nil, err
 	}
 	moved, err := tx.Query(ctx, requeueLostSQL, d.ids, d.retry, d.delays, workerID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = s.notifyMoved(ctx, tx, "worker_restarted", moved)
-	return err
+	all, err := s.notifyMoved(ctx, tx, "worker_restarted", moved)
+	return endedOf(all), err
 }
 
 // requeueLostSQL gives back jobs worker $4 lost in a restart.
