@@ -482,3 +482,49 @@ func TestAParentItsWorkerLeavesCancelledReleasesItsChildPromptly(t *testing.T) {
 		t.Fatalf("a child was popped %v after its parent's worker left", slowest)
 	}
 }
+
+// A parent its worker's WORKER.REGISTER ends — the worker restarted
+// without it, on its last attempt — releases its child at once, not at
+// the leader's next sweep: each of eight children is popped soon after.
+func TestAParentItsWorkerRestartedWithoutReleasesItsChildPromptly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	holder, waiter := registerWorker(t, a, "rs-holder", "t"), registerWorker(t, a, "rs-waiter", "t")
+	again := `{"worker_id":"rs-holder","hostname":"test-host","agw_version":"0.1.0","capabilities":{"tools":["t"]},"running_jobs":[]}`
+	var slowest time.Duration
+	for i := range 8 {
+		parent, child := fmt.Sprintf("rsp-%d", i), fmt.Sprintf("rsc-%d", i)
+		graph := fmt.Sprintf(`[{"job_id":%q,"queue":"rsq","type":"t","max_attempts":1},
+			{"job_id":%q,"queue":"rsc","type":"t","after":[%q],"on_parent_failure":"run"}]`, parent, child, parent)
+		if err := admin.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, d, ok := holder.pop(t, "2", "rsq")
+		if !ok || d.JobID != parent {
+			t.Fatalf("popped %+v", d)
+		}
+		// Acknowledged: a registration that does not list it ends it.
+		if err := holder.update(ctx, parent, map[string]any{"status": "running", "delivery": d.Delivery}); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.c.Do(ctx, "WORKER.REGISTER", again).Err(); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		waitStatus(t, admin, parent, "failed")
+		_, d, ok = waiter.pop(t, "5", "rsc")
+		if !ok || d.JobID != child {
+			t.Fatalf("the child was not popped: %+v", d)
+		}
+		slowest = max(slowest, time.Since(restarted))
+		if err := waiter.update(ctx, child, map[string]any{"status": "completed", "delivery": d.Delivery}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the slowest child was popped %v after its parent's worker restarted", slowest)
+	if slowest > 500*time.Millisecond {
+		t.Fatalf("a child was popped %v after its parent's worker restarted", slowest)
+	}
+}
