@@ -7,7 +7,7 @@ import (
 )
 
 // maxReportBatch bounds the reports one pipeline carries: as many as agq
-// puts in one group of final reports (engine.MaxGroup), so that each
+// puts in one group of final reports (the server's MaxGroup), so that each
 // pipeline is one commit.
 const maxReportBatch = 500
 

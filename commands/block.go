@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -88,7 +88,7 @@ func next[T any](b *blocking, c <-chan T, onTimeout resp.Reply) (*T, resp.Reply,
 			until = b.deadline
 		}
 		if b.park(until) {
-			return nil, nil, api.ErrClientGone
+			return nil, nil, records.ErrClientGone
 		}
 	}
 }
@@ -126,7 +126,7 @@ func (b *blocking) park(until time.Time) bool {
 // popWait is a blocked pop's wait, as the engine takes it.
 type popWait struct{ b *blocking }
 
-func (w popWait) Next(c <-chan api.ReadyNote) (*api.ReadyNote, bool, error) {
+func (w popWait) Next(c <-chan records.ReadyNote) (*records.ReadyNote, bool, error) {
 	note, reply, err := next(w.b, c, resp.NilArray)
 	return note, reply != nil, err
 }

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // appendDelivery appends what json.Marshal writes for d, byte for byte,
@@ -81,14 +81,14 @@ func plainString(s string) bool {
 }
 
 // deliveryFor is the delivery record of j.
-func deliveryFor(j api.Job) delivery {
+func deliveryFor(j records.Job) delivery {
 	d := delivery{
 		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
 		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
 		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
 		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated,
 	}
-	if j.Status == api.StatusRunning && j.Delivery != nil {
+	if j.Status == records.StatusRunning && j.Delivery != nil {
 		d.Delivery = *j.Delivery
 		d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // TestDeliveryJSONIsWhatJSONMarshalWrites compares the hand-written
@@ -28,11 +28,11 @@ func TestDeliveryJSONIsWhatJSONMarshalWrites(t *testing.T) {
 	fast := 0
 	for range 3000 {
 		token := pick()
-		j := api.Job{ID: pick(), Queue: pick(), Type: pick(), Attempt: rng.IntN(5), MaxAttempts: rng.IntN(30),
+		j := records.Job{ID: pick(), Queue: pick(), Type: pick(), Attempt: rng.IntN(5), MaxAttempts: rng.IntN(30),
 			Priority: rng.IntN(200) - 100, TimeoutSeconds: rng.IntN(100000), Plan: raws[rng.IntN(len(raws))],
 			Inputs: raws[rng.IntN(len(raws))], Payload: raws[rng.IntN(len(raws))], TraceParent: pick(), TraceState: pick()}
 		if rng.IntN(2) == 0 {
-			j.Status, j.Delivery = api.StatusRunning, &token
+			j.Status, j.Delivery = records.StatusRunning, &token
 		}
 		switch rng.IntN(4) {
 		case 0:
@@ -41,7 +41,7 @@ func TestDeliveryJSONIsWhatJSONMarshalWrites(t *testing.T) {
 			j.Requires = []string{}
 		}
 		if rng.IntN(10) == 0 {
-			j.Parents = map[string]api.ParentState{"p": {Status: "completed"}}
+			j.Parents = map[string]records.ParentState{"p": {Status: "completed"}}
 		}
 		d := deliveryFor(j)
 		want, _ := json.Marshal(d)

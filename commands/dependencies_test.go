@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -526,5 +527,89 @@ func TestAParentItsWorkerRestartedWithoutReleasesItsChildPromptly(t *testing.T) 
 	t.Logf("the slowest child was popped %v after its parent's worker restarted", slowest)
 	if slowest > 500*time.Millisecond {
 		t.Fatalf("a child was popped %v after its parent's worker restarted", slowest)
+	}
+}
+
+// A running job JOB.CANCEL marked ends cancelled at its holder's next call,
+// whichever it is — an acknowledgement, a snooze, a step's sleep — and each
+// path tells the same: job.<id>.status hears "cancelled", and the child
+// waiting for the job is settled right after the commit, not at the
+// leader's sweep. Each case runs four times; the median time from the call
+// to the child's pop is what the leader's sweep (every 0.5–1 s) could not
+// give.
+func TestACancelledJobItsHolderReportsOnAnnouncesItAndSettlesItsChild(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := ctxT(t)
+	holder, waiter := registerWorker(t, a, "cr-holder", "t"), registerWorker(t, a, "cr-waiter", "t")
+	calls := map[string]func(id, delivery string) error{
+		"acknowledgement": func(id, delivery string) error {
+			return holder.update(ctx, id, map[string]any{"status": "running", "delivery": delivery})
+		},
+		"snooze": func(id, delivery string) error {
+			return holder.update(ctx, id, map[string]any{"status": "snoozed", "seconds": 60, "delivery": delivery})
+		},
+		"sleep": func(id, delivery string) error {
+			return holder.c.Do(ctx, "STEP.SLEEP", id, "nap", "60", "DELIVERY", delivery).Err()
+		},
+	}
+	for name, call := range calls {
+		var took []time.Duration
+		for i := range 4 {
+			parent, child := fmt.Sprintf("cr-%s-%d", name, i), fmt.Sprintf("cr-%s-%d-child", name, i)
+			graph := fmt.Sprintf(`[{"job_id":%q,"queue":"crq","type":"t"},
+				{"job_id":%q,"queue":"crc","type":"t","after":[%q],"on_parent_failure":"run"}]`, parent, child, parent)
+			if err := admin.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+				t.Fatal(err)
+			}
+			status := admin.Subscribe(ctx, "job."+parent+".status")
+			if _, err := status.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, d, ok := holder.pop(t, "2", "crq")
+			if !ok || d.JobID != parent {
+				t.Fatalf("popped %+v", d)
+			}
+			if err := admin.Do(ctx, "JOB.CANCEL", parent).Err(); err != nil {
+				t.Fatal(err)
+			}
+			popped := make(chan delivered, 1)
+			go func() {
+				_, d, _ := waiter.pop(t, "10", "crc")
+				popped <- d
+			}()
+			time.Sleep(50 * time.Millisecond) // the waiter's BRPOP parked
+			sent := time.Now()
+			if err := call(parent, d.Delivery); err == nil || !strings.Contains(err.Error(), "cancelled") {
+				t.Fatalf("%s of a job cancelled: %v, want its cancellation", name, err)
+			}
+			if c := <-popped; c.JobID != child {
+				t.Fatalf("%s: the child was not popped: %+v", name, c)
+			}
+			took = append(took, time.Since(sent))
+			if err := waiter.update(ctx, child, map[string]any{"status": "completed"}); err != nil {
+				t.Fatal(err)
+			}
+			var events []string
+			for !slices.Contains(events, "cancelled/cancelled") {
+				select {
+				case m := <-status.Channel():
+					var s statusMsg
+					if err := json.Unmarshal([]byte(m.Payload), &s); err != nil {
+						t.Fatal(err)
+					}
+					events = append(events, s.Event+"/"+s.Status)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s: job.%s.status heard %v, not its cancellation", name, parent, events)
+				}
+			}
+			status.Close()
+		}
+		slices.Sort(took)
+		t.Logf("%s: the child was popped %v after the call", name, took)
+		if median := took[len(took)/2]; median > 300*time.Millisecond {
+			t.Errorf("%s: the child was popped %v after the call, at the median", name, median)
+		}
 	}
 }

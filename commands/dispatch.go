@@ -8,8 +8,8 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -174,7 +174,7 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 	}
 	defer cancel()
 	reply, err = c.Handler(ctx, sess, args)
-	if err != nil && api.SafeToRetry(err) && ctx.Err() == nil {
+	if err != nil && records.SafeToRetry(err) && ctx.Err() == nil {
 		// The command failed on a pooled connection that was broken
 		// before it was sent (the database restarted, a connection was
 		// killed): nothing reached the database, so it runs once more,

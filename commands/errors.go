@@ -5,7 +5,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -23,7 +23,7 @@ func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return resp.CodeErrorf("TRYAGAIN", "server shutting down")
-	case errors.Is(err, api.ErrUnavailable):
+	case errors.Is(err, records.ErrUnavailable):
 		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
 		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
 	case errors.Is(err, context.DeadlineExceeded):
@@ -48,31 +48,31 @@ func Explain(err error) (string, bool) {
 
 // refusalReply words the engine's refusals; nil for any other error.
 func refusalReply(err error) *resp.Error {
-	var job *api.JobError
+	var job *records.JobError
 	if errors.As(err, &job) {
 		if e := jobRefusal(job.JobID, job.Err); e != nil {
 			return e
 		}
 	}
 	var (
-		notWorker  *api.WorkerNotRegisteredError
-		otherOwner *api.WorkerOfAnotherPrincipalError
-		badReg     *api.InvalidRegistrationError
-		noSchedule *api.ScheduleNotFoundError
-		cannotFire *api.ScheduleCannotFireError
-		scheduleEx *api.ScheduleExistsError
-		badName    *api.InvalidNameError
-		exists     *api.JobExistsError
-		noParent   *api.ParentNotFoundError
+		notWorker  *records.WorkerNotRegisteredError
+		otherOwner *records.WorkerOfAnotherPrincipalError
+		badReg     *records.InvalidRegistrationError
+		noSchedule *records.ScheduleNotFoundError
+		cannotFire *records.ScheduleCannotFireError
+		scheduleEx *records.ScheduleExistsError
+		badName    *records.InvalidNameError
+		exists     *records.JobExistsError
+		noParent   *records.ParentNotFoundError
 	)
 	switch {
 	case errors.As(err, &notWorker):
 		return resp.Errorf("Worker not registered: %s", notWorker.ID)
 	case errors.As(err, &otherOwner):
 		return resp.CodeErrorf("NOPERM", "worker %s belongs to another principal", otherOwner.ID)
-	case errors.Is(err, api.ErrWorkerTaken):
+	case errors.Is(err, records.ErrWorkerTaken):
 		return errWorkerTaken
-	case errors.As(err, &badReg), errors.Is(err, api.ErrInvalidCapabilities), errors.Is(err, api.ErrInvalidWorkerID):
+	case errors.As(err, &badReg), errors.Is(err, records.ErrInvalidCapabilities), errors.Is(err, records.ErrInvalidWorkerID):
 		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &noSchedule):
 		return resp.Errorf("no such schedule '%s'", noSchedule.Name)
@@ -84,11 +84,11 @@ func refusalReply(err error) *resp.Error {
 		// An id is one job: submitting it again is idempotent only with
 		// the same contents.
 		return resp.Errorf("%s", err.Error())
-	case errors.Is(err, api.ErrSubmitConflict):
+	case errors.Is(err, records.ErrConflict):
 		return resp.CodeErrorf("TRYAGAIN", "%s", err)
-	case errors.Is(err, api.ErrClientGone):
+	case errors.Is(err, records.ErrClientGone):
 		return resp.Errorf("client disconnected")
-	case errors.Is(err, api.ErrInvalidInput):
+	case errors.Is(err, records.ErrInvalidInput):
 		return resp.Errorf("%s", strings.TrimPrefix(err.Error(), "invalid input: "))
 	}
 	return nil
@@ -97,29 +97,29 @@ func refusalReply(err error) *resp.Error {
 // jobRefusal words a refusal about job id; nil when err is no refusal.
 func jobRefusal(id string, err error) *resp.Error {
 	var (
-		owner    *api.NotOwnerError
-		state    *api.StateError
-		stale    *api.StaleDeliveryError
-		snoozes  *api.SnoozeLimitError
-		notBegun *api.StepNotBegunError
-		attempts *api.StepAttemptsError
-		kind     *api.StepKindError
-		steps    *api.StepLimitError
+		owner    *records.NotOwnerError
+		state    *records.StateError
+		stale    *records.StaleDeliveryError
+		snoozes  *records.SnoozeLimitError
+		notBegun *records.StepNotBegunError
+		attempts *records.StepAttemptsError
+		kind     *records.StepKindError
+		steps    *records.StepLimitError
 	)
 	switch {
 	case errors.As(err, &notBegun), errors.As(err, &attempts), errors.As(err, &kind):
 		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &steps):
 		return resp.Errorf("job %s %s", id, steps)
-	case errors.Is(err, api.ErrStepsNotHolder):
+	case errors.Is(err, records.ErrStepsNotHolder):
 		return resp.CodeErrorf("NOPERM", "only the worker holding job %s reads its steps", id)
 	case errors.As(err, &snoozes):
 		return resp.Errorf("job %s was %s", id, snoozes)
-	case errors.Is(err, api.ErrNotFound):
+	case errors.Is(err, records.ErrNotFound):
 		return resp.Errorf("no such job %s", id)
-	case errors.Is(err, api.ErrUniqueKeyHeld):
-		return resp.Errorf("job %s cannot be queued again: %s", id, api.ErrUniqueKeyHeld)
-	case errors.Is(err, api.ErrJobCancelled):
+	case errors.Is(err, records.ErrUniqueKeyHeld):
+		return resp.Errorf("job %s cannot be queued again: %s", id, records.ErrUniqueKeyHeld)
+	case errors.Is(err, records.ErrJobCancelled):
 		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
 	case errors.As(err, &stale):
 		return resp.Errorf("job %s was delivered again (attempt %d): this report is about an earlier delivery", id, stale.Attempt)
@@ -127,7 +127,7 @@ func jobRefusal(id string, err error) *resp.Error {
 		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
 	case errors.As(err, &state):
 		return resp.Errorf("job %s is %s", id, state.Status)
-	case errors.Is(err, api.ErrNotHolder):
+	case errors.Is(err, records.ErrNotHolder):
 		return resp.CodeErrorf("NOPERM", "only the worker holding job %s publishes its logs", id)
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // hotWorker is the worker a session acts as, read once and kept: pops and
@@ -12,18 +12,18 @@ import (
 // re-checks its state and capabilities in the database. The copy is
 // dropped when the worker registers or unregisters again, when the key is
 // revoked, and when a claim finds it changed.
-func (s *Server) hotWorker(ctx context.Context, sess *Session) (api.Worker, error) {
+func (s *Server) hotWorker(ctx context.Context, sess *Session) (records.Worker, error) {
 	sess.mu.Lock()
 	w := sess.worker
 	sess.mu.Unlock()
 	if w != nil {
 		return *w, nil
 	}
-	got, err := offStack(func() (api.Worker, error) { return s.sessionWorker(ctx, sess) })
+	got, err := offStack(func() (records.Worker, error) { return s.sessionWorker(ctx, sess) })
 	if err != nil {
 		return got, err
 	}
-	if got.State == api.WorkerActive || got.State == api.WorkerDraining {
+	if got.State == records.WorkerActive || got.State == records.WorkerDraining {
 		keep := got
 		keep.Capabilities = slices.Clone(got.Capabilities)
 		sess.mu.Lock()

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -220,7 +220,7 @@ func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
 		isLeader = "1"
 	}
 	node, since, err := s.eng.Leader(ctx)
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		node = ""
 	} else if err != nil {
 		return nil, err
@@ -240,7 +240,7 @@ func (s *Server) infoQueues(ctx context.Context) ([][2]string, error) {
 	fields := [][2]string{{"queues", fmt.Sprint(len(qs))}}
 	for _, q := range qs {
 		fields = append(fields, [2]string{"queue_" + q.Name, fmt.Sprintf("queued=%d,scheduled=%d,running=%d,retrying=%d,paused=%t",
-			q.Counts[api.StatusQueued], q.Counts[api.StatusScheduled], q.Counts[api.StatusRunning], q.Counts[api.StatusRetrying], q.Paused)})
+			q.Counts[records.StatusQueued], q.Counts[records.StatusScheduled], q.Counts[records.StatusRunning], q.Counts[records.StatusRetrying], q.Paused)})
 	}
 	return fields, nil
 }
@@ -251,7 +251,7 @@ func (s *Server) infoWorkers(ctx context.Context) ([][2]string, error) {
 		return nil, err
 	}
 	var fields [][2]string
-	for _, st := range []string{api.WorkerActive, api.WorkerDraining, api.WorkerDead, api.WorkerUnregistered} {
+	for _, st := range []string{records.WorkerActive, records.WorkerDraining, records.WorkerDead, records.WorkerUnregistered} {
 		fields = append(fields, [2]string{"workers_" + strings.ToLower(st), fmt.Sprint(counts[st])})
 	}
 	return fields, nil
@@ -263,15 +263,15 @@ func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
 		return nil, err
 	}
 	var fields [][2]string
-	for _, st := range []string{api.StatusQueued, api.StatusScheduled, api.StatusRunning, api.StatusRetrying,
-		api.StatusCompleted, api.StatusFailed, api.StatusCancelled} {
+	for _, st := range []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
+		records.StatusCompleted, records.StatusFailed, records.StatusCancelled} {
 		fields = append(fields, [2]string{"jobs_" + st, fmt.Sprint(counts[st])})
 	}
 	return fields, nil
 }
 
 func errorText(err error) string {
-	if errors.Is(err, api.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, records.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return "database unavailable"
 	}
 	return "internal error"

@@ -14,6 +14,7 @@ import (
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -41,7 +42,7 @@ func (s *Server) jobCommands() []*Command {
 // transaction (a bad element rejects the whole batch, naming its index),
 // a single one with the node's next group of submissions. keyQueue is the
 // queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]api.SubmitResult, error) {
+func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]records.SubmitResult, error) {
 	jobs, err := s.parseJobs(docs, keyQueue, batch)
 	if err != nil {
 		return nil, err
@@ -53,13 +54,13 @@ func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, bat
 	if err != nil {
 		return nil, err
 	}
-	return []api.SubmitResult{r}, nil
+	return []records.SubmitResult{r}, nil
 }
 
 // parseJobs validates the documents, naming the first that is not a valid
 // job. keyQueue is the queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]api.NewJob, error) {
-	jobs := make([]api.NewJob, len(docs))
+func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]records.NewJob, error) {
+	jobs := make([]records.NewJob, len(docs))
 	for i, d := range docs {
 		j, err := s.parseJob(d, cmp.Or(keyQueue, "ready"))
 		if err != nil {
@@ -194,38 +195,38 @@ func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte)
 
 // readReport reads and checks a JOB.UPDATE's arguments and finds the
 // reporting worker.
-func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (api.Report, error) {
+func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (records.Report, error) {
 	id := string(args[1])
 	if int64(len(args[2])) > s.opts.MaxPayload {
-		return api.Report{}, resp.ErrPayloadTooBig
+		return records.Report{}, resp.ErrPayloadTooBig
 	}
 	var doc updateDoc
 	if !readUpdateDoc(args[2], &doc) {
 		if err := decodeUpdateDoc(args[2], &doc); err != nil {
-			return api.Report{}, err
+			return records.Report{}, err
 		}
 	}
 	switch doc.Status {
-	case "", api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
-	case api.StatusSnoozed:
+	case "", records.StatusRunning, records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
+	case records.StatusSnoozed:
 		if doc.Seconds == nil || !(*doc.Seconds > 0) || time.Duration(*doc.Seconds*float64(time.Second)) > maxSnooze {
-			return api.Report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
+			return records.Report{}, resp.Errorf("invalid update: a snooze needs seconds, more than 0 and at most a year")
 		}
 	default:
-		return api.Report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
+		return records.Report{}, resp.Errorf("invalid update: status must be running, completed, failed, cancelled or snoozed")
 	}
 	if err := textError(args[2]); err != nil {
-		return api.Report{}, resp.Errorf("invalid update: %s", err)
+		return records.Report{}, resp.Errorf("invalid update: %s", err)
 	}
 	if doc.Delivery != "" {
 		u, err := uuid.Parse(doc.Delivery)
 		if err != nil {
-			return api.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
+			return records.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
 		// In the form the store compares (any case, braces or urn: name the same token).
 		doc.Delivery = u.String()
 	}
-	p := api.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
+	p := records.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
 		Delivery: doc.Delivery, Raw: args[2]}
 	if doc.Seconds != nil {
 		p.SnoozeFor = time.Duration(*doc.Seconds * float64(time.Second))
@@ -233,7 +234,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if doc.Retryable != nil {
 		p.Retryable = *doc.Retryable
 	}
-	if doc.Status == api.StatusFailed && p.Error == "" {
+	if doc.Status == records.StatusFailed && p.Error == "" {
 		p.Error = "failed without an error message"
 	}
 	if sess.principal().Role == auth.RoleAdmin {
@@ -241,7 +242,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	} else {
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
-			return api.Report{}, err
+			return records.Report{}, err
 		}
 		p.WorkerID = w.ID
 	}
@@ -251,7 +252,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 // JOB.GET job_id
 func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	j, err := s.eng.JobGet(ctx, string(args[1]))
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -280,7 +281,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 // JOB.LIST [QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]
 // Answers [next_cursor, [job json …]] like SCAN; cursor "0" starts and ends.
 func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	p := api.JobListParams{Limit: 100}
+	p := records.JobListParams{Limit: 100}
 	for i := 1; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			return nil, resp.ErrSyntax
@@ -292,8 +293,8 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 		case "STATUS":
 			p.Status = strings.ToLower(v)
 			switch p.Status {
-			case api.StatusPending, api.StatusQueued, api.StatusScheduled, api.StatusRunning, api.StatusRetrying,
-				api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
+			case records.StatusPending, records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
+				records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
 			default:
 				return nil, resp.Errorf("unknown status '%s'", v)
 			}

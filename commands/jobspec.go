@@ -13,10 +13,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/internal/tracing"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -53,9 +53,9 @@ type planTools struct {
 }
 
 // parseJob validates one job document. defaultQueue applies when it names none.
-func (s *Server) parseJob(raw []byte, defaultQueue string) (api.NewJob, error) {
+func (s *Server) parseJob(raw []byte, defaultQueue string) (records.NewJob, error) {
 	if err := s.checkDoc(raw); err != nil {
-		return api.NewJob{}, err
+		return records.NewJob{}, err
 	}
 	var spec jobSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -63,12 +63,12 @@ func (s *Server) parseJob(raw []byte, defaultQueue string) (api.NewJob, error) {
 	if err := dec.Decode(&spec); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field == "" {
-			return api.NewJob{}, fmt.Errorf("a job must be a JSON object")
+			return records.NewJob{}, fmt.Errorf("a job must be a JSON object")
 		}
-		return api.NewJob{}, fmt.Errorf("%s", jsonmsg.Reason(err))
+		return records.NewJob{}, fmt.Errorf("%s", jsonmsg.Reason(err))
 	}
 	if dec.More() {
-		return api.NewJob{}, fmt.Errorf("trailing data after the JSON object")
+		return records.NewJob{}, fmt.Errorf("trailing data after the JSON object")
 	}
 	return s.jobFromSpec(spec, defaultQueue)
 }
@@ -98,7 +98,7 @@ func (s *Server) checkDoc(raw []byte) error {
 // checked and validated as parseJob does it. ok is false when any element
 // is not a valid job, or the array is not a valid batch: the caller then
 // parses the documents one by one, to word the first error found.
-func (s *Server) parseBatch(body []byte) (jobs []api.NewJob, ok bool) {
+func (s *Server) parseBatch(body []byte) (jobs []records.NewJob, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
@@ -134,8 +134,8 @@ func (s *Server) parseBatch(body []byte) (jobs []api.NewJob, ok bool) {
 
 // jobFromSpec validates a decoded job document. defaultQueue applies when
 // it names none.
-func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (api.NewJob, error) {
-	j := api.NewJob{
+func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (records.NewJob, error) {
+	j := records.NewJob{
 		ID:                  spec.JobID,
 		Queue:               cmp.Or(spec.Queue, defaultQueue),
 		Type:                spec.Type,
@@ -151,70 +151,70 @@ func (s *Server) jobFromSpec(spec jobSpec, defaultQueue string) (api.NewJob, err
 	if j.ID == "" {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return api.NewJob{}, err
+			return records.NewJob{}, err
 		}
 		j.ID = id.String()
 	} else if !names.JobID(j.ID) {
-		return api.NewJob{}, fmt.Errorf("job_id must be %s", names.Rule)
+		return records.NewJob{}, fmt.Errorf("job_id must be %s", names.Rule)
 	}
 	if !names.Queue(j.Queue) {
-		return api.NewJob{}, fmt.Errorf("queue must be %s", names.Rule)
+		return records.NewJob{}, fmt.Errorf("queue must be %s", names.Rule)
 	}
 	if len(j.Type) > 128 {
-		return api.NewJob{}, fmt.Errorf("type is longer than 128 bytes")
+		return records.NewJob{}, fmt.Errorf("type is longer than 128 bytes")
 	}
 	if len(j.UniqueKey) > 256 {
-		return api.NewJob{}, fmt.Errorf("unique_key is longer than 256 bytes")
+		return records.NewJob{}, fmt.Errorf("unique_key is longer than 256 bytes")
 	}
 	if j.Priority < -1_000_000 || j.Priority > 1_000_000 {
-		return api.NewJob{}, fmt.Errorf("priority must be between -1000000 and 1000000")
+		return records.NewJob{}, fmt.Errorf("priority must be between -1000000 and 1000000")
 	}
 	if spec.MaxAttempts != nil {
 		if *spec.MaxAttempts < 1 || *spec.MaxAttempts > 1000 {
-			return api.NewJob{}, fmt.Errorf("max_attempts must be between 1 and 1000")
+			return records.NewJob{}, fmt.Errorf("max_attempts must be between 1 and 1000")
 		}
 		j.MaxAttempts = *spec.MaxAttempts
 	}
 	if spec.RetryBackoffSeconds != nil {
 		if *spec.RetryBackoffSeconds < 0 || *spec.RetryBackoffSeconds > 86400 {
-			return api.NewJob{}, fmt.Errorf("retry_backoff_seconds must be between 0 and 86400")
+			return records.NewJob{}, fmt.Errorf("retry_backoff_seconds must be between 0 and 86400")
 		}
 		j.RetryBackoffSeconds = *spec.RetryBackoffSeconds
 	}
 	if spec.TimeoutSeconds != nil {
 		if *spec.TimeoutSeconds < 1 || *spec.TimeoutSeconds > 30*86400 {
-			return api.NewJob{}, fmt.Errorf("timeout_seconds must be between 1 and 2592000")
+			return records.NewJob{}, fmt.Errorf("timeout_seconds must be between 1 and 2592000")
 		}
 		j.TimeoutSeconds = *spec.TimeoutSeconds
 	}
 	switch {
 	case spec.RunAt != nil && spec.DelaySeconds != nil:
-		return api.NewJob{}, fmt.Errorf("give run_at or delay_seconds, not both")
+		return records.NewJob{}, fmt.Errorf("give run_at or delay_seconds, not both")
 	case spec.RunAt != nil:
 		j.RunAt = *spec.RunAt
 	case spec.DelaySeconds != nil:
 		if *spec.DelaySeconds < 0 || *spec.DelaySeconds > 366*86400 {
-			return api.NewJob{}, fmt.Errorf("delay_seconds must be between 0 and 31622400")
+			return records.NewJob{}, fmt.Errorf("delay_seconds must be between 0 and 31622400")
 		}
 		j.RunAt = time.Now().Add(time.Duration(*spec.DelaySeconds * float64(time.Second)))
 	}
 	requires, err := deriveRequires(spec)
 	if err != nil {
-		return api.NewJob{}, err
+		return records.NewJob{}, err
 	}
 	j.Requires = requires
 	if err := afterFromSpec(spec, &j); err != nil {
-		return api.NewJob{}, err
+		return records.NewJob{}, err
 	}
 	if err := traceFromSpec(spec, &j); err != nil {
-		return api.NewJob{}, err
+		return records.NewJob{}, err
 	}
 	return j, nil
 }
 
 // traceFromSpec reads traceparent and tracestate; a tracestate without a
 // traceparent means nothing and is dropped, as W3C says.
-func traceFromSpec(spec jobSpec, j *api.NewJob) error {
+func traceFromSpec(spec jobSpec, j *records.NewJob) error {
 	if spec.TraceParent == "" {
 		return nil
 	}
@@ -229,9 +229,9 @@ func traceFromSpec(spec jobSpec, j *api.NewJob) error {
 }
 
 // afterFromSpec reads after and on_parent_failure.
-func afterFromSpec(spec jobSpec, j *api.NewJob) error {
+func afterFromSpec(spec jobSpec, j *records.NewJob) error {
 	switch spec.OnParentFailure {
-	case "", api.ParentFailureCancel, api.ParentFailureRun:
+	case "", records.ParentFailureCancel, records.ParentFailureRun:
 		j.OnParentFailure = spec.OnParentFailure
 	default:
 		return fmt.Errorf("on_parent_failure must be \"cancel\" or \"run\"")
@@ -240,8 +240,8 @@ func afterFromSpec(spec jobSpec, j *api.NewJob) error {
 		return nil
 	}
 	after := *spec.After
-	if len(after) == 0 || len(after) > api.MaxParents {
-		return fmt.Errorf("after must name 1 to %d jobs", api.MaxParents)
+	if len(after) == 0 || len(after) > records.MaxParents {
+		return fmt.Errorf("after must name 1 to %d jobs", records.MaxParents)
 	}
 	seen := make(map[string]bool, len(after))
 	for _, p := range after {
@@ -255,13 +255,13 @@ func afterFromSpec(spec jobSpec, j *api.NewJob) error {
 }
 
 // checkAfterTotal bounds the after entries of one submission.
-func checkAfterTotal(jobs []api.NewJob) error {
+func checkAfterTotal(jobs []records.NewJob) error {
 	n := 0
 	for _, j := range jobs {
 		n += len(j.After)
 	}
-	if n > api.MaxAfterEntries {
-		return resp.Errorf("invalid job batch: more than %d after entries", api.MaxAfterEntries)
+	if n > records.MaxAfterEntries {
+		return resp.Errorf("invalid job batch: more than %d after entries", records.MaxAfterEntries)
 	}
 	return nil
 }
@@ -311,12 +311,12 @@ func deriveRequires(spec jobSpec) ([]string, error) {
 // name order, as a map of them would be encoded: a struct encodes without
 // sorting keys or boxing values, and a pop of many jobs encodes each.
 type delivery struct {
-	Attempt     int                        `json:"attempt"`
-	Delivery    string                     `json:"delivery,omitempty"`
-	Inputs      json.RawMessage            `json:"inputs"`
-	JobID       string                     `json:"job_id"`
-	MaxAttempts int                        `json:"max_attempts"`
-	Parents     map[string]api.ParentState `json:"parents,omitempty"`
+	Attempt     int                            `json:"attempt"`
+	Delivery    string                         `json:"delivery,omitempty"`
+	Inputs      json.RawMessage                `json:"inputs"`
+	JobID       string                         `json:"job_id"`
+	MaxAttempts int                            `json:"max_attempts"`
+	Parents     map[string]records.ParentState `json:"parents,omitempty"`
 	// ParentsTruncated: the parents' results did not fit (JOB.PARENTS).
 	ParentsTruncated bool            `json:"parents_truncated,omitempty"`
 	Payload          json.RawMessage `json:"payload"`
@@ -334,7 +334,7 @@ type delivery struct {
 
 // deliveryJSON is the job as BRPOP hands it to a worker, or as LRANGE
 // shows a waiting one. A delivery carries its token.
-func deliveryJSON(j api.Job) []byte {
+func deliveryJSON(j records.Job) []byte {
 	d := deliveryFor(j)
 	if b, ok := appendDelivery(make([]byte, 0, 256+len(d.Payload)+len(d.Plan)+len(d.Inputs)), &d); ok {
 		return b
@@ -344,13 +344,13 @@ func deliveryJSON(j api.Job) []byte {
 }
 
 // jobJSON is the full record JOB.WAIT and JOB.LIST answer (JOB.GET and GET job:<id> add its steps).
-func jobJSON(j api.Job) []byte {
+func jobJSON(j records.Job) []byte {
 	b, _ := json.Marshal(jobFields(j))
 	return b
 }
 
 // jobFields are the job's JSON fields.
-func jobFields(j api.Job) map[string]any {
+func jobFields(j records.Job) map[string]any {
 	m := map[string]any{
 		"job_id":                j.ID,
 		"queue":                 j.Queue,

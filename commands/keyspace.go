@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -319,24 +319,24 @@ func (ks *keyspace) lookup(ctx context.Context, key string, withValue bool) (key
 
 // workerKeyTTL says whether a worker has the key of the given kind now,
 // and its time to live.
-func (ks *keyspace) workerKeyTTL(w api.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
+func (ks *keyspace) workerKeyTTL(w records.KeyspaceWorker, kind keyKind) (time.Duration, bool) {
 	interval := ks.s.eng.HeartbeatInterval()
-	live := w.State == api.WorkerActive || w.State == api.WorkerDraining
+	live := w.State == records.WorkerActive || w.State == records.WorkerDraining
 	switch kind {
 	case kindWorkerAlive:
 		left := aliveIntervals*interval - w.SinceHeartbeat
 		return left, live && left > 0
 	case kindWorkerStats:
 		left := statsIntervals*interval - w.SinceHeartbeat
-		return left, w.State != api.WorkerUnregistered && w.HasStats && left > 0
+		return left, w.State != records.WorkerUnregistered && w.HasStats && left > 0
 	default: // kindWorkerMetadata
-		return noExpiry, w.State != api.WorkerUnregistered
+		return noExpiry, w.State != records.WorkerUnregistered
 	}
 }
 
 // holderTTL is the time a job:<id>:worker key has left: until the job's
 // deadline, its timeout.
-func holderTTL(j api.KeyspaceJob) time.Duration {
+func holderTTL(j records.KeyspaceJob) time.Duration {
 	if j.UntilDeadline == nil {
 		return noExpiry
 	}
@@ -344,7 +344,7 @@ func holderTTL(j api.KeyspaceJob) time.Duration {
 }
 
 func notFoundIsMissing(err error) error {
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return nil
 	}
 	return err

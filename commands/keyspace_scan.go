@@ -8,7 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -183,7 +183,7 @@ func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) (
 		var rows []regionRow
 		for _, w := range workers {
 			for _, c := range w.Capabilities {
-				if w.State == api.WorkerActive && !seen[c] {
+				if w.State == records.WorkerActive && !seen[c] {
 					seen[c] = true
 					rows = append(rows, regionRow{name: c, kinds: []keyKind{kindCapability}})
 				}
@@ -197,7 +197,7 @@ func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) (
 // jobsPage reads a page of job ids: only running jobs when the query can
 // match nothing but job:<id>:worker keys.
 func (ks *keyspace) jobsPage(ctx context.Context, q *keyQuery, pos int64, after string, limit int) (regionPage, error) {
-	jobs, err := ks.s.eng.KeyspaceJobs(ctx, api.KeyspaceJobsParams{
+	jobs, err := ks.s.eng.KeyspaceJobs(ctx, records.KeyspaceJobsParams{
 		IDPrefix: q.namePrefix(regionJobs), RunningOnly: !q.possible[kindJob],
 		After: after, Offset: pos, Limit: limit + 1,
 	})

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -24,8 +24,8 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	var limits api.Limits
-	if change == (api.LimitsChange{}) {
+	var limits records.Limits
+	if change == (records.LimitsChange{}) {
 		limits, err = s.eng.QueueLimitsGet(ctx, name)
 	} else {
 		if sess.principal().Role != auth.RoleAdmin {
@@ -52,7 +52,7 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 	if err != nil {
 		return nil, err
 	}
-	if change == (api.LimitsChange{}) {
+	if change == (records.LimitsChange{}) {
 		limits, err := s.eng.TypeLimitsGet(ctx, name)
 		if err != nil {
 			return nil, err
@@ -71,8 +71,8 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 
 // parseLimits reads [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE],
 // each at most once.
-func parseLimits(args [][]byte) (api.LimitsChange, error) {
-	var change api.LimitsChange
+func parseLimits(args [][]byte) (records.LimitsChange, error) {
+	var change records.LimitsChange
 	for i := 0; i < len(args); {
 		switch resp.Upper(args[i]) {
 		case "MAXRUNNING":
@@ -90,7 +90,7 @@ func parseLimits(args [][]byte) (api.LimitsChange, error) {
 				return change, resp.ErrSyntax
 			}
 			if resp.Is(args[i+1], "NONE") {
-				change.Rate = &api.Rate{}
+				change.Rate = &records.Rate{}
 				i += 2
 				continue
 			}
@@ -105,7 +105,7 @@ func parseLimits(args [][]byte) (api.LimitsChange, error) {
 			if err != nil {
 				return change, err
 			}
-			change.Rate = &api.Rate{Limit: n, Period: time.Duration(secs) * time.Second}
+			change.Rate = &records.Rate{Limit: n, Period: time.Duration(secs) * time.Second}
 			i += 4
 		default:
 			return change, resp.ErrSyntax
@@ -130,7 +130,7 @@ func limitValue(arg []byte, most int64, what string, none bool) (int, error) {
 	return int(n), nil
 }
 
-func limitsMap(name string, l api.Limits) resp.Map {
+func limitsMap(name string, l records.Limits) resp.Map {
 	return resp.Map{
 		{Key: "name", Value: resp.BulkString(name)},
 		{Key: "max_running", Value: resp.Int(int64(l.MaxRunning))},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -172,7 +173,7 @@ func TestABlockedPopFindsAJobWhoseWakeUpWasLost(t *testing.T) {
 	}
 	defer st.Close()
 	time.Sleep(200 * time.Millisecond) // the pop is blocked by now
-	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "lost-note", Queue: "lost", Type: "t", MaxAttempts: 3, TimeoutSeconds: 60}}); err != nil {
+	if _, _, err := st.JobsSubmit(ctx, []records.NewJob{{ID: "lost-note", Queue: "lost", Type: "t", MaxAttempts: 3, TimeoutSeconds: 60}}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -62,7 +62,7 @@ func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (res
 	}
 	lines, _, err := s.eng.JobLogs(ctx, id, attempt)
 	if err != nil {
-		return nil, &api.JobError{JobID: id, Err: err}
+		return nil, &records.JobError{JobID: id, Err: err}
 	}
 	return resp.StringArray(lines), nil
 }

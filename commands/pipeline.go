@@ -9,7 +9,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -134,14 +134,14 @@ type pipelined struct {
 	err   error
 	// An LPUSH's jobs, once stored: its reply is counted as the run ends.
 	queue  string
-	pushed *api.Pushed
+	pushed *records.Pushed
 }
 
 // add adds a write to the run, ending the run first when it is full or
 // already writes the same job.
 func (r *pipelineRun) add(cmd redcon.Command) {
 	e := r.s.prepareWrite(r.sess, cmd)
-	if len(r.entries) >= api.MaxGroup || r.holdsAny(e.keys) {
+	if len(r.entries) >= records.MaxGroup || r.holdsAny(e.keys) {
 		r.end()
 	}
 	if e.send != nil {
@@ -213,7 +213,7 @@ func (r *pipelineRun) countPushes() {
 		}
 	}
 	for queue, es := range byQueue {
-		pushes := make([]api.Pushed, len(es))
+		pushes := make([]records.Pushed, len(es))
 		for i, e := range es {
 			pushes[i] = *e.pushed
 		}
@@ -241,7 +241,7 @@ func (e *pipelined) wait() {
 // command — but not an LPUSH whose jobs are stored, which would store
 // them again.
 func (s *Server) pipelinedReply(sess *Session, e *pipelined) []byte {
-	if e.await == nil || (e.pushed == nil && e.err != nil && api.SafeToRetry(e.err) && e.ctx.Err() == nil) {
+	if e.await == nil || (e.pushed == nil && e.err != nil && records.SafeToRetry(e.err) && e.ctx.Err() == nil) {
 		reply, _, _ := s.execute(sess, e.cmd)
 		return reply
 	}
@@ -336,7 +336,7 @@ func (s *Server) prepareSubmission(e *pipelined) {
 				return resp.BulkString(res.ID), nil
 			}
 			e.queue = queue
-			e.pushed = &api.Pushed{Jobs: []api.NewJob{job}, Results: []api.SubmitResult{res}}
+			e.pushed = &records.Pushed{Jobs: []records.NewJob{job}, Results: []records.SubmitResult{res}}
 			return nil, nil
 		}
 	}
@@ -344,7 +344,7 @@ func (s *Server) prepareSubmission(e *pipelined) {
 
 // readSubmission reads the job of a JOB.SUBMIT of one object or an LPUSH
 // of one job, as cmdJobSubmit and cmdLPush read it; queue is LPUSH's.
-func (s *Server) readSubmission(args [][]byte) (job api.NewJob, queue string, err error) {
+func (s *Server) readSubmission(args [][]byte) (job records.NewJob, queue string, err error) {
 	docs := [][]byte{bytes.TrimSpace(args[1])}
 	if resp.Is(args[0], "lpush") {
 		if !bytes.HasPrefix(args[1], []byte("queue:")) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -26,19 +27,19 @@ func queueKeys(args [][]byte) ([]string, error) {
 
 // popWorker resolves the popping worker; a dead or unregistered one must
 // register again.
-func (s *Server) popWorker(ctx context.Context, sess *Session) (api.Worker, error) {
+func (s *Server) popWorker(ctx context.Context, sess *Session) (records.Worker, error) {
 	w, err := s.hotWorker(ctx, sess)
 	if err != nil {
 		return w, err
 	}
-	if w.State != api.WorkerActive && w.State != api.WorkerDraining {
-		return w, &api.WorkerNotRegisteredError{ID: w.ID}
+	if w.State != records.WorkerActive && w.State != records.WorkerDraining {
+		return w, &records.WorkerNotRegisteredError{ID: w.ID}
 	}
 	return w, nil
 }
 
 // lookupPopWorker is popWorker under the command deadline.
-func (s *Server) lookupPopWorker(sess *Session) (api.Worker, error) {
+func (s *Server) lookupPopWorker(sess *Session) (records.Worker, error) {
 	ctx, cancel := s.ctxForCommand(sess)
 	defer cancel()
 	return s.popWorker(ctx, sess)
@@ -167,12 +168,12 @@ func parseMPop(args [][]byte) (queues []string, count int, err error) {
 }
 
 // mpopReply is [queue:<name>, [job, …]], as LMPOP answers.
-func mpopReply(queue string, jobs []api.Job) resp.Reply {
+func mpopReply(queue string, jobs []records.Job) resp.Reply {
 	return resp.Array{resp.BulkString("queue:" + queue), deliveries(jobs)}
 }
 
 // deliveries is the jobs' JSON, as pops of several jobs answer them.
-func deliveries(jobs []api.Job) resp.Array {
+func deliveries(jobs []records.Job) resp.Array {
 	out := make(resp.Array, len(jobs))
 	for i, j := range jobs {
 		out[i] = resp.Bulk(deliveryJSON(j))
@@ -184,7 +185,7 @@ func deliveries(jobs []api.Job) resp.Array {
 // for the worker, in one claim, without waiting. A worker that registered
 // again with other capabilities is looked up once more; a draining one
 // gets nothing.
-func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, limit int) (string, []api.Job, error) {
+func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, limit int) (string, []records.Job, error) {
 	for try := 0; ; try++ {
 		w, err := s.popWorker(ctx, sess)
 		if err != nil {
@@ -193,11 +194,11 @@ func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, lim
 		queue, jobs, err := s.eng.Claim(ctx, w, queues, limit)
 		s.forgetChangedWorker(sess, err)
 		switch {
-		case errors.Is(err, api.ErrWorkerDraining):
+		case errors.Is(err, records.ErrWorkerDraining):
 			return "", nil, nil
-		case errors.Is(err, api.ErrCapabilitiesChanged) && try == 0:
+		case errors.Is(err, records.ErrCapabilitiesChanged) && try == 0:
 			continue
-		case errors.Is(err, api.ErrCapabilitiesChanged):
+		case errors.Is(err, records.ErrCapabilitiesChanged):
 			return "", nil, nil
 		}
 		return queue, jobs, err
@@ -207,8 +208,8 @@ func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, lim
 // forgetChangedWorker drops the session's copy of its worker when a claim
 // found it changed.
 func (s *Server) forgetChangedWorker(sess *Session, err error) {
-	var gone *api.WorkerNotRegisteredError
-	if errors.Is(err, api.ErrWorkerDraining) || errors.Is(err, api.ErrCapabilitiesChanged) || errors.As(err, &gone) {
+	var gone *records.WorkerNotRegisteredError
+	if errors.Is(err, records.ErrWorkerDraining) || errors.Is(err, records.ErrCapabilitiesChanged) || errors.As(err, &gone) {
 		sess.forgetWorker()
 	}
 }
@@ -217,14 +218,14 @@ func (s *Server) forgetChangedWorker(sess *Session, err error) {
 // any for the worker, waiting up to timeout (0: forever) for one; no jobs
 // and no error at the timeout. While blocked, the socket is watched: a
 // client that leaves is never handed a job.
-func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string, timeout time.Duration, limit int) (string, []api.Job, error) {
+func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string, timeout time.Duration, limit int) (string, []records.Job, error) {
 	w, err := s.lookupPopWorker(sess)
 	if err != nil {
 		return "", nil, err
 	}
 	b := newBlocking(ctx, sess, timeout, api.PopRecheck)
 	defer b.close()
-	refresh := func() (api.Worker, error) {
+	refresh := func() (records.Worker, error) {
 		sess.forgetWorker()
 		return s.lookupPopWorker(sess)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -118,15 +118,15 @@ func (s *Server) cmdQueueStats(ctx context.Context, _ *Session, args [][]byte) (
 	return out, nil
 }
 
-func queueStatsMap(q api.Queue) resp.Map {
+func queueStatsMap(q records.Queue) resp.Map {
 	m := resp.Map{{Key: "name", Value: resp.BulkString(q.Name)}}
 	paused := int64(0)
 	if q.Paused {
 		paused = 1
 	}
 	m = append(m, resp.KV{Key: "paused", Value: resp.Int(paused)})
-	for _, st := range []string{api.StatusQueued, api.StatusScheduled, api.StatusRunning, api.StatusRetrying,
-		api.StatusCompleted, api.StatusFailed, api.StatusCancelled} {
+	for _, st := range []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
+		records.StatusCompleted, records.StatusFailed, records.StatusCancelled} {
 		m = append(m, resp.KV{Key: st, Value: resp.Int(q.Counts[st])})
 	}
 	m = append(m, resp.KV{Key: "oldest_queued_age_ms", Value: resp.Int(q.OldestAge.Milliseconds())})

@@ -12,9 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -124,34 +124,34 @@ var (
 
 // parseTemplate validates a job template as JOB.SUBMIT would and returns
 // it with its defaults filled in, and the queue it names, if any.
-func (s *Server) parseTemplate(raw json.RawMessage) (api.JobTemplate, string, error) {
+func (s *Server) parseTemplate(raw json.RawMessage) (records.JobTemplate, string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return api.JobTemplate{}, "", scheduleError("job is missing: give the job each fire submits, with the fields of JOB.SUBMIT")
+		return records.JobTemplate{}, "", scheduleError("job is missing: give the job each fire submits, with the fields of JOB.SUBMIT")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return api.JobTemplate{}, "", scheduleError("job must be a JSON object")
+		return records.JobTemplate{}, "", scheduleError("job must be a JSON object")
 	}
 	if len(fields) == 0 {
-		return api.JobTemplate{}, "", scheduleError("job is empty: give the job each fire submits, with the fields of JOB.SUBMIT")
+		return records.JobTemplate{}, "", scheduleError("job is empty: give the job each fire submits, with the fields of JOB.SUBMIT")
 	}
 	for _, r := range templateRefused {
 		if _, ok := fields[r.field]; ok {
-			return api.JobTemplate{}, "", scheduleError("job may not set %s: %s", r.field, r.why)
+			return records.JobTemplate{}, "", scheduleError("job may not set %s: %s", r.field, r.why)
 		}
 	}
 	j, err := s.parseJob(raw, "ready")
 	if errors.Is(err, resp.ErrPayloadTooBig) {
-		return api.JobTemplate{}, "", err
+		return records.JobTemplate{}, "", err
 	}
 	if err != nil {
-		return api.JobTemplate{}, "", scheduleError("job: %s", err)
+		return records.JobTemplate{}, "", scheduleError("job: %s", err)
 	}
 	queue := ""
 	if _, ok := fields["queue"]; ok {
 		queue = j.Queue
 	}
-	return api.JobTemplate{
+	return records.JobTemplate{
 		Type:                j.Type,
 		Requires:            j.Requires,
 		Plan:                nonNull(j.Plan),
@@ -175,7 +175,7 @@ func nonNull(r json.RawMessage) json.RawMessage {
 // result, and sets the next fire: from now when the schedule is new, its
 // cron or timezone changed, or it was enabled with its next fire passed
 // (fires missed while it was disabled are not replayed).
-func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *api.Schedule, creating bool, now time.Time) error {
+func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *records.Schedule, creating bool, now time.Time) error {
 	if doc.Name != nil && *doc.Name != sc.Name {
 		if !creating {
 			return scheduleError("a schedule cannot be renamed: create the new one and delete this one")
@@ -245,7 +245,7 @@ func (s *Server) applyScheduleDoc(doc scheduleDoc, sc *api.Schedule, creating bo
 }
 
 // scheduleJSON is a schedule as SCHEDULE.GET and SCHEDULE.LIST answer it.
-func scheduleJSON(sc api.Schedule) []byte {
+func scheduleJSON(sc records.Schedule) []byte {
 	utc := func(t *time.Time) *time.Time {
 		if t == nil {
 			return nil
@@ -254,19 +254,19 @@ func scheduleJSON(sc api.Schedule) []byte {
 		return &u
 	}
 	b, _ := json.Marshal(struct {
-		Name       string          `json:"name"`
-		Cron       string          `json:"cron"`
-		Timezone   string          `json:"timezone"`
-		Queue      string          `json:"queue"`
-		Job        api.JobTemplate `json:"job"`
-		Enabled    bool            `json:"enabled"`
-		MaxCatchup int             `json:"max_catchup"`
-		NextFireAt *time.Time      `json:"next_fire_at"`
-		LastFireAt *time.Time      `json:"last_fire_at"`
-		Fires      int64           `json:"fires"`
-		Skipped    int64           `json:"skipped"`
-		CreatedAt  time.Time       `json:"created_at"`
-		UpdatedAt  time.Time       `json:"updated_at"`
+		Name       string              `json:"name"`
+		Cron       string              `json:"cron"`
+		Timezone   string              `json:"timezone"`
+		Queue      string              `json:"queue"`
+		Job        records.JobTemplate `json:"job"`
+		Enabled    bool                `json:"enabled"`
+		MaxCatchup int                 `json:"max_catchup"`
+		NextFireAt *time.Time          `json:"next_fire_at"`
+		LastFireAt *time.Time          `json:"last_fire_at"`
+		Fires      int64               `json:"fires"`
+		Skipped    int64               `json:"skipped"`
+		CreatedAt  time.Time           `json:"created_at"`
+		UpdatedAt  time.Time           `json:"updated_at"`
 	}{sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
 		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC()})
 	return b
@@ -278,7 +278,7 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	sc := api.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+	sc := records.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
 	if doc.Name == nil {
 		return nil, scheduleError("name is missing")
 	}
@@ -294,7 +294,7 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 // SCHEDULE.GET name
 func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	sc, err := s.eng.ScheduleGet(ctx, string(args[1]))
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -323,7 +323,7 @@ func (s *Server) cmdScheduleUpdate(ctx context.Context, _ *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	err = s.eng.UpdateSchedule(ctx, name, func(sc *api.Schedule) error {
+	err = s.eng.UpdateSchedule(ctx, name, func(sc *records.Schedule) error {
 		return s.applyScheduleDoc(doc, sc, false, time.Now())
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/scheduler"
 )
@@ -15,7 +16,7 @@ import (
 // it parses cron texts as the engine does.
 type cronParser struct{ api.Engine }
 
-func (cronParser) ParseCron(text, timezone string) (api.CronSpec, error) {
+func (cronParser) ParseCron(text, timezone string) (records.CronSpec, error) {
 	spec, err := scheduler.Parse(text, timezone)
 	if err != nil {
 		return nil, err
@@ -40,8 +41,8 @@ func FuzzScheduleDoc(f *testing.F) {
 	}
 	s := &Server{eng: cronParser{}, opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	existing := api.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
-		MaxCatchup: 100, Job: api.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
+	existing := records.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
+		MaxCatchup: 100, Job: records.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		doc, err := s.decodeScheduleDoc(raw)
 		if err != nil {
@@ -56,7 +57,7 @@ func FuzzScheduleDoc(f *testing.F) {
 				if doc.Name == nil {
 					continue
 				}
-				sc = api.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
+				sc = records.Schedule{Timezone: "UTC", Enabled: true, MaxCatchup: 100}
 			}
 			if err := s.applyScheduleDoc(doc, &sc, creating, now); err != nil {
 				if _, ok := resp.AsError(err); !ok {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -42,7 +42,7 @@ type Session struct {
 	authUser string // the user named in AUTH, "" when none
 	workerID string // set by WORKER.REGISTER on this connection
 	// worker is the worker this session acts as, kept for the hot path.
-	worker *api.Worker
+	worker *records.Worker
 	// unblock ends the blocking command running now, if any.
 	unblock context.CancelFunc
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/jsonmsg"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -51,7 +51,7 @@ func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte)
 	if err != nil {
 		return nil, err
 	}
-	b := api.StepBeginParams{StepParams: p}
+	b := records.StepBeginParams{StepParams: p}
 	if len(rest) == 1 {
 		var doc stepBeginDoc
 		if err := decodeStepDoc(rest[0], &doc); err != nil {
@@ -93,7 +93,7 @@ func (s *Server) cmdStepComplete(ctx context.Context, sess *Session, args [][]by
 
 // readStepComplete reads a STEP.COMPLETE: the call and its output, nil for
 // none.
-func (s *Server) readStepComplete(ctx context.Context, sess *Session, args [][]byte) (api.StepParams, json.RawMessage, error) {
+func (s *Server) readStepComplete(ctx context.Context, sess *Session, args [][]byte) (records.StepParams, json.RawMessage, error) {
 	p, rest, err := s.readStepCall(ctx, sess, args, 1)
 	if err != nil {
 		return p, nil, err
@@ -121,7 +121,7 @@ func (s *Server) cmdStepFail(ctx context.Context, sess *Session, args [][]byte) 
 	if err := decodeStepDoc(rest[0], &doc); err != nil {
 		return nil, resp.Errorf("invalid step error: %s", err)
 	}
-	f := api.StepFailParams{StepParams: p, Message: doc.Message, NonRetryable: doc.NonRetryable}
+	f := records.StepFailParams{StepParams: p, Message: doc.Message, NonRetryable: doc.NonRetryable}
 	if f.Message == "" {
 		f.Message = "failed without an error message"
 	}
@@ -156,7 +156,7 @@ func (s *Server) cmdStepSleep(ctx context.Context, sess *Session, args [][]byte)
 	if err != nil || !ok {
 		return nil, resp.Errorf("seconds must be more than 0 and at most 2592000 (30 days)")
 	}
-	r, err := s.eng.StepSleep(ctx, api.StepSleepParams{StepParams: p, For: d})
+	r, err := s.eng.StepSleep(ctx, records.StepSleepParams{StepParams: p, For: d})
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (s *Server) cmdStepSleep(ctx context.Context, sess *Session, args [][]byte)
 // the order first begun; the next page starts at CURSOR c + the number
 // answered.
 func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	p := api.JobStepsParams{JobID: string(args[1]), Limit: 100}
+	p := records.JobStepsParams{JobID: string(args[1]), Limit: 100}
 	for i := 2; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			return nil, resp.ErrSyntax
@@ -178,8 +178,8 @@ func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) 
 		n, err := resp.ParseInt(args[i+1])
 		switch resp.Upper(args[i]) {
 		case "CURSOR":
-			if err != nil || n < 0 || n > api.MaxSteps {
-				return nil, resp.Errorf("CURSOR must be between 0 and %d", api.MaxSteps)
+			if err != nil || n < 0 || n > records.MaxSteps {
+				return nil, resp.Errorf("CURSOR must be between 0 and %d", records.MaxSteps)
 			}
 			p.After = int(n)
 		case "LIMIT":
@@ -206,7 +206,7 @@ func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) 
 }
 
 // stepsJSON is JOB.STEPS's array.
-func stepsJSON(steps []api.Step) []byte {
+func stepsJSON(steps []records.Step) []byte {
 	type stepJSON struct {
 		StepID      string          `json:"step_id"`
 		Kind        string          `json:"kind"`
@@ -240,8 +240,8 @@ func utcOrNil(t *time.Time) *time.Time {
 // readStepCall reads what every STEP.* call has: the job, the step, the
 // trailing DELIVERY token, and the calling worker. It answers the
 // arguments between the step id and the token, at most most of them.
-func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte, most int) (api.StepParams, [][]byte, error) {
-	p := api.StepParams{JobID: string(args[1]), StepID: string(args[2])}
+func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte, most int) (records.StepParams, [][]byte, error) {
+	p := records.StepParams{JobID: string(args[1]), StepID: string(args[2])}
 	rest := args[3:]
 	if n := len(rest); n >= 2 && resp.Is(rest[n-2], "delivery") {
 		u, err := uuid.Parse(string(rest[n-1]))
@@ -301,7 +301,7 @@ func stepWait(secs float64, zeroOK bool) (time.Duration, bool) {
 }
 
 // jobGetJSON is the job as JOB.GET and GET job:<id> show it: with its count of steps.
-func jobGetJSON(j api.Job) []byte {
+func jobGetJSON(j records.Job) []byte {
 	m := jobFields(j)
 	m["steps"] = j.Steps
 	b, _ := json.Marshal(m)

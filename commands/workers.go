@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -92,7 +92,7 @@ func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][
 }
 
 // heartbeatReply is +OK with the tokens the worker must act on.
-func heartbeatReply(res api.HeartbeatResult) string {
+func heartbeatReply(res records.HeartbeatResult) string {
 	out := "OK"
 	if res.Drain {
 		out += " drain=true"
@@ -126,7 +126,7 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 	if len(args) == 2 {
 		state = resp.Upper(args[1])
 		switch state {
-		case api.WorkerActive, api.WorkerDraining, api.WorkerDead, api.WorkerUnregistered:
+		case records.WorkerActive, records.WorkerDraining, records.WorkerDead, records.WorkerUnregistered:
 		default:
 			return nil, resp.Errorf("state must be ACTIVE, DRAINING, DEAD or UNREGISTERED")
 		}
@@ -145,7 +145,7 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 // WORKER.GET worker_id
 func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	w, err := s.eng.WorkerGet(ctx, string(args[1]))
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return resp.Nil, nil
 	}
 	if err != nil {
@@ -162,7 +162,7 @@ func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) 
 	return resp.OK, nil
 }
 
-func workerJSON(w api.Worker) []byte {
+func workerJSON(w records.Worker) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"worker_id":           w.ID,
 		"principal":           w.Principal,
@@ -187,14 +187,14 @@ func workerJSON(w api.Worker) []byte {
 // else the worker id it authenticated as, else its principal's most recent
 // live worker. A connection authenticated with a worker's key acts as that
 // worker on every pooled connection.
-func (s *Server) sessionWorker(ctx context.Context, sess *Session) (api.Worker, error) {
+func (s *Server) sessionWorker(ctx context.Context, sess *Session) (records.Worker, error) {
 	sess.mu.Lock()
 	id, user, who := sess.workerID, sess.authUser, sess.who
 	sess.mu.Unlock()
 	if id == "" && user != "" && user != "default" && user != who.Name {
 		id = user
 	}
-	var w api.Worker
+	var w records.Worker
 	var err error
 	if id != "" {
 		w, err = s.eng.WorkerGet(ctx, id)
@@ -202,8 +202,8 @@ func (s *Server) sessionWorker(ctx context.Context, sess *Session) (api.Worker, 
 		w, err = s.eng.WorkerOfPrincipal(ctx, who.Name)
 		id = who.Name
 	}
-	if errors.Is(err, api.ErrNotFound) || (err == nil && w.Principal != who.Name) {
-		return api.Worker{}, &api.WorkerNotRegisteredError{ID: id}
+	if errors.Is(err, records.ErrNotFound) || (err == nil && w.Principal != who.Name) {
+		return records.Worker{}, &records.WorkerNotRegisteredError{ID: id}
 	}
 	return w, err
 }

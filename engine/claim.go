@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -21,7 +22,7 @@ type claimRequest struct {
 // worker's own refusal (not ACTIVE, re-registered with other capabilities).
 type claimResult struct {
 	queue string
-	jobs  []store.Job
+	jobs  []records.Job
 	err   error
 }
 
@@ -54,7 +55,7 @@ func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 					break
 				}
 				if round == maxClaimRounds-1 {
-					e.publish(ctx, Effects{Ready: []store.ReadyNote{{Queue: q, N: len(waiting)}}})
+					e.publish(ctx, effects{Effects: records.Effects{Ready: []records.ReadyNote{{Queue: q, N: len(waiting)}}}})
 					break
 				}
 			}
@@ -94,29 +95,29 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 		e.limited.sawQueue(q, e.clock.Now())
 	}
 	held := len(workers) - len(claimed)
-	fx := Effects{Started: claimed}
+	fx := effects{Started: claimed}
 	if !outcome.RateLimited.IsZero() {
 		// The queue's rate held jobs back: wake its waiters when the
 		// next start is allowed.
-		fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
+		fx.Ready = append(fx.Ready, records.ReadyNote{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
 	}
 	for _, h := range outcome.Types {
 		e.limited.sawType(h.Type, q, e.clock.Now())
 		if !h.RateLimited.IsZero() && held > 0 {
-			fx.Ready = append(fx.Ready, store.ReadyNote{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
+			fx.Ready = append(fx.Ready, records.ReadyNote{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
 		}
 	}
 	e.publish(ctx, fx)
 	// A worker popping on several connections at once appears in several
 	// requests: its jobs go to them in arrival order.
-	byWorker := map[string][]store.Job{}
+	byWorker := map[string][]records.Job{}
 	counts := map[string]int{}
 	for _, c := range claimed {
 		counts[c.Worker]++
 	}
 	for _, c := range claimed {
 		if byWorker[c.Worker] == nil {
-			byWorker[c.Worker] = make([]store.Job, 0, counts[c.Worker])
+			byWorker[c.Worker] = make([]records.Job, 0, counts[c.Worker])
 		}
 		byWorker[c.Worker] = append(byWorker[c.Worker], c.Job)
 	}
@@ -141,7 +142,7 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 
 // giveBackNow gives back jobs claimed for a pop that stopped waiting:
 // each is released only for the delivery it was claimed with.
-func (e *Engine) giveBackNow(worker string, jobs []store.Job) {
+func (e *Engine) giveBackNow(worker string, jobs []records.Job) {
 	for _, j := range jobs {
 		ctx, cancel := e.offPath()
 		rel, err := e.store.JobRelease(ctx, j, worker)
@@ -150,7 +151,7 @@ func (e *Engine) giveBackNow(worker string, jobs []store.Job) {
 			e.log.Warn().Err(err).Str("job", j.ID).Msg("releasing a job claimed for a departed client")
 			continue
 		}
-		fx := Effects{Ready: rel}
+		fx := effects{Effects: records.Effects{Ready: rel}}
 		if len(rel) > 0 {
 			fx.AsIs = []AsIs{named("released", j.ID)}
 		}
@@ -160,6 +161,6 @@ func (e *Engine) giveBackNow(worker string, jobs []store.Job) {
 }
 
 // giveBack gives back jobs handed over to no pop, off the caller's path.
-func (e *Engine) giveBack(worker string, jobs ...store.Job) {
+func (e *Engine) giveBack(worker string, jobs ...records.Job) {
 	go e.giveBackNow(worker, jobs)
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/scheduler"
-	"github.com/agq/agq/store"
 )
 
 // The operations of operators — the RESP commands and the dashboard act
@@ -18,20 +17,20 @@ import (
 // one is marked, and its worker told through its heartbeat reply, its next
 // JOB.UPDATE and job.cancel.
 func (e *Engine) CancelJob(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (Effects, error) {
+	return e.transition(ctx, func() (effects, error) {
 		cfx, err := e.store.JobCancel(ctx, id)
 		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
-			return Effects{Done: cfx.Done}, jobError(id, err)
+			return effects{Effects: cfx}, jobError(id, err)
 		}
-		return Effects{Done: cfx.Done, Parents: cfx.Done, AsIs: []AsIs{{IDs: []string{id},
-			Event: func(j store.JobState) string {
-				if j.Status == store.StatusRunning {
+		return effects{Effects: cfx, AsIs: []AsIs{{IDs: []string{id},
+			Event: func(j records.JobState) string {
+				if j.Status == records.StatusRunning {
 					return "cancel_requested"
 				}
 				return j.Status
 			},
-			Tell: func(j store.JobState) []wakeup.Message {
-				if j.Status == store.StatusRunning {
+			Tell: func(j records.JobState) []wakeup.Message {
+				if j.Status == records.StatusRunning {
 					return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
 				}
 				return nil
@@ -44,32 +43,32 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // or pending while a parent has not ended; the jobs its end cancelled are
 // restored down the graph.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (Effects, error) {
+	return e.transition(ctx, func() (effects, error) {
 		rfx, err := e.store.JobRetry(ctx, id)
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
-			return Effects{Ready: rfx.Ready}, jobError(id, err)
+			return effects{Effects: rfx}, jobError(id, err)
 		}
 		// Moved holds the job and the jobs of its graph it restored.
-		return Effects{Ready: rfx.Ready, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
+		return effects{Effects: rfx, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
 	})
 }
 
 // PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).
 func (e *Engine) PauseQueue(ctx context.Context, name string, paused bool) error {
 	if !names.Queue(name) {
-		return &api.InvalidNameError{What: "queue", Rule: names.Rule}
+		return &records.InvalidNameError{What: "queue", Rule: names.Rule}
 	}
-	return apiError(e.store.QueueSetPaused(ctx, name, paused))
+	return e.store.QueueSetPaused(ctx, name, paused)
 }
 
 // DrainWorker is WORKER.DRAIN: the worker gets no more work, and its next
 // heartbeat says drain=true.
 func (e *Engine) DrainWorker(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (Effects, error) {
+	return e.transition(ctx, func() (effects, error) {
 		if err := e.store.WorkerDrain(ctx, id); err != nil {
-			return Effects{}, workerError(id, err)
+			return effects{}, workerError(id, err)
 		}
-		return Effects{Messages: e.workerEvents(id, "draining")}, nil
+		return effects{Messages: e.workerEvents(id, "draining")}, nil
 	})
 }
 
@@ -92,7 +91,7 @@ func (e *Engine) TriggerSchedule(ctx context.Context, name string) (string, erro
 // next fire after now, or replaying what it missed when catchup is set.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) error {
 	now := e.clock.Now()
-	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
+	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *records.Schedule) error {
 		if sc.Enabled {
 			return nil
 		}
@@ -102,7 +101,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 		}
 		spec, err := scheduler.Parse(sc.Cron, sc.Timezone)
 		if err != nil {
-			return &api.ScheduleCannotFireError{Name: name, Err: err}
+			return &records.ScheduleCannotFireError{Name: name, Err: err}
 		}
 		next := spec.Next(now)
 		sc.NextFireAt = &next
@@ -113,22 +112,22 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 
 // CreateSchedule stores a new schedule; the same definition again is
 // accepted, another one under its name is ScheduleExistsError.
-func (e *Engine) CreateSchedule(ctx context.Context, sc api.Schedule) error {
-	_, err := e.store.ScheduleCreate(ctx, storeSchedule(sc))
-	if errors.Is(err, store.ErrConflict) {
-		return &api.ScheduleExistsError{Name: sc.Name}
+func (e *Engine) CreateSchedule(ctx context.Context, sc records.Schedule) error {
+	_, err := e.store.ScheduleCreate(ctx, sc)
+	if errors.Is(err, records.ErrConflict) {
+		return &records.ScheduleExistsError{Name: sc.Name}
 	}
-	return apiError(err)
+	return err
 }
 
 // UpdateSchedule lets change edit the named schedule under its lock.
-func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*api.Schedule) error) error {
-	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *store.Schedule) error {
-		a := apiSchedule(*sc)
+func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*records.Schedule) error) error {
+	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *records.Schedule) error {
+		a := *sc
 		if err := change(&a); err != nil {
 			return err
 		}
-		*sc = storeSchedule(a)
+		*sc = a
 		return nil
 	})
 	return scheduleError(name, err)
@@ -137,11 +136,11 @@ func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*a
 // DeleteSchedule deletes a schedule; deleting a missing one succeeds.
 func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 	_, err := e.store.ScheduleDelete(ctx, name)
-	return apiError(err)
+	return err
 }
 
 // ParseCron reads a schedule's cron text in its time zone.
-func (e *Engine) ParseCron(text, timezone string) (api.CronSpec, error) {
+func (e *Engine) ParseCron(text, timezone string) (records.CronSpec, error) {
 	spec, err := scheduler.Parse(text, timezone)
 	if err != nil {
 		return nil, err

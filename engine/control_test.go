@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 func TestCancelJob(t *testing.T) {
@@ -20,7 +20,7 @@ func TestCancelJob(t *testing.T) {
 		if err := b.engine.CancelJob(b.ctx, "j1"); err != nil {
 			t.Fatal(err)
 		}
-		if w := receive(t, "JOB.WAIT's answer", waited); w.err != nil || !w.found || w.job.Status != api.StatusCancelled {
+		if w := receive(t, "JOB.WAIT's answer", waited); w.err != nil || !w.found || w.job.Status != records.StatusCancelled {
 			t.Fatalf("JOB.WAIT: found %v, status %s, %v", w.found, w.job.Status, w.err)
 		}
 		_, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 1)
@@ -40,7 +40,7 @@ func TestCancelJob(t *testing.T) {
 		if err := b.engine.CancelJob(b.ctx, "j1"); err != nil {
 			t.Fatal(err)
 		}
-		if got := b.get(t, "j1"); got.Status != api.StatusRunning || !got.CancelRequested {
+		if got := b.get(t, "j1"); got.Status != records.StatusRunning || !got.CancelRequested {
 			t.Fatalf("status %s, cancel requested %v; want running, asked to cancel", got.Status, got.CancelRequested)
 		}
 		hb, err = b.engine.Heartbeat(b.ctx, "w1", nil)
@@ -54,7 +54,7 @@ func TestCancelJob(t *testing.T) {
 		b := setup(t)
 		err := b.engine.CancelJob(b.ctx, "missing")
 		requireJobError(t, err, "missing")
-		if !errors.Is(err, api.ErrNotFound) {
+		if !errors.Is(err, records.ErrNotFound) {
 			t.Fatalf("got %v, want ErrNotFound", err)
 		}
 	})
@@ -65,14 +65,14 @@ func TestRetryJob(t *testing.T) {
 	tests := []struct {
 		name string
 		// end ends the job w1 holds.
-		end func(t *testing.T, b *testBundle, held api.Job)
+		end func(t *testing.T, b *testBundle, held records.Job)
 		// refused is the status a StateError names; "" when the retry is done.
 		refused string
 	}{
 		{
 			name: "AFailedJobGoesBackToQueuedWithNoAttemptSpent",
-			end: func(t *testing.T, b *testBundle, held api.Job) {
-				r := report(held, "w1", api.StatusFailed)
+			end: func(t *testing.T, b *testBundle, held records.Job) {
+				r := report(held, "w1", records.StatusFailed)
 				r.Error = "boom"
 				if err := b.engine.Report(b.ctx, r); err != nil {
 					t.Fatal(err)
@@ -81,20 +81,20 @@ func TestRetryJob(t *testing.T) {
 		},
 		{
 			name: "ACancelledJobGoesBackToQueuedWithNoAttemptSpent",
-			end: func(t *testing.T, b *testBundle, held api.Job) {
-				if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCancelled)); err != nil {
+			end: func(t *testing.T, b *testBundle, held records.Job) {
+				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCancelled)); err != nil {
 					t.Fatal(err)
 				}
 			},
 		},
 		{
 			name: "ACompletedJobIsAStateError",
-			end: func(t *testing.T, b *testBundle, held api.Job) {
-				if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+			end: func(t *testing.T, b *testBundle, held records.Job) {
+				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 					t.Fatal(err)
 				}
 			},
-			refused: api.StatusCompleted,
+			refused: records.StatusCompleted,
 		},
 	}
 	for _, tt := range tests {
@@ -107,7 +107,7 @@ func TestRetryJob(t *testing.T) {
 			err := b.engine.RetryJob(b.ctx, "j1")
 			if tt.refused != "" {
 				requireJobError(t, err, "j1")
-				var state *api.StateError
+				var state *records.StateError
 				if !errors.As(err, &state) || state.Status != tt.refused {
 					t.Fatalf("got %v, want StateError naming %s", err, tt.refused)
 				}
@@ -120,7 +120,7 @@ func TestRetryJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := b.get(t, "j1")
-			if got.Status != api.StatusQueued || got.Attempt != 0 || got.WorkerID != nil {
+			if got.Status != records.StatusQueued || got.Attempt != 0 || got.WorkerID != nil {
 				t.Fatalf("status %s attempt %d worker %v; want queued at attempt 0", got.Status, got.Attempt, got.WorkerID)
 			}
 			if string(got.Errors) != string(before.Errors) {
@@ -141,7 +141,7 @@ func TestRetryJobWhoseUniqueKeyIsHeld(t *testing.T) {
 	first := newJob("j1")
 	first.UniqueKey = "k"
 	held := b.submitAndClaim(t, first)
-	r := report(held, "w1", api.StatusFailed)
+	r := report(held, "w1", records.StatusFailed)
 	r.Error = "boom"
 	if err := b.engine.Report(b.ctx, r); err != nil {
 		t.Fatal(err)
@@ -153,10 +153,10 @@ func TestRetryJobWhoseUniqueKeyIsHeld(t *testing.T) {
 	}
 	err := b.engine.RetryJob(b.ctx, "j1")
 	requireJobError(t, err, "j1")
-	if !errors.Is(err, api.ErrUniqueKeyHeld) {
+	if !errors.Is(err, records.ErrUniqueKeyHeld) {
 		t.Fatalf("got %v, want ErrUniqueKeyHeld", err)
 	}
-	if got := b.get(t, "j1"); got.Status != api.StatusFailed {
+	if got := b.get(t, "j1"); got.Status != records.StatusFailed {
 		t.Fatalf("status %s, want failed still", got.Status)
 	}
 }
@@ -168,11 +168,11 @@ func TestLimits(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		one := 1
-		limits, err := b.engine.ConfigureQueue(b.ctx, "q", api.LimitsChange{MaxRunning: &one})
+		limits, err := b.engine.ConfigureQueue(b.ctx, "q", records.LimitsChange{MaxRunning: &one})
 		if err != nil || limits.MaxRunning != 1 {
 			t.Fatalf("configure: %+v, %v", limits, err)
 		}
-		if _, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1"), newJob("j2")}); err != nil {
+		if _, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("j1"), newJob("j2")}); err != nil {
 			t.Fatal(err)
 		}
 		held := b.claimOne(t, b.worker)
@@ -183,7 +183,7 @@ func TestLimits(t *testing.T) {
 
 		// The pop the limit holds back is woken when the running job ends.
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 		p := receive(t, "the pop's job", popped)
@@ -196,16 +196,16 @@ func TestLimits(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		one := 1
-		if _, err := b.engine.ConfigureType(b.ctx, "t", api.LimitsChange{MaxRunning: &one}); err != nil {
+		if _, err := b.engine.ConfigureType(b.ctx, "t", records.LimitsChange{MaxRunning: &one}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1"), newJob("j2")}); err != nil {
+		if _, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("j1"), newJob("j2")}); err != nil {
 			t.Fatal(err)
 		}
 		held := b.claimOne(t, b.worker)
 		w2 := b.registerWorker(t, "w2")
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 		p := receive(t, "the pop's job", popped)
@@ -225,7 +225,7 @@ func TestWorkers(t *testing.T) {
 		if err := b.engine.DrainWorker(b.ctx, "w1"); err != nil {
 			t.Fatal(err)
 		}
-		if _, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 1); !errors.Is(err, api.ErrWorkerDraining) || len(jobs) != 0 {
+		if _, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 1); !errors.Is(err, records.ErrWorkerDraining) || len(jobs) != 0 {
 			t.Fatalf("claim: %d jobs, %v; want ErrWorkerDraining", len(jobs), err)
 		}
 		if hb, err := b.engine.Heartbeat(b.ctx, "w1", nil); err != nil || !hb.Drain {
@@ -242,8 +242,8 @@ func TestWorkers(t *testing.T) {
 		}
 		stranger := b.worker
 		stranger.ID = "stranger"
-		for _, w := range []api.Worker{b.worker, stranger} {
-			var notRegistered *api.WorkerNotRegisteredError
+		for _, w := range []records.Worker{b.worker, stranger} {
+			var notRegistered *records.WorkerNotRegisteredError
 			_, jobs, err := b.engine.Claim(b.ctx, w, []string{"q"}, 1)
 			if !errors.As(err, &notRegistered) || notRegistered.ID != w.ID || len(jobs) != 0 {
 				t.Fatalf("claim by %s: %d jobs, %v; want WorkerNotRegisteredError", w.ID, len(jobs), err)
@@ -278,10 +278,10 @@ func TestWorkers(t *testing.T) {
 		held := b.submitAndClaim(t, newJob("j1"))
 		b.registerWorker(t, "w1")
 		got := b.get(t, "j1")
-		if got.Status != api.StatusRunning || *got.WorkerID != "w1" || *got.Delivery != *held.Delivery {
+		if got.Status != records.StatusRunning || *got.WorkerID != "w1" || *got.Delivery != *held.Delivery {
 			t.Fatalf("status %s worker %v; want still running for w1", got.Status, got.WorkerID)
 		}
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 	})

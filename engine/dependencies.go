@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -22,7 +22,7 @@ const maxSettleRounds = 50
 
 // checkAfter refuses an after naming the job itself or a job later in the
 // same batch: a graph is submitted parents first, so no cycle can be made.
-func checkAfter(jobs []store.NewJob) error {
+func checkAfter(jobs []records.NewJob) error {
 	pos := make(map[string]int, len(jobs))
 	for i, j := range jobs {
 		if _, ok := pos[j.ID]; !ok {
@@ -32,7 +32,7 @@ func checkAfter(jobs []store.NewJob) error {
 	for i, j := range jobs {
 		for _, p := range j.After {
 			if k, ok := pos[p]; ok && k >= i {
-				err := error(&api.ParentNotFoundError{ID: p})
+				err := error(&records.ParentNotFoundError{ID: p})
 				if len(jobs) > 1 {
 					err = fmt.Errorf("job %d: %w", i, err)
 				}
@@ -92,22 +92,22 @@ func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error)
 
 // settledEffects: released jobs wake pops and say ready; cancelled ones
 // wake JOB.WAITs and say cancelled.
-func settledEffects(st store.Settled) Effects {
-	fx := Effects{Ready: store.ReleasedNotes(st.Released)}
+func settledEffects(st store.Settled) effects {
+	fx := effects{Effects: records.Effects{Ready: store.ReleasedNotes(st.Released)}}
 	for _, r := range st.Released {
 		fx.Events = append(fx.Events, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: "ready", Status: r.Status})
 	}
 	for _, c := range st.Cancelled {
 		fx.Done = append(fx.Done, c.ID)
-		fx.Events = append(fx.Events, StatusEvent{JobID: c.ID, Queue: c.Queue, Event: store.StatusCancelled,
-			Status: store.StatusCancelled, Attempt: c.Attempt})
+		fx.Events = append(fx.Events, StatusEvent{JobID: c.ID, Queue: c.Queue, Event: records.StatusCancelled,
+			Status: records.StatusCancelled, Attempt: c.Attempt})
 	}
 	return fx
 }
 
 // attachParents gives each claimed job that has parents their statuses
 // and, within the payload limit, their results.
-func (e *Engine) attachParents(ctx context.Context, jobs []store.Job) error {
+func (e *Engine) attachParents(ctx context.Context, jobs []records.Job) error {
 	for i := range jobs {
 		if jobs[i].After == nil {
 			continue
@@ -128,31 +128,31 @@ const parentsPage = 100
 // cursor, with their results, for the worker holding the job (or an
 // admin, worker ""). The page ends early where the results would pass the
 // payload limit; next is "" after the last page.
-func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]api.ParentState, next string, err error) {
+func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error) {
 	j, err := e.store.JobGet(ctx, id)
 	if err != nil {
 		return nil, "", jobError(id, err)
 	}
 	if worker != "" {
 		switch {
-		case j.Status != store.StatusRunning:
-			return nil, "", jobError(id, &api.StateError{Status: j.Status})
+		case j.Status != records.StatusRunning:
+			return nil, "", jobError(id, &records.StateError{Status: j.Status})
 		case j.WorkerID == nil || *j.WorkerID != worker:
-			return nil, "", jobError(id, &api.NotOwnerError{Owner: *j.WorkerID})
+			return nil, "", jobError(id, &records.NotOwnerError{Owner: *j.WorkerID})
 		}
 	}
 	rows, err := e.store.JobParentsPage(ctx, id, cursor, parentsPage)
 	if err != nil {
-		return nil, "", apiError(err)
+		return nil, "", err
 	}
-	page = make(map[string]api.ParentState, len(rows))
+	page = make(map[string]records.ParentState, len(rows))
 	var size int64
 	for i, r := range rows {
 		size += int64(len(r.Result))
 		if i > 0 && size > e.cfg.MaxParentResults {
 			return page, rows[i-1].ID, nil
 		}
-		page[r.ID] = api.ParentState(r.ParentState)
+		page[r.ID] = r.ParentState
 	}
 	if len(rows) == parentsPage {
 		next = rows[len(rows)-1].ID

@@ -5,10 +5,9 @@
 // waiting pops, the limits on running jobs, and the events each transition
 // publishes. The RESP commands and the dashboard both call it, through
 // the api.Engine interface it implements; neither knows SQL nor the
-// store's types. Each transition collects its Effects and the engine
-// publishes them after the commit, in one place (publish). Inside, the
-// engine works on the store's records; convert.go turns them into the
-// API's where they leave, and apiError the store's errors.
+// store. Each transition collects its Effects and the engine publishes
+// them after the commit, in one place (publish). The records it takes and
+// returns are package records', the store's own.
 package engine
 
 import (
@@ -23,6 +22,7 @@ import (
 	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -53,6 +53,9 @@ type Config struct {
 
 // Engine runs the transitions of jobs and workers.
 type Engine struct {
+	// Reads are the queries that change nothing: the store answers them
+	// with the records it returns everywhere.
+	api.Reads
 	cfg     Config
 	store   *store.Store
 	hub     *wakeup.Hub
@@ -76,6 +79,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
 	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
 	e := &Engine{
+		Reads:   st,
 		cfg:     cfg,
 		store:   st,
 		hub:     hub,
@@ -87,14 +91,14 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
 	// pops that limits held back.
-	wakeup.Listen(hub, wakeup.Freed, func(f api.Freed) {
-		for _, note := range e.RoomNotes(store.Freed(f)) {
-			hub.Wake(api.ReadyNote(note))
+	wakeup.Listen(hub, wakeup.Freed, func(f records.Freed) {
+		for _, note := range e.RoomNotes(f) {
+			hub.Wake(note)
 		}
 	})
 	// Each node hears a move itself: its own subscribers are told here.
-	wakeup.Listen(hub, wakeup.Moved, func(m api.Moved) {
-		hub.DeliverLocal(movedMessages(store.Moved(m)))
+	wakeup.Listen(hub, wakeup.Moved, func(m records.Moved) {
+		hub.DeliverLocal(movedMessages(m))
 	})
 	return e
 }
@@ -113,8 +117,7 @@ func (e *Engine) offPath() (context.Context, context.CancelFunc) {
 // DashboardSecret is the dashboard's signing secret, shared by every
 // node: the one stored, or fresh when none is.
 func (e *Engine) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error) {
-	secret, err := e.store.DashboardSecret(ctx, fresh)
-	return secret, apiError(err)
+	return e.store.DashboardSecret(ctx, fresh)
 }
 
 // DropIdleConns closes the pool's idle connections: a command that failed
@@ -142,3 +145,5 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+var _ api.Engine = (*Engine)(nil)

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/internal/wakeup/listen"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -28,7 +28,7 @@ type testBundle struct {
 	store  *store.Store
 	hub    *wakeup.Hub
 	// worker is registered and ACTIVE, able to run jobs needing "t".
-	worker api.Worker
+	worker records.Worker
 	// messages are the pub/sub messages this node's subscribers would get.
 	messages *messageLog
 }
@@ -83,9 +83,9 @@ func setupWith(t *testing.T, configure func(*engine.Config)) *testBundle {
 }
 
 // registerWorker registers an ACTIVE worker able to run jobs needing "t".
-func (b *testBundle) registerWorker(t *testing.T, id string) api.Worker {
+func (b *testBundle) registerWorker(t *testing.T, id string) records.Worker {
 	t.Helper()
-	w := api.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
+	w := records.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 	if err := b.engine.RegisterWorker(b.ctx, w, nil); err != nil {
 		t.Fatalf("registering %s: %v", id, err)
@@ -94,12 +94,12 @@ func (b *testBundle) registerWorker(t *testing.T, id string) api.Worker {
 }
 
 // newJob is a job of queue "q" due now, needing "t", retried at once.
-func newJob(id string) api.NewJob {
-	return api.NewJob{ID: id, Queue: "q", Type: "t", Requires: []string{"t"}, Payload: json.RawMessage(`{"n":1}`),
+func newJob(id string) records.NewJob {
+	return records.NewJob{ID: id, Queue: "q", Type: "t", Requires: []string{"t"}, Payload: json.RawMessage(`{"n":1}`),
 		MaxAttempts: 3, RetryBackoffSeconds: 0, TimeoutSeconds: 60}
 }
 
-func (b *testBundle) submit(t *testing.T, job api.NewJob) api.SubmitResult {
+func (b *testBundle) submit(t *testing.T, job records.NewJob) records.SubmitResult {
 	t.Helper()
 	res, err := b.engine.Submit(b.ctx, job)
 	if err != nil {
@@ -109,7 +109,7 @@ func (b *testBundle) submit(t *testing.T, job api.NewJob) api.SubmitResult {
 }
 
 // claimOne claims the one job w must get from queue "q".
-func (b *testBundle) claimOne(t *testing.T, w api.Worker) api.Job {
+func (b *testBundle) claimOne(t *testing.T, w records.Worker) records.Job {
 	t.Helper()
 	_, jobs, err := b.engine.Claim(b.ctx, w, []string{"q"}, 1)
 	if err != nil {
@@ -122,22 +122,22 @@ func (b *testBundle) claimOne(t *testing.T, w api.Worker) api.Job {
 }
 
 // submitAndClaim submits a job and claims it for the bundle's worker.
-func (b *testBundle) submitAndClaim(t *testing.T, job api.NewJob) api.Job {
+func (b *testBundle) submitAndClaim(t *testing.T, job records.NewJob) records.Job {
 	t.Helper()
 	b.submit(t, job)
 	return b.claimOne(t, b.worker)
 }
 
 // report is the holder's report about the delivery of job it got.
-func report(job api.Job, worker, status string) api.Report {
-	r := api.Report{ID: job.ID, WorkerID: worker, Status: status, Attempt: job.Attempt}
+func report(job records.Job, worker, status string) records.Report {
+	r := records.Report{ID: job.ID, WorkerID: worker, Status: status, Attempt: job.Attempt}
 	if job.Delivery != nil {
 		r.Delivery = *job.Delivery
 	}
 	return r
 }
 
-func (b *testBundle) get(t *testing.T, id string) api.Job {
+func (b *testBundle) get(t *testing.T, id string) records.Job {
 	t.Helper()
 	j, err := b.engine.JobGet(b.ctx, id)
 	if err != nil {
@@ -171,9 +171,9 @@ func receive[T any](t *testing.T, what string, c <-chan T) T {
 }
 
 // requireJobError checks that err is a refusal about job id.
-func requireJobError(t *testing.T, err error, id string) *api.JobError {
+func requireJobError(t *testing.T, err error, id string) *records.JobError {
 	t.Helper()
-	var je *api.JobError
+	var je *records.JobError
 	if !errors.As(err, &je) {
 		t.Fatalf("got %v (%T), want a *api.JobError", err, err)
 	}
@@ -207,7 +207,7 @@ func (w *fakeWait) started() {
 	}
 }
 
-func (w *fakeWait) Next(c <-chan api.ReadyNote) (*api.ReadyNote, bool, error) {
+func (w *fakeWait) Next(c <-chan records.ReadyNote) (*records.ReadyNote, bool, error) {
 	w.started()
 	timer := time.NewTimer(time.Until(w.until))
 	defer timer.Stop()
@@ -253,16 +253,16 @@ func (w fakeJobWait) Next(c <-chan struct{}) (bool, error) {
 
 type popResult struct {
 	queue string
-	jobs  []api.Job
+	jobs  []records.Job
 	err   error
 }
 
 // startPop runs a blocking pop of queue "q" for w; it answers on the
 // channel returned once the pop is waiting.
-func (b *testBundle) startPop(t *testing.T, w api.Worker, wait *fakeWait) <-chan popResult {
+func (b *testBundle) startPop(t *testing.T, w records.Worker, wait *fakeWait) <-chan popResult {
 	t.Helper()
 	out := make(chan popResult, 1)
-	refresh := func() (api.Worker, error) { return b.engine.WorkerGet(b.ctx, w.ID) }
+	refresh := func() (records.Worker, error) { return b.engine.WorkerGet(b.ctx, w.ID) }
 	go func() {
 		q, jobs, err := b.engine.PopWaiting(b.ctx, w, refresh, []string{"q"}, 1, wait)
 		out <- popResult{q, jobs, err}
@@ -272,7 +272,7 @@ func (b *testBundle) startPop(t *testing.T, w api.Worker, wait *fakeWait) <-chan
 }
 
 type waitResult struct {
-	job   api.Job
+	job   records.Job
 	found bool
 	err   error
 }

@@ -5,22 +5,18 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
-// Effects is what a committed transition means to the rest of agq. Every
-// transition fills one and hands it to publish once its commit returned:
-// no transition wakes, frees or announces anything itself.
-type Effects struct {
-	// Ready are jobs claimable now or at their note's time: pops to wake,
-	// on every node.
-	Ready []store.ReadyNote
-	// Done are jobs that ended: JOB.WAIT waiters to wake.
-	Done []string
-	// Freed counts the jobs that left running: pops that limits held back.
-	Freed store.Freed
+// effects is what a committed transition means to the rest of agq: what
+// the store's statements changed (records.Effects) and what the engine
+// announces of it. Every transition fills one and hands it to publish
+// once its commit returned: no transition wakes, frees or announces
+// anything itself.
+type effects struct {
+	records.Effects
 	// Started are deliveries, announced as "started".
 	Started []store.Claimed
 	// Events are transitions whose outcome the transition knows.
@@ -31,9 +27,20 @@ type Effects struct {
 	AsIs []AsIs
 	// Messages are other pub/sub messages (job.cancel, worker events).
 	Messages []wakeup.Message
-	// Parents are jobs that ended with children waiting: their
-	// dependencies are settled after the commit.
-	Parents []string
+}
+
+// stored is what a transition of the store means: all it changed, and
+// the jobs it moved out of running announced by their status once
+// committed, a job that did not end by the event notEnded. Every path
+// that runs a transition of the store takes its effects through here,
+// whether or not the transition was refused (a report may find its job's
+// cancellation asked and end it cancelled, refusing the report).
+func stored(sfx records.Effects, notEnded string) effects {
+	fx := effects{Effects: sfx}
+	if len(sfx.Moved) > 0 {
+		fx.AsIs = []AsIs{movedAsIs(sfx.Moved, notEnded)}
+	}
+	return fx
 }
 
 // AsIs announces jobs by their status after the commit: Event names the
@@ -41,8 +48,8 @@ type Effects struct {
 // status calls for.
 type AsIs struct {
 	IDs   []string
-	Event func(store.JobState) string
-	Tell  func(store.JobState) []wakeup.Message
+	Event func(records.JobState) string
+	Tell  func(records.JobState) []wakeup.Message
 	// StepID names the step the event is about, if any.
 	StepID string
 }
@@ -50,10 +57,10 @@ type AsIs struct {
 // transition runs one transition and publishes the effects it returns,
 // also when it fails midway (a snooze past its limit failed the job, and
 // its room is free all the same): no transition publishes on its own.
-func (e *Engine) transition(ctx context.Context, run func() (Effects, error)) error {
+func (e *Engine) transition(ctx context.Context, run func() (effects, error)) error {
 	fx, err := run()
 	e.publish(ctx, fx)
-	return apiError(err)
+	return err
 }
 
 // StatusEvent is one transition of one job, as job.<id>.status carries it.
@@ -83,9 +90,9 @@ type queueEvent struct {
 // queue.<name>.events and the other channels — these only while some
 // node has a subscriber to them, so that nobody listening costs the job
 // flow nothing.
-func (e *Engine) publish(ctx context.Context, fx Effects) {
-	e.hub.Publish(apiReadyNotes(fx.Ready), fx.Done)
-	e.hub.Free(api.Freed(fx.Freed))
+func (e *Engine) publish(ctx context.Context, fx effects) {
+	e.hub.Publish(fx.Ready, fx.Done)
+	e.hub.Free(fx.Freed)
 	if len(fx.Parents) > 0 {
 		defer e.settle(ctx, fx.Parents)
 	}
@@ -100,7 +107,7 @@ func (e *Engine) publish(ctx context.Context, fx Effects) {
 	if status {
 		evs = fx.Events
 		for _, c := range fx.Started {
-			evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: store.StatusRunning,
+			evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: records.StatusRunning,
 				Attempt: c.Job.Attempt, WorkerID: c.Worker})
 		}
 	}
@@ -161,16 +168,16 @@ func statusMessages(ev StatusEvent, now time.Time) []wakeup.Message {
 }
 
 // submittedEvents are the events of the jobs a submission created.
-func submittedEvents(jobs []store.NewJob, res []store.SubmitResult, errs []error) []StatusEvent {
+func submittedEvents(jobs []records.NewJob, res []records.SubmitResult, errs []error) []StatusEvent {
 	now := time.Now()
 	var evs []StatusEvent
 	for i, r := range res {
 		if (errs != nil && errs[i] != nil) || !r.Created {
 			continue
 		}
-		status := store.StatusQueued
+		status := records.StatusQueued
 		if jobs[i].RunAt.After(now) {
-			status = store.StatusScheduled
+			status = records.StatusScheduled
 		}
 		if r.Status != "" {
 			status = r.Status
@@ -180,13 +187,14 @@ func submittedEvents(jobs []store.NewJob, res []store.SubmitResult, errs []error
 	return evs
 }
 
-// finishedAsIs announces the jobs final reports moved out of running: a
-// failure that left the job waiting is a retry. A report re-sent changed
-// nothing and is not announced again.
-func finishedAsIs(moved []string) AsIs {
-	return AsIs{IDs: moved, Event: func(j store.JobState) string {
-		if !store.IsTerminal(j.Status) {
-			return store.StatusRetrying
+// movedAsIs announces jobs moved out of running: one that ended by its
+// final status, one that did not by the event notEnded, or not at all when
+// that is "" (a failure that left the job waiting is a retry, a snooze
+// leaves it scheduled, a sleep is announced with its step).
+func movedAsIs(moved []string, notEnded string) AsIs {
+	return AsIs{IDs: moved, Event: func(j records.JobState) string {
+		if !records.IsTerminal(j.Status) {
+			return notEnded
 		}
 		return j.Status
 	}}
@@ -194,7 +202,7 @@ func finishedAsIs(moved []string) AsIs {
 
 // named is an AsIs whose event is the same for every job.
 func named(event string, ids ...string) AsIs {
-	return AsIs{IDs: ids, Event: func(store.JobState) string { return event }}
+	return AsIs{IDs: ids, Event: func(records.JobState) string { return event }}
 }
 
 // workerEvent is worker.<id>.events's message for event.
@@ -211,12 +219,12 @@ func workerEvent(id, event string) wakeup.Message {
 // moved out of running by the leader's watchdog or a worker's
 // (re-)registration, on any node, or of a worker the watchdog declared
 // dead: each node hears the move itself, so they are delivered locally only.
-func movedMessages(m store.Moved) []wakeup.Message {
+func movedMessages(m records.Moved) []wakeup.Message {
 	if m.DeadWorker != "" {
 		return []wakeup.Message{workerEvent(m.DeadWorker, "dead")}
 	}
 	event := m.Status
-	if m.Status == store.StatusQueued {
+	if m.Status == records.StatusQueued {
 		event = "requeued"
 	}
 	return statusMessages(StatusEvent{JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt}, time.Now().UTC())

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/agq/agq/engine"
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 )
 
 // setupSubscribed is setup with a subscriber on this node, so that the
@@ -26,7 +26,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setupSubscribed(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "completed")
@@ -42,7 +42,7 @@ func TestEvents(t *testing.T) {
 				started = ev
 			}
 		}
-		if started.Queue != "q" || started.Status != api.StatusRunning || started.Attempt != 1 || started.WorkerID != "w1" {
+		if started.Queue != "q" || started.Status != records.StatusRunning || started.Attempt != 1 || started.WorkerID != "w1" {
 			t.Fatalf("started event: %+v", started)
 		}
 	})
@@ -62,7 +62,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setupSubscribed(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		r := report(held, "w1", api.StatusFailed)
+		r := report(held, "w1", records.StatusFailed)
 		r.Error, r.Retryable = "boom", true
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -87,7 +87,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setupSubscribed(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		r := report(held, "w1", api.StatusFailed)
+		r := report(held, "w1", records.StatusFailed)
 		r.Error = "boom"
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -102,18 +102,18 @@ func TestEvents(t *testing.T) {
 	// the job submitted last fences what the repeats would have published.
 	repeats := []struct {
 		name   string
-		repeat func(b *testBundle, held api.Job) error
+		repeat func(b *testBundle, held records.Job) error
 		events []string
 	}{
-		{"TheSameCompletedReport", func(b *testBundle, held api.Job) error {
-			return b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted))
+		{"TheSameCompletedReport", func(b *testBundle, held records.Job) error {
+			return b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted))
 		}, []string{"submitted", "started", "completed"}},
-		{"TheSameFailedReport", func(b *testBundle, held api.Job) error {
-			r := report(held, "w1", api.StatusFailed)
+		{"TheSameFailedReport", func(b *testBundle, held records.Job) error {
+			r := report(held, "w1", records.StatusFailed)
 			r.Error = "boom"
 			return b.engine.Report(b.ctx, r)
 		}, []string{"submitted", "started", "failed"}},
-		{"TheSameCancellation", func(b *testBundle, _ api.Job) error {
+		{"TheSameCancellation", func(b *testBundle, _ records.Job) error {
 			return b.engine.CancelJob(b.ctx, "j1")
 		}, []string{"submitted", "started", "cancel_requested"}},
 	}
@@ -149,7 +149,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.messages.on("job.j1.status"); len(got) != 0 {
@@ -162,7 +162,7 @@ func TestEvents(t *testing.T) {
 		b := setup(t)
 		receive(t, "the hub's notice of interest", b.hub.SetSubscribed(wakeup.SomeInterest))
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 			t.Fatal(err)
 		}
 		b.submitAndClaim(t, newJob("j2"))

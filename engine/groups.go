@@ -4,30 +4,27 @@ import (
 	"context"
 
 	"github.com/agq/agq/internal/group"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
 // The node's groups: single submissions and final reports from all
 // connections share commits; acknowledgements and pops share statements.
 type groups struct {
-	submits  *group.Runner[store.NewJob, submitOutcome]
+	submits  *group.Runner[records.NewJob, submitOutcome]
 	finishes *group.Runner[store.JobUpdateParams, error]
 	acks     *group.Runner[store.JobUpdateParams, error]
 	// stepCompletes are STEP.COMPLETEs, sharing commits as final reports do.
 	stepCompletes *group.Runner[store.StepCompletion, store.StepCompleteResult]
 	// stepBegins are STEP.BEGINs, sharing commits likewise.
-	stepBegins *group.Runner[store.StepBeginParams, store.StepBeginOutcome]
+	stepBegins *group.Runner[records.StepBeginParams, store.StepBeginOutcome]
 	claims     *group.Runner[claimRequest, claimResult]
 }
 
 type submitOutcome struct {
-	res store.SubmitResult
+	res records.SubmitResult
 	err error
 }
-
-// MaxGroup bounds a group: its arrays and its reply fan-out (for pops, the
-// jobs they ask for).
-const MaxGroup = 500
 
 // parallelGroups bounds the groups of a kind in flight at once. The second
 // runs only while a whole group waits behind the first — workers taking
@@ -41,41 +38,42 @@ func (e *Engine) newGroups() groups {
 		return func(n int) { h.Observe(float64(n)) }
 	}
 	return groups{
-		submits: group.New(group.Config[store.NewJob, submitOutcome]{
-			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("submit"),
+		submits: group.New(group.Config[records.NewJob, submitOutcome]{
+			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("submit"),
 			Run: e.runSubmits,
 		}),
 		finishes: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
+			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				traces := e.attemptTraces(ctx, reportIDs(reports))
 				errs, rfx := e.store.JobsFinish(ctx, reports)
 				e.traceReports(traces, reports, errs, rfx.Moved)
-				e.publish(ctx, Effects{Ready: rfx.Ready, Done: rfx.Done, Freed: rfx.Freed, AsIs: []AsIs{finishedAsIs(rfx.Moved)},
-					Parents: rfx.Parents})
+				e.publish(ctx, stored(rfx, records.StatusRetrying))
 				return errs
 			},
 		}),
 		acks: group.New(group.Config[store.JobUpdateParams, error]{
-			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
+			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
 			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
 				errs, afx := e.store.JobsAck(ctx, reports)
-				e.publish(ctx, Effects{Ready: afx.Ready, Done: afx.Done, Freed: afx.Freed})
+				// An acknowledgement moves its job only when it finds the
+				// job's cancellation asked: the job ends cancelled.
+				e.publish(ctx, stored(afx, records.StatusRetrying))
 				return errs
 			},
 		}),
 		stepCompletes: group.New(group.Config[store.StepCompletion, store.StepCompleteResult]{
-			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_complete"),
+			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_complete"),
 			Run: e.runStepCompletes,
 		}),
-		stepBegins: group.New(group.Config[store.StepBeginParams, store.StepBeginOutcome]{
-			MaxSize: MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_begin"),
+		stepBegins: group.New(group.Config[records.StepBeginParams, store.StepBeginOutcome]{
+			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("step_begin"),
 			Run: e.runStepBegins,
 		}),
 		claims: group.New(group.Config[claimRequest, claimResult]{
 			// One claim at a time: two on one queue would each skip,
 			// row by row, what the other has locked.
-			MaxSize: MaxGroup, Timeout: e.cfg.CommandTimeout, Observe: observe("pop"),
+			MaxSize: records.MaxGroup, Timeout: e.cfg.CommandTimeout, Observe: observe("pop"),
 			Weight:    func(r claimRequest) int { return r.limit },
 			Run:       e.runClaims,
 			Abandoned: func(r claimRequest, res claimResult) { e.giveBackNow(r.worker, res.jobs) },
@@ -85,15 +83,15 @@ func (e *Engine) newGroups() groups {
 
 // runSubmits serves a group of single submissions in one transaction,
 // handing jobs over to waiting pops where it can.
-func (e *Engine) runSubmits(ctx context.Context, jobs []store.NewJob) []submitOutcome {
+func (e *Engine) runSubmits(ctx context.Context, jobs []records.NewJob) []submitOutcome {
 	spans := e.startSubmissions(jobs)
 	takers := e.offerJobs(jobs)
-	var res []store.SubmitResult
+	var res []records.SubmitResult
 	defer func() { e.endOffers(takers, res) }() // after a panic midway
 	res, errs, notes := e.store.JobsSubmitEach(ctx, jobs)
 	endSubmissions(spans, res, errs, nil)
 	started := settleOffers(takers, res, errs)
-	e.publish(ctx, Effects{Ready: notes, Events: submittedEvents(jobs, res, errs), Started: started})
+	e.publish(ctx, effects{Effects: records.Effects{Ready: notes}, Events: submittedEvents(jobs, res, errs), Started: started})
 	if len(started) > 0 {
 		e.metrics.handoffs.Add(float64(len(started)))
 		e.handJobs(takers, res)

@@ -5,8 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agq/agq/engine/api"
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // limitedPops remembers the queues whose claims on this node found limits
@@ -69,24 +68,24 @@ func forgetOld(seen map[string]time.Time, now time.Time) {
 
 // RoomNotes wakes, for each queue whose pops limits held back, as many
 // pops as jobs of the queue, or of the type holding it, left running.
-func (e *Engine) RoomNotes(f store.Freed) []store.ReadyNote {
+func (e *Engine) RoomNotes(f records.Freed) []records.ReadyNote {
 	return e.limited.room(f, e.clock.Now())
 }
 
 // room is RoomNotes at now.
-func (l *limitedPops) room(f store.Freed, now time.Time) []store.ReadyNote {
+func (l *limitedPops) room(f records.Freed, now time.Time) []records.ReadyNote {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var notes []store.ReadyNote
+	var notes []records.ReadyNote
 	for q, n := range f.Queues {
 		if t, ok := l.queues[q]; ok && now.Sub(t) < limitedMemory {
-			notes = append(notes, store.ReadyNote{Queue: q, N: n})
+			notes = append(notes, records.ReadyNote{Queue: q, N: n})
 		}
 	}
 	for typ, n := range f.Types {
 		for q, t := range l.types[typ] {
 			if now.Sub(t) < limitedMemory {
-				notes = append(notes, store.ReadyNote{Queue: q, N: n})
+				notes = append(notes, records.ReadyNote{Queue: q, N: n})
 			}
 		}
 	}
@@ -94,23 +93,23 @@ func (l *limitedPops) room(f store.Freed, now time.Time) []store.ReadyNote {
 }
 
 // ConfigureQueue changes the queue's limits and answers those now in force.
-func (e *Engine) ConfigureQueue(ctx context.Context, name string, change api.LimitsChange) (api.Limits, error) {
-	limits, err := e.store.QueueConfigure(ctx, name, storeLimitsChange(change))
-	return apiLimits(limits), apiError(err)
+func (e *Engine) ConfigureQueue(ctx context.Context, name string, change records.LimitsChange) (records.Limits, error) {
+	limits, err := e.store.QueueConfigure(ctx, name, change)
+	return limits, err
 }
 
 // ConfigureType changes a job type's limits, counted across every queue,
 // and answers those now in force.
-func (e *Engine) ConfigureType(ctx context.Context, name string, change api.LimitsChange) (api.Limits, error) {
-	var limits store.Limits
-	err := e.transition(ctx, func() (Effects, error) {
+func (e *Engine) ConfigureType(ctx context.Context, name string, change records.LimitsChange) (records.Limits, error) {
+	var limits records.Limits
+	err := e.transition(ctx, func() (effects, error) {
 		var err error
-		if limits, err = e.store.TypeConfigure(ctx, name, storeLimitsChange(change)); err != nil {
-			return Effects{}, err
+		if limits, err = e.store.TypeConfigure(ctx, name, change); err != nil {
+			return effects{}, err
 		}
 		// Loosened limits may leave room at once: wake, on every node,
 		// the pops the type held back.
-		return Effects{Freed: store.Freed{Types: map[string]int{name: 1_000_000}}}, nil
+		return effects{Effects: records.Effects{Freed: records.Freed{Types: map[string]int{name: 1_000_000}}}}, nil
 	})
-	return apiLimits(limits), err
+	return limits, err
 }

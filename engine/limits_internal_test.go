@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // A job that left running wakes the pops that a queue's or a type's limits
@@ -15,7 +15,7 @@ func TestRoomIsForQueuesWhoseLimitsHeldPops(t *testing.T) {
 	var l limitedPops
 	l.sawQueue("capped", start)
 	l.sawType("slow", "mixed", start)
-	freed := store.Freed{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
+	freed := records.Freed{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
 
 	notes := l.room(freed, start.Add(time.Minute))
 	want := map[string]int{"capped": 2, "mixed": 1}

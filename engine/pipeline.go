@@ -4,26 +4,25 @@ import (
 	"context"
 	"time"
 
-	"github.com/agq/agq/engine/api"
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // SubmitLater adds one job to the node's next group of single submissions
 // at once and answers how to await its outcome, so that a pipeline of
 // submissions joins one group instead of waiting for a commit each, as
 // ReportLater does for reports.
-func (e *Engine) SubmitLater(job api.NewJob) (wait func(context.Context) (api.SubmitResult, error)) {
-	sj := storeNewJob(job)
-	if err := checkAfter([]store.NewJob{sj}); err != nil {
-		return func(context.Context) (api.SubmitResult, error) { return api.SubmitResult{}, err }
+func (e *Engine) SubmitLater(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error)) {
+	sj := job
+	if err := checkAfter([]records.NewJob{sj}); err != nil {
+		return func(context.Context) (records.SubmitResult, error) { return records.SubmitResult{}, err }
 	}
 	pending := e.groups.submits.Add(sj)
-	return func(ctx context.Context) (api.SubmitResult, error) {
+	return func(ctx context.Context) (records.SubmitResult, error) {
 		out, err := pending.Wait(ctx)
 		if err != nil {
-			return api.SubmitResult{}, apiError(err)
+			return records.SubmitResult{}, err
 		}
-		return apiSubmitResult(out.res), apiError(out.err)
+		return out.res, out.err
 	}
 }
 
@@ -36,7 +35,7 @@ func (e *Engine) SubmitLater(job api.NewJob) (wait func(context.Context) (api.Su
 // counts at least the jobs its own push made ready (plus, as for Push,
 // those handed at once to waiting pops), and a script filling an empty
 // queue sees 1, 2, 3… as Redis answers it.
-func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []api.Pushed) ([]int64, error) {
+func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []records.Pushed) ([]int64, error) {
 	now := e.clock.Now()
 	ready := make([]int64, len(pushes))
 	handed := make([]int64, len(pushes))
@@ -47,7 +46,7 @@ func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []api.Push
 	}
 	n, err := e.pushedDepth(ctx, queue, total)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	out := make([]int64, len(pushes))
 	var readySoFar, handedSoFar int64
@@ -62,7 +61,7 @@ func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []api.Push
 // pushCounts counts a push's jobs that it made ready and those handed at
 // once to waiting pops; jobs that existed already or are due later count
 // neither.
-func pushCounts(p api.Pushed, now time.Time) (ready, handed int64) {
+func pushCounts(p records.Pushed, now time.Time) (ready, handed int64) {
 	for i, r := range p.Results {
 		switch {
 		case !r.Created || p.Jobs[i].RunAt.After(now):

@@ -6,12 +6,13 @@ import (
 
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
 // Claim takes up to limit jobs for worker w from the first of the queues
 // that has any for it, in one claim shared with the node's other pops.
-func (e *Engine) Claim(ctx context.Context, w api.Worker, queues []string, limit int) (string, []api.Job, error) {
+func (e *Engine) Claim(ctx context.Context, w records.Worker, queues []string, limit int) (string, []records.Job, error) {
 	res, err := e.groups.claims.Do(ctx, claimRequest{worker: w.ID, caps: w.Capabilities, queues: queues, limit: limit})
 	if err == nil {
 		err = res.err
@@ -23,17 +24,17 @@ func (e *Engine) Claim(ctx context.Context, w api.Worker, queues []string, limit
 			// Without their parents the jobs cannot be delivered: they
 			// go back untouched.
 			e.giveBackNow(w.ID, res.jobs)
-			return "", nil, apiError(err)
+			return "", nil, err
 		}
-		jobs := apiJobs(res.jobs)
+		jobs := res.jobs
 		e.traceDeliveries(w.ID, jobs)
 		return res.queue, jobs, nil
-	case errors.As(err, &inactive) && inactive.State == store.WorkerDraining:
-		return "", nil, api.ErrWorkerDraining
+	case errors.As(err, &inactive) && inactive.State == records.WorkerDraining:
+		return "", nil, records.ErrWorkerDraining
 	case errors.As(err, &inactive):
-		return "", nil, &api.WorkerNotRegisteredError{ID: w.ID}
+		return "", nil, &records.WorkerNotRegisteredError{ID: w.ID}
 	}
-	return "", nil, apiError(err)
+	return "", nil, err
 }
 
 // PopWaiting takes up to limit jobs for worker w from the first of the
@@ -47,9 +48,9 @@ func (e *Engine) Claim(ctx context.Context, w api.Worker, queues []string, limit
 // waiter does not use — the job went to another, it took a job from another
 // queue, or it left — is passed on when it closes. A client seen leaving is
 // never handed a job: what was claimed or handed for it goes back.
-func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (api.Worker, error), queues []string, limit int, wait api.Wait) (string, []api.Job, error) {
+func (e *Engine) PopWaiting(ctx context.Context, w records.Worker, refresh func() (records.Worker, error), queues []string, limit int, wait api.Wait) (string, []records.Job, error) {
 	waiter := e.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, wait.OnWake())
-	var received []api.ReadyNote // wake-ups not yet used
+	var received []records.ReadyNote // wake-ups not yet used
 	defer func() {
 		if waiter != nil {
 			e.closeWaiter(waiter, received)
@@ -58,10 +59,10 @@ func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (a
 	for {
 		if job, ok := waiter.Handed(); ok {
 			if wait.Gone() {
-				e.giveBackNow(waiter.Worker(), []store.Job{storeJob(*job)})
-				return "", nil, api.ErrClientGone
+				e.giveBackNow(waiter.Worker(), []records.Job{*job})
+				return "", nil, records.ErrClientGone
 			}
-			jobs := []api.Job{*job}
+			jobs := []records.Job{*job}
 			e.traceDeliveries(waiter.Worker(), jobs)
 			return job.Queue, jobs, nil
 		}
@@ -69,7 +70,7 @@ func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (a
 		queue, jobs, err := e.Claim(claimCtx, w, queues, limit)
 		cancel()
 		switch {
-		case errors.Is(err, api.ErrCapabilitiesChanged):
+		case errors.Is(err, records.ErrCapabilitiesChanged):
 			// Registered again, elsewhere, with other capabilities.
 			if w, err = refresh(); err != nil {
 				return "", nil, err
@@ -78,7 +79,7 @@ func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (a
 			received = nil
 			waiter = e.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, wait.OnWake())
 			continue
-		case errors.Is(err, api.ErrWorkerDraining):
+		case errors.Is(err, records.ErrWorkerDraining):
 			// A draining worker gets nothing: wait out the timeout
 			// without taking wake-ups meant for others.
 			e.closeWaiter(waiter, received)
@@ -93,8 +94,8 @@ func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (a
 			}
 			if wait.Gone() {
 				// Claimed as the client left: give them back untouched.
-				e.giveBackNow(w.ID, storeJobs(jobs))
-				return "", nil, api.ErrClientGone
+				e.giveBackNow(w.ID, jobs)
+				return "", nil, records.ErrClientGone
 			}
 			return queue, jobs, nil
 		}
@@ -116,15 +117,15 @@ func (e *Engine) PopWaiting(ctx context.Context, w api.Worker, refresh func() (a
 
 // closeWaiter closes a pop's waiter, passing on its unused wake-ups, and
 // gives back a job handed to it that the pop did not take.
-func (e *Engine) closeWaiter(waiter *wakeup.Waiter, unused []api.ReadyNote) {
+func (e *Engine) closeWaiter(waiter *wakeup.Waiter, unused []records.ReadyNote) {
 	waiter.Close(unused...)
 	if job, ok := waiter.Handed(); ok {
-		e.giveBackNow(waiter.Worker(), []store.Job{storeJob(*job)})
+		e.giveBackNow(waiter.Worker(), []records.Job{*job})
 	}
 }
 
 // dropNoteFor removes one note for queue: the job just claimed used it.
-func dropNoteFor(notes []api.ReadyNote, queue string) []api.ReadyNote {
+func dropNoteFor(notes []records.ReadyNote, queue string) []records.ReadyNote {
 	for i, n := range notes {
 		if n.Queue == queue {
 			return append(notes[:i], notes[i+1:]...)
@@ -135,7 +136,7 @@ func dropNoteFor(notes []api.ReadyNote, queue string) []api.ReadyNote {
 
 // WaitJob blocks until job id ends, as JOB.WAIT: it answers the job once
 // completed, failed or cancelled, or found false when wait ends first.
-func (e *Engine) WaitJob(ctx context.Context, id string, wait api.JobWait) (api.Job, bool, error) {
+func (e *Engine) WaitJob(ctx context.Context, id string, wait api.JobWait) (records.Job, bool, error) {
 	jw := e.hub.NewJobWaiter(id, wait.OnWake())
 	defer jw.Close()
 	for {
@@ -143,13 +144,13 @@ func (e *Engine) WaitJob(ctx context.Context, id string, wait api.JobWait) (api.
 		j, err := e.store.JobGet(getCtx, id)
 		cancel()
 		if err != nil {
-			return apiJob(j), false, jobError(id, err)
+			return j, false, jobError(id, err)
 		}
-		if store.IsTerminal(j.Status) {
-			return apiJob(j), true, nil
+		if records.IsTerminal(j.Status) {
+			return j, true, nil
 		}
 		if done, err := wait.Next(jw.C()); done || err != nil {
-			return api.Job{}, false, err
+			return records.Job{}, false, err
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 func TestPopWaiting(t *testing.T) {
@@ -27,7 +27,7 @@ func TestPopWaiting(t *testing.T) {
 		if j.ID != "j1" || j.Attempt != 1 || j.Delivery == nil || *j.Delivery != *res.Delivered.Delivery {
 			t.Fatalf("popped %s attempt %d delivery %v, handed delivery %v", j.ID, j.Attempt, j.Delivery, res.Delivered.Delivery)
 		}
-		if got := b.get(t, "j1"); got.Status != api.StatusRunning || *got.WorkerID != "w1" {
+		if got := b.get(t, "j1"); got.Status != records.StatusRunning || *got.WorkerID != "w1" {
 			t.Fatalf("after the hand-off: status %s worker %v", got.Status, got.WorkerID)
 		}
 	})
@@ -36,7 +36,7 @@ func TestPopWaiting(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		popped := b.startPop(t, b.worker, newWait(deadline))
-		res, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1")})
+		res, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("j1")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,18 +114,18 @@ func TestPopWaitingOfAClientThatLeft(t *testing.T) {
 			popped := b.startPop(t, b.worker, wait)
 			wait.gone.Store(true)
 			if tt.batch {
-				if _, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1")}); err != nil {
+				if _, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("j1")}); err != nil {
 					t.Fatal(err)
 				}
 			} else if res := b.submit(t, newJob("j1")); res.Delivered == nil {
 				t.Fatal("the submission was not handed to the waiting pop")
 			}
 			r := receive(t, "the pop's end", popped)
-			if !errors.Is(r.err, api.ErrClientGone) || len(r.jobs) != 0 {
+			if !errors.Is(r.err, records.ErrClientGone) || len(r.jobs) != 0 {
 				t.Fatalf("pop: %d jobs, %v; want ErrClientGone", len(r.jobs), r.err)
 			}
 			got := b.get(t, "j1")
-			if got.Status != api.StatusQueued || got.Attempt != 0 || got.WorkerID != nil {
+			if got.Status != records.StatusQueued || got.Attempt != 0 || got.WorkerID != nil {
 				t.Fatalf("given back as status %s attempt %d worker %v, want queued at attempt 0", got.Status, got.Attempt, got.WorkerID)
 			}
 			if j := b.claimOne(t, b.worker); j.Attempt != 1 {

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -12,7 +12,7 @@ import (
 // node's next group of final reports, an acknowledgement or progress the
 // statement of the next group of those; a snooze takes the careful path
 // alone. Re-sending a report that took effect succeeds and changes nothing.
-func (e *Engine) Report(ctx context.Context, p api.Report) error {
+func (e *Engine) Report(ctx context.Context, p records.Report) error {
 	if wait, ok := e.ReportLater(p); ok {
 		return wait(ctx)
 	}
@@ -22,14 +22,14 @@ func (e *Engine) Report(ctx context.Context, p api.Report) error {
 // ReportLater adds a report to its group at once and answers how to await
 // its outcome, so that a pipeline of reports joins one group; false for a
 // snooze, which Report applies alone.
-func (e *Engine) ReportLater(r api.Report) (wait func(context.Context) error, ok bool) {
+func (e *Engine) ReportLater(r records.Report) (wait func(context.Context) error, ok bool) {
 	p := store.JobUpdateParams(r)
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	var g = e.groups.finishes
 	switch p.Status {
-	case store.StatusSnoozed:
+	case records.StatusSnoozed:
 		return nil, false
-	case "", store.StatusRunning:
+	case "", records.StatusRunning:
 		g = e.groups.acks
 	}
 	pending := g.Add(p)
@@ -44,17 +44,13 @@ func (e *Engine) ReportLater(r api.Report) (wait func(context.Context) error, ok
 func (e *Engine) snooze(ctx context.Context, p store.JobUpdateParams) error {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	traces := e.attemptTraces(ctx, []string{p.ID})
-	return e.transition(ctx, func() (Effects, error) {
+	return e.transition(ctx, func() (effects, error) {
 		sfx, err := e.store.JobUpdate(ctx, p)
 		if err == nil {
 			e.traceReports(traces, []store.JobUpdateParams{p}, nil, sfx.Moved)
 		}
-		// The snooze, or a failure past the limit, which releases the
-		// job's children.
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
-		if err == nil && len(sfx.Moved) > 0 {
-			fx.AsIs = []AsIs{named(store.StatusSnoozed, p.ID)}
-		}
-		return fx, jobError(p.ID, err)
+		// The snooze, or the job's end: failed past the limit, or
+		// cancelled when its cancellation was asked.
+		return stored(sfx, records.StatusSnoozed), jobError(p.ID, err)
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 func TestReport(t *testing.T) {
@@ -15,19 +15,19 @@ func TestReport(t *testing.T) {
 	tests := []struct {
 		name        string
 		maxAttempts int
-		report      func(r *api.Report)
+		report      func(r *records.Report)
 		// ended is the status a JOB.WAIT started before the report
 		// returns; "" when the job has not ended.
 		ended string
-		check func(t *testing.T, j api.Job)
+		check func(t *testing.T, j records.Job)
 	}{
 		{
 			name: "CompletedEndsTheJobWithItsResult",
-			report: func(r *api.Report) {
-				r.Status, r.Raw = api.StatusCompleted, json.RawMessage(`{"ok":true}`)
+			report: func(r *records.Report) {
+				r.Status, r.Raw = records.StatusCompleted, json.RawMessage(`{"ok":true}`)
 			},
-			ended: api.StatusCompleted,
-			check: func(t *testing.T, j api.Job) {
+			ended: records.StatusCompleted,
+			check: func(t *testing.T, j records.Job) {
 				var result struct{ OK bool }
 				if err := json.Unmarshal(j.Result, &result); err != nil || !result.OK || j.FinishedAt == nil {
 					t.Fatalf("result %s, finished at %v", j.Result, j.FinishedAt)
@@ -36,9 +36,9 @@ func TestReport(t *testing.T) {
 		},
 		{
 			name:   "FailedNotRetryableEndsTheJobFailed",
-			report: func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", false },
-			ended:  api.StatusFailed,
-			check: func(t *testing.T, j api.Job) {
+			report: func(r *records.Report) { r.Status, r.Error, r.Retryable = records.StatusFailed, "boom", false },
+			ended:  records.StatusFailed,
+			check: func(t *testing.T, j records.Job) {
 				if j.Attempt != 1 || errorCount(t, j) != 1 {
 					t.Fatalf("attempt %d, errors %s", j.Attempt, j.Errors)
 				}
@@ -47,26 +47,26 @@ func TestReport(t *testing.T) {
 		{
 			name:        "FailedOnTheLastAttemptEndsTheJobFailed",
 			maxAttempts: 1,
-			report:      func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", true },
-			ended:       api.StatusFailed,
+			report:      func(r *records.Report) { r.Status, r.Error, r.Retryable = records.StatusFailed, "boom", true },
+			ended:       records.StatusFailed,
 		},
 		{
 			name:   "FailedRetryableWithAttemptsLeftWaitsToRunAgain",
-			report: func(r *api.Report) { r.Status, r.Error, r.Retryable = api.StatusFailed, "boom", true },
-			check: func(t *testing.T, j api.Job) {
+			report: func(r *records.Report) { r.Status, r.Error, r.Retryable = records.StatusFailed, "boom", true },
+			check: func(t *testing.T, j records.Job) {
 				// Retried at once (backoff 0): a retrying job due now reads as queued.
-				if j.Status != api.StatusQueued || j.Attempt != 1 || j.WorkerID != nil || errorCount(t, j) != 1 {
+				if j.Status != records.StatusQueued || j.Attempt != 1 || j.WorkerID != nil || errorCount(t, j) != 1 {
 					t.Fatalf("status %s attempt %d worker %v errors %s", j.Status, j.Attempt, j.WorkerID, j.Errors)
 				}
 			},
 		},
 		{
 			name: "SnoozedWaitsUntilLaterWithItsAttemptGivenBack",
-			report: func(r *api.Report) {
-				r.Status, r.SnoozeFor = api.StatusSnoozed, time.Hour
+			report: func(r *records.Report) {
+				r.Status, r.SnoozeFor = records.StatusSnoozed, time.Hour
 			},
-			check: func(t *testing.T, j api.Job) {
-				if j.Status != api.StatusScheduled || j.Attempt != 0 || j.WorkerID != nil {
+			check: func(t *testing.T, j records.Job) {
+				if j.Status != records.StatusScheduled || j.Attempt != 0 || j.WorkerID != nil {
 					t.Fatalf("status %s attempt %d worker %v", j.Status, j.Attempt, j.WorkerID)
 				}
 				if until := time.Until(j.RunAt); until < 55*time.Minute || until > 65*time.Minute {
@@ -76,26 +76,26 @@ func TestReport(t *testing.T) {
 		},
 		{
 			name: "ProgressKeepsTheJobRunning",
-			report: func(r *api.Report) {
+			report: func(r *records.Report) {
 				r.Status, r.Raw = "", json.RawMessage(`{"progress_percent":40}`)
 			},
-			check: func(t *testing.T, j api.Job) {
+			check: func(t *testing.T, j records.Job) {
 				var progress struct {
 					Percent int `json:"progress_percent"`
 				}
 				if err := json.Unmarshal(j.Progress, &progress); err != nil || progress.Percent != 40 {
 					t.Fatalf("progress %s", j.Progress)
 				}
-				if j.Status != api.StatusRunning || j.Attempt != 1 || *j.WorkerID != "w1" {
+				if j.Status != records.StatusRunning || j.Attempt != 1 || *j.WorkerID != "w1" {
 					t.Fatalf("status %s attempt %d worker %v", j.Status, j.Attempt, j.WorkerID)
 				}
 			},
 		},
 		{
 			name:   "RunningAcknowledgesAndKeepsTheJobRunning",
-			report: func(r *api.Report) { r.Status = api.StatusRunning },
-			check: func(t *testing.T, j api.Job) {
-				if j.Status != api.StatusRunning || j.Attempt != 1 || j.AckDeadline != nil {
+			report: func(r *records.Report) { r.Status = records.StatusRunning },
+			check: func(t *testing.T, j records.Job) {
+				if j.Status != records.StatusRunning || j.Attempt != 1 || j.AckDeadline != nil {
 					t.Fatalf("status %s attempt %d ack deadline %v", j.Status, j.Attempt, j.AckDeadline)
 				}
 			},
@@ -145,7 +145,7 @@ func TestReport(t *testing.T) {
 		claimed := b.submitAndClaim(t, newJob("j1"))
 		w2 := b.registerWorker(t, "w2")
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		r := report(claimed, "w1", api.StatusFailed)
+		r := report(claimed, "w1", records.StatusFailed)
 		r.Error, r.Retryable = "boom", true
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestReport(t *testing.T) {
 	t.Run("ReportsAddedToOneGroupEachTakeEffect", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		if _, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("j1"), newJob("j2")}); err != nil {
+		if _, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("j1"), newJob("j2")}); err != nil {
 			t.Fatal(err)
 		}
 		_, jobs, err := b.engine.Claim(b.ctx, b.worker, []string{"q"}, 2)
@@ -168,7 +168,7 @@ func TestReport(t *testing.T) {
 		}
 		var waits []func() error
 		for _, j := range jobs {
-			wait, ok := b.engine.ReportLater(report(j, "w1", api.StatusCompleted))
+			wait, ok := b.engine.ReportLater(report(j, "w1", records.StatusCompleted))
 			if !ok {
 				t.Fatal("a final report was not grouped")
 			}
@@ -180,17 +180,17 @@ func TestReport(t *testing.T) {
 			}
 		}
 		for _, id := range []string{"j1", "j2"} {
-			if got := b.get(t, id); got.Status != api.StatusCompleted {
+			if got := b.get(t, id); got.Status != records.StatusCompleted {
 				t.Fatalf("%s is %s", id, got.Status)
 			}
 		}
-		if _, ok := b.engine.ReportLater(api.Report{ID: "j1", Status: api.StatusSnoozed}); ok {
+		if _, ok := b.engine.ReportLater(records.Report{ID: "j1", Status: records.StatusSnoozed}); ok {
 			t.Fatal("a snooze was grouped")
 		}
 	})
 }
 
-func errorCount(t *testing.T, j api.Job) int {
+func errorCount(t *testing.T, j records.Job) int {
 	t.Helper()
 	var errs []json.RawMessage
 	if err := json.Unmarshal(j.Errors, &errs); err != nil {
@@ -206,28 +206,28 @@ func TestReportRefusals(t *testing.T) {
 		name string
 		// report prepares the case from a job w1 holds and returns the
 		// report to refuse.
-		report func(t *testing.T, b *testBundle, held api.Job) api.Report
+		report func(t *testing.T, b *testBundle, held records.Job) records.Report
 		check  func(t *testing.T, err error)
 		// status is the job's status after the refusal.
 		status string
 	}{
 		{
 			name: "AnotherWorkersReportIsNotTheOwners",
-			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
+			report: func(t *testing.T, b *testBundle, held records.Job) records.Report {
 				b.registerWorker(t, "w2")
-				return api.Report{ID: held.ID, WorkerID: "w2", Status: api.StatusCompleted}
+				return records.Report{ID: held.ID, WorkerID: "w2", Status: records.StatusCompleted}
 			},
 			check: func(t *testing.T, err error) {
-				var owner *api.NotOwnerError
+				var owner *records.NotOwnerError
 				if !errors.As(err, &owner) || owner.Owner != "w1" {
 					t.Fatalf("got %v, want NotOwnerError naming w1", err)
 				}
 			},
-			status: api.StatusRunning,
+			status: records.StatusRunning,
 		},
 		{
 			name: "AReportAboutAnEarlierDeliveryIsStale",
-			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
+			report: func(t *testing.T, b *testBundle, held records.Job) records.Report {
 				if err := b.engine.UnregisterWorker(b.ctx, "w1"); err != nil {
 					t.Fatal(err)
 				}
@@ -235,48 +235,48 @@ func TestReportRefusals(t *testing.T) {
 				if again := b.claimOne(t, b.worker); *again.Delivery == *held.Delivery {
 					t.Fatal("the second delivery has the first one's token")
 				}
-				return api.Report{ID: held.ID, WorkerID: "w1", Status: api.StatusCompleted, Delivery: *held.Delivery}
+				return records.Report{ID: held.ID, WorkerID: "w1", Status: records.StatusCompleted, Delivery: *held.Delivery}
 			},
 			check: func(t *testing.T, err error) {
-				var stale *api.StaleDeliveryError
+				var stale *records.StaleDeliveryError
 				if !errors.As(err, &stale) {
 					t.Fatalf("got %v, want StaleDeliveryError", err)
 				}
 			},
-			status: api.StatusRunning,
+			status: records.StatusRunning,
 		},
 		{
 			name: "AReportAfterCancelIsCancelled",
-			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
+			report: func(t *testing.T, b *testBundle, held records.Job) records.Report {
 				if err := b.engine.CancelJob(b.ctx, held.ID); err != nil {
 					t.Fatal(err)
 				}
-				return report(held, "w1", api.StatusCompleted)
+				return report(held, "w1", records.StatusCompleted)
 			},
 			check: func(t *testing.T, err error) {
-				if !errors.Is(err, api.ErrJobCancelled) {
+				if !errors.Is(err, records.ErrJobCancelled) {
 					t.Fatalf("got %v, want ErrJobCancelled", err)
 				}
 			},
-			status: api.StatusCancelled,
+			status: records.StatusCancelled,
 		},
 		{
 			name: "AnotherStatusAboutACompletedJobIsAStateError",
-			report: func(t *testing.T, b *testBundle, held api.Job) api.Report {
-				if err := b.engine.Report(b.ctx, report(held, "w1", api.StatusCompleted)); err != nil {
+			report: func(t *testing.T, b *testBundle, held records.Job) records.Report {
+				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
 					t.Fatal(err)
 				}
-				r := report(held, "w1", api.StatusFailed)
+				r := report(held, "w1", records.StatusFailed)
 				r.Error = "late"
 				return r
 			},
 			check: func(t *testing.T, err error) {
-				var state *api.StateError
-				if !errors.As(err, &state) || state.Status != api.StatusCompleted {
+				var state *records.StateError
+				if !errors.As(err, &state) || state.Status != records.StatusCompleted {
 					t.Fatalf("got %v, want StateError naming completed", err)
 				}
 			},
-			status: api.StatusCompleted,
+			status: records.StatusCompleted,
 		},
 	}
 	for _, tt := range tests {
@@ -297,18 +297,18 @@ func TestReportRefusals(t *testing.T) {
 		t.Parallel()
 		b := setupWith(t, func(cfg *engine.Config) { cfg.MaxSnoozes = 1 })
 		held := b.submitAndClaim(t, newJob("j1"))
-		r := report(held, "w1", api.StatusSnoozed) // due again at once
+		r := report(held, "w1", records.StatusSnoozed) // due again at once
 		if err := b.engine.Report(b.ctx, r); err != nil {
 			t.Fatalf("first snooze: %v", err)
 		}
 		held = b.claimOne(t, b.worker)
-		err := b.engine.Report(b.ctx, report(held, "w1", api.StatusSnoozed))
+		err := b.engine.Report(b.ctx, report(held, "w1", records.StatusSnoozed))
 		requireJobError(t, err, "j1")
-		var limit *api.SnoozeLimitError
+		var limit *records.SnoozeLimitError
 		if !errors.As(err, &limit) || limit.Snoozes != 1 {
 			t.Fatalf("got %v, want SnoozeLimitError after 1 snooze", err)
 		}
-		if got := b.get(t, "j1"); got.Status != api.StatusFailed {
+		if got := b.get(t, "j1"); got.Status != records.StatusFailed {
 			t.Fatalf("status %s, want failed", got.Status)
 		}
 	})
@@ -316,10 +316,10 @@ func TestReportRefusals(t *testing.T) {
 	t.Run("AReportAboutAnUnknownJobIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, status := range []string{"", api.StatusRunning, api.StatusCompleted, api.StatusSnoozed} {
-			err := b.engine.Report(b.ctx, api.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
+		for _, status := range []string{"", records.StatusRunning, records.StatusCompleted, records.StatusSnoozed} {
+			err := b.engine.Report(b.ctx, records.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
 			requireJobError(t, err, "missing")
-			if !errors.Is(err, api.ErrNotFound) {
+			if !errors.Is(err, records.ErrNotFound) {
 				t.Fatalf("status %q: got %v, want ErrNotFound", status, err)
 			}
 		}
@@ -334,8 +334,8 @@ func TestReportTheSameFinalReportTwice(t *testing.T) {
 		name   string
 		status string
 	}{
-		{name: "CompletedTwiceIsOneCompletion", status: api.StatusCompleted},
-		{name: "FailedTwiceIsOneFailure", status: api.StatusFailed},
+		{name: "CompletedTwiceIsOneCompletion", status: records.StatusCompleted},
+		{name: "FailedTwiceIsOneFailure", status: records.StatusFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

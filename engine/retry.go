@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // Defaults of RetryPolicy: a failed job waits at most an hour (before
@@ -33,11 +33,11 @@ type RetryPolicy struct {
 	Rand func() float64
 }
 
-var _ store.RetryPolicy = RetryPolicy{}
+var _ records.RetryRule = RetryPolicy{}
 
 // NextRetry decides whether the failed attempt f runs again, and after how
 // long.
-func (p RetryPolicy) NextRetry(f store.Failure) (retry bool, delay time.Duration) {
+func (p RetryPolicy) NextRetry(f records.Failure) (retry bool, delay time.Duration) {
 	if !f.Retryable || f.Attempt >= f.MaxAttempts {
 		return false, 0
 	}

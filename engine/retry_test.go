@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine"
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 func TestRetryPolicyNextRetry(t *testing.T) {
@@ -14,46 +14,46 @@ func TestRetryPolicyNextRetry(t *testing.T) {
 	tests := []struct {
 		name      string
 		policy    engine.RetryPolicy
-		failure   store.Failure
+		failure   records.Failure
 		wantRetry bool
 		want      time.Duration
 	}{
 		{"FirstAttemptWaitsTheBackoff", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 1, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, time.Second},
+			records.Failure{Attempt: 1, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, time.Second},
 		{"SecondAttemptWaitsTwice", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, 2 * time.Second},
+			records.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, 2 * time.Second},
 		{"FourthAttemptWaitsEightTimes", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 4, MaxAttempts: 5, BackoffSeconds: 1.5, Retryable: true}, true, 12 * time.Second},
+			records.Failure{Attempt: 4, MaxAttempts: 5, BackoffSeconds: 1.5, Retryable: true}, true, 12 * time.Second},
 		{"AttemptZeroCountsAsTheFirst", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 0, MaxAttempts: 5, BackoffSeconds: 3, Retryable: true}, true, 3 * time.Second},
+			records.Failure{Attempt: 0, MaxAttempts: 5, BackoffSeconds: 3, Retryable: true}, true, 3 * time.Second},
 		{"LongBackoffIsCappedAtAnHour", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 20, MaxAttempts: 100, BackoffSeconds: 10, Retryable: true}, true, time.Hour},
+			records.Failure{Attempt: 20, MaxAttempts: 100, BackoffSeconds: 10, Retryable: true}, true, time.Hour},
 		{"HugeAttemptIsCappedAtAnHour", engine.RetryPolicy{Rand: middle},
-			store.Failure{Attempt: 5000, MaxAttempts: 10000, BackoffSeconds: 1, Retryable: true}, true, time.Hour},
+			records.Failure{Attempt: 5000, MaxAttempts: 10000, BackoffSeconds: 1, Retryable: true}, true, time.Hour},
 		{"CapIsConfigurable", engine.RetryPolicy{Rand: middle, MaxDelay: time.Minute},
-			store.Failure{Attempt: 10, MaxAttempts: 20, BackoffSeconds: 1, Retryable: true}, true, time.Minute},
+			records.Failure{Attempt: 10, MaxAttempts: 20, BackoffSeconds: 1, Retryable: true}, true, time.Minute},
 		{"JitterAtItsLowest", engine.RetryPolicy{Rand: func() float64 { return 0 }},
-			store.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 10, Retryable: true}, true, 32 * time.Second},
+			records.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 10, Retryable: true}, true, 32 * time.Second},
 		{"JitterAtItsHighest", engine.RetryPolicy{Rand: func() float64 { return 1 }},
-			store.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 10, Retryable: true}, true, 48 * time.Second},
+			records.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 10, Retryable: true}, true, 48 * time.Second},
 		{"JitterAppliesAfterTheCap", engine.RetryPolicy{Rand: func() float64 { return 1 }},
-			store.Failure{Attempt: 30, MaxAttempts: 50, BackoffSeconds: 1, Retryable: true}, true, 72 * time.Minute},
+			records.Failure{Attempt: 30, MaxAttempts: 50, BackoffSeconds: 1, Retryable: true}, true, 72 * time.Minute},
 		{"NegativeJitterMeansNone", engine.RetryPolicy{Jitter: -1, Rand: func() float64 { return 1 }},
-			store.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, 2 * time.Second},
+			records.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, true, 2 * time.Second},
 		{"BackoffZeroRetriesAtOnce", engine.RetryPolicy{},
-			store.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 0, Retryable: true}, true, 0},
+			records.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 0, Retryable: true}, true, 0},
 		{"NegativeBackoffRetriesAtOnce", engine.RetryPolicy{},
-			store.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: -4, Retryable: true}, true, 0},
+			records.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: -4, Retryable: true}, true, 0},
 		{"LostJobRetriesAtOnce", engine.RetryPolicy{},
-			store.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 30, Retryable: true, Lost: true}, true, 0},
+			records.Failure{Attempt: 2, MaxAttempts: 5, BackoffSeconds: 30, Retryable: true, Lost: true}, true, 0},
 		{"NotRetryableFails", engine.RetryPolicy{},
-			store.Failure{Attempt: 1, MaxAttempts: 5, BackoffSeconds: 1, Retryable: false}, false, 0},
+			records.Failure{Attempt: 1, MaxAttempts: 5, BackoffSeconds: 1, Retryable: false}, false, 0},
 		{"LastAttemptFails", engine.RetryPolicy{},
-			store.Failure{Attempt: 5, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, false, 0},
+			records.Failure{Attempt: 5, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, false, 0},
 		{"AttemptsPastTheMaximumFail", engine.RetryPolicy{},
-			store.Failure{Attempt: 7, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, false, 0},
+			records.Failure{Attempt: 7, MaxAttempts: 5, BackoffSeconds: 1, Retryable: true}, false, 0},
 		{"LostJobOnItsLastAttemptFails", engine.RetryPolicy{},
-			store.Failure{Attempt: 3, MaxAttempts: 3, BackoffSeconds: 1, Retryable: true, Lost: true}, false, 0},
+			records.Failure{Attempt: 3, MaxAttempts: 3, BackoffSeconds: 1, Retryable: true, Lost: true}, false, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,7 +69,7 @@ func TestRetryPolicyNextRetry(t *testing.T) {
 func TestRetryPolicyJitterStaysWithinAFifth(t *testing.T) {
 	t.Parallel()
 	var p engine.RetryPolicy
-	f := store.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 2, Retryable: true} // 8 s
+	f := records.Failure{Attempt: 3, MaxAttempts: 5, BackoffSeconds: 2, Retryable: true} // 8 s
 	lo, hi := 6400*time.Millisecond, 9600*time.Millisecond
 	seen := map[time.Duration]bool{}
 	for range 1000 {

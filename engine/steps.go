@@ -6,8 +6,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -18,19 +18,19 @@ import (
 // calls take the careful path alone.
 
 // checkStep refuses a step id that breaks its rule.
-func checkStep(p api.StepParams) error {
+func checkStep(p records.StepParams) error {
 	if !names.Step(p.StepID) {
-		return &api.InvalidNameError{What: "step_id", Rule: names.StepRule}
+		return &records.InvalidNameError{What: "step_id", Rule: names.StepRule}
 	}
 	return nil
 }
 
 // stepError names the job a step call's refusal is about.
 func stepError(id string, err error) error {
-	var notBegun *store.StepNotBegunError
-	var attempts *store.StepAttemptsError
-	var kind *store.StepKindError
-	var limit *store.StepLimitError
+	var notBegun *records.StepNotBegunError
+	var attempts *records.StepAttemptsError
+	var kind *records.StepKindError
+	var limit *records.StepLimitError
 	if errors.As(err, &notBegun) || errors.As(err, &attempts) || errors.As(err, &kind) || errors.As(err, &limit) {
 		return refused(id, err)
 	}
@@ -40,20 +40,20 @@ func stepError(id string, err error) error {
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
 // completed with in an earlier delivery for an equal input. It shares the
 // commit of the next group of begins.
-func (e *Engine) StepBegin(ctx context.Context, p api.StepBeginParams) (api.StepBeginResult, error) {
+func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return api.StepBeginResult{}, err
+		return records.StepBeginResult{}, err
 	}
-	res, err := e.groups.stepBegins.Add(storeStepBegin(p)).Wait(ctx)
+	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
 	if err != nil {
-		return api.StepBeginResult{}, jobError(p.JobID, err)
+		return records.StepBeginResult{}, jobError(p.JobID, err)
 	}
-	return api.StepBeginResult(res.Result), stepError(p.JobID, res.Err)
+	return res.Result, stepError(p.JobID, res.Err)
 }
 
 // runStepBegins serves a group of STEP.BEGINs; a begin past its step's
 // attempts fails the job.
-func (e *Engine) runStepBegins(ctx context.Context, calls []store.StepBeginParams) []store.StepBeginOutcome {
+func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginParams) []store.StepBeginOutcome {
 	res, sfx := e.store.StepsBegin(ctx, calls)
 	e.publish(ctx, stepEffects(sfx))
 	return res
@@ -61,17 +61,17 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []store.StepBeginParam
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
 // commit of the next group of completions.
-func (e *Engine) StepComplete(ctx context.Context, p api.StepParams, output json.RawMessage) error {
+func (e *Engine) StepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) error {
 	return e.StepCompleteLater(p, output)(ctx)
 }
 
 // StepCompleteLater adds a STEP.COMPLETE to its group at once and answers
 // how to await its outcome, as ReportLater does for reports.
-func (e *Engine) StepCompleteLater(p api.StepParams, output json.RawMessage) (wait func(context.Context) error) {
+func (e *Engine) StepCompleteLater(p records.StepParams, output json.RawMessage) (wait func(context.Context) error) {
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}
-	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: store.StepParams(p), Output: output})
+	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
 	return func(ctx context.Context) error {
 		res, gerr := pending.Wait(ctx)
 		if gerr != nil {
@@ -108,25 +108,25 @@ func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepComplet
 
 // StepFail is STEP.FAIL: the job's attempt ends with the step's failure,
 // retried or final as the retry policy decides with the step's attempts.
-func (e *Engine) StepFail(ctx context.Context, p api.StepFailParams) (api.StepFailResult, error) {
+func (e *Engine) StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return api.StepFailResult{}, err
+		return records.StepFailResult{}, err
 	}
-	var res store.StepFailResult
-	t, traced := e.stepTrace(ctx, store.StepParams(p.StepParams))
-	err := e.transition(ctx, func() (Effects, error) {
-		var sfx store.Effects
+	var res records.StepFailResult
+	t, traced := e.stepTrace(ctx, p.StepParams)
+	err := e.transition(ctx, func() (effects, error) {
+		var sfx records.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepFail(ctx, storeStepFail(p))
+		res, changed, sfx, err = e.store.StepFail(ctx, p)
 		fx := stepEffects(sfx)
 		if changed {
-			fx.AsIs = append([]AsIs{stepNamed("step_failed", store.StepParams(p.StepParams))}, fx.AsIs...)
+			fx.AsIs = append([]AsIs{stepNamed("step_failed", p.StepParams)}, fx.AsIs...)
 			if traced {
 				// The step's failure ends the job's attempt too.
-				now, outcome := time.Now(), store.StatusFailed
+				now, outcome := time.Now(), records.StatusFailed
 				if res.Retry {
-					outcome = store.StatusRetrying
+					outcome = records.StatusRetrying
 				}
 				e.trace.StepEnded(attemptOf(t), p.StepID, t.StepBeganAt, now, p.Message)
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, now, outcome, p.Message)
@@ -134,61 +134,55 @@ func (e *Engine) StepFail(ctx context.Context, p api.StepFailParams) (api.StepFa
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return api.StepFailResult(res), err
+	return res, err
 }
 
 // StepSleep is STEP.SLEEP: the job sleeps until its wake time, or, in a
 // delivery after it woke, carries on.
-func (e *Engine) StepSleep(ctx context.Context, p api.StepSleepParams) (api.StepSleepResult, error) {
+func (e *Engine) StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error) {
 	if err := checkStep(p.StepParams); err != nil {
-		return api.StepSleepResult{}, err
+		return records.StepSleepResult{}, err
 	}
-	var res store.StepSleepResult
+	var res records.StepSleepResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})
-	err := e.transition(ctx, func() (Effects, error) {
-		var sfx store.Effects
+	err := e.transition(ctx, func() (effects, error) {
+		var sfx records.Effects
 		var changed bool
 		var err error
-		res, changed, sfx, err = e.store.StepSleep(ctx, storeStepSleep(p))
-		fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
+		res, changed, sfx, err = e.store.StepSleep(ctx, p)
+		// A sleeping job is announced with its step below; one that
+		// ended (its cancellation asked) by its status.
+		fx := stored(sfx, "")
 		if changed {
-			fx.AsIs = []AsIs{stepNamed("sleeping", store.StepParams(p.StepParams))}
+			fx.AsIs = []AsIs{stepNamed("sleeping", p.StepParams)}
 			if t, ok := traces[p.JobID]; ok && res.Sleeping {
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, time.Now(), "sleeping", "")
 			}
 		}
 		return fx, stepError(p.JobID, err)
 	})
-	return api.StepSleepResult(res), err
+	return res, err
 }
 
 // JobSteps is JOB.STEPS: a page of the job's steps in the order first
 // begun. A worker (p.Holder) reads only the steps of a job it holds.
-func (e *Engine) JobSteps(ctx context.Context, p api.JobStepsParams) ([]api.Step, error) {
-	steps, err := e.store.JobSteps(ctx, store.JobStepsParams(p))
-	if errors.Is(err, store.ErrNotHolder) {
-		err = api.ErrStepsNotHolder
+func (e *Engine) JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error) {
+	steps, err := e.store.JobSteps(ctx, p)
+	if errors.Is(err, records.ErrNotHolder) {
+		err = records.ErrStepsNotHolder
 	}
-	if errors.Is(err, api.ErrStepsNotHolder) || errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, records.ErrStepsNotHolder) || errors.Is(err, records.ErrNotFound) {
 		return nil, refused(p.JobID, err)
 	}
-	return apiSteps(steps), apiError(err)
+	return steps, err
 }
 
 // stepEffects are the effects of a step call that may have ended the job's
-// attempt: announced as the job then is (retrying, failed, cancelled). A
-// job it ended releases its children right after the commit, as a report's
-// end does.
-func stepEffects(sfx store.Effects) Effects {
-	fx := Effects{Ready: sfx.Ready, Done: sfx.Done, Freed: sfx.Freed, Parents: sfx.Done}
-	if len(sfx.Moved) > 0 {
-		fx.AsIs = []AsIs{finishedAsIs(sfx.Moved)}
-	}
-	return fx
-}
+// attempt: announced as the job then is (retrying, failed, cancelled).
+func stepEffects(sfx records.Effects) effects { return stored(sfx, records.StatusRetrying) }
 
 // stepNamed announces a step's event on its job.
-func stepNamed(event string, p store.StepParams) AsIs {
+func stepNamed(event string, p records.StepParams) AsIs {
 	a := named(event, p.JobID)
 	a.StepID = p.StepID
 	return a

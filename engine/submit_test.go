@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 func TestSubmit(t *testing.T) {
@@ -27,7 +27,7 @@ func TestSubmit(t *testing.T) {
 			t.Fatalf("claimed job: id %s attempt %d delivery %v", j.ID, j.Attempt, j.Delivery)
 		}
 		got := b.get(t, "j1")
-		if got.Status != api.StatusRunning || got.WorkerID == nil || *got.WorkerID != "w1" {
+		if got.Status != records.StatusRunning || got.WorkerID == nil || *got.WorkerID != "w1" {
 			t.Fatalf("after the claim: status %s worker %v", got.Status, got.WorkerID)
 		}
 	})
@@ -35,7 +35,7 @@ func TestSubmit(t *testing.T) {
 	t.Run("ABatchIsStoredInOrderAndEachJobIsClaimable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		res, err := b.engine.SubmitBatch(b.ctx, []api.NewJob{newJob("b1"), newJob("b2"), newJob("b3")})
+		res, err := b.engine.SubmitBatch(b.ctx, []records.NewJob{newJob("b1"), newJob("b2"), newJob("b3")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestSubmit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.submit(t, newJob("p0"))
-		n, err := b.engine.Push(b.ctx, "q", []api.NewJob{newJob("p1"), newJob("p2")})
+		n, err := b.engine.Push(b.ctx, "q", []records.NewJob{newJob("p1"), newJob("p2")})
 		if err != nil || n != 3 {
 			t.Fatalf("push: %d, %v; want 3", n, err)
 		}
@@ -71,7 +71,7 @@ func TestSubmit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		popped := b.startPop(t, b.worker, newWait(deadline))
-		n, err := b.engine.Push(b.ctx, "q", []api.NewJob{newJob("p1")})
+		n, err := b.engine.Push(b.ctx, "q", []records.NewJob{newJob("p1")})
 		if err != nil || n != 1 {
 			t.Fatalf("push: %d, %v; want 1", n, err)
 		}
@@ -90,7 +90,7 @@ func TestSubmitTheSameID(t *testing.T) {
 	tests := []struct {
 		name  string
 		batch bool
-		again api.NewJob
+		again records.NewJob
 		// exists says the submission is refused with JobExistsError.
 		exists bool
 	}{
@@ -104,18 +104,18 @@ func TestSubmitTheSameID(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			b.submit(t, newJob("j1"))
-			var res api.SubmitResult
+			var res records.SubmitResult
 			var err error
 			if tt.batch {
-				var all []api.SubmitResult
-				if all, err = b.engine.SubmitBatch(b.ctx, []api.NewJob{tt.again}); err == nil {
+				var all []records.SubmitResult
+				if all, err = b.engine.SubmitBatch(b.ctx, []records.NewJob{tt.again}); err == nil {
 					res = all[0]
 				}
 			} else {
 				res, err = b.engine.Submit(b.ctx, tt.again)
 			}
 			if tt.exists {
-				var exists *api.JobExistsError
+				var exists *records.JobExistsError
 				if !errors.As(err, &exists) || exists.ID != "j1" {
 					t.Fatalf("got %v (%T), want JobExistsError for j1", err, err)
 				}

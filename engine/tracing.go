@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/tracing"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -18,7 +18,7 @@ import (
 
 // startSubmissions opens the submission spans of jobs, setting on each the
 // trace context it is stored with; nil when tracing is off.
-func (e *Engine) startSubmissions(jobs []store.NewJob) []tracing.Submission {
+func (e *Engine) startSubmissions(jobs []records.NewJob) []tracing.Submission {
 	if e.trace == nil {
 		return nil
 	}
@@ -34,7 +34,7 @@ func (e *Engine) startSubmissions(jobs []store.NewJob) []tracing.Submission {
 // endSubmissions closes the spans startSubmissions opened once the jobs'
 // outcomes are known; errs nil when the submission failed as a whole with
 // err.
-func endSubmissions(subs []tracing.Submission, res []store.SubmitResult, errs []error, err error) {
+func endSubmissions(subs []tracing.Submission, res []records.SubmitResult, errs []error, err error) {
 	for i, s := range subs {
 		created := err == nil && i < len(res) && res[i].Created
 		jobErr := err
@@ -47,7 +47,7 @@ func endSubmissions(subs []tracing.Submission, res []store.SubmitResult, errs []
 
 // traceDeliveries records how long each delivered job waited and gives it
 // the traceparent of its attempt's span, which its worker's spans join.
-func (e *Engine) traceDeliveries(worker string, jobs []api.Job) {
+func (e *Engine) traceDeliveries(worker string, jobs []records.Job) {
 	if e.trace == nil {
 		return
 	}
@@ -101,7 +101,7 @@ func attemptOf(t store.AttemptTrace) tracing.Attempt {
 // stepTrace reads, before a step call ends the step, the job's delivery
 // and when the step began; found false when tracing is off or the job
 // carries no trace context.
-func (e *Engine) stepTrace(ctx context.Context, p store.StepParams) (store.AttemptTrace, bool) {
+func (e *Engine) stepTrace(ctx context.Context, p records.StepParams) (store.AttemptTrace, bool) {
 	if e.trace == nil {
 		return store.AttemptTrace{}, false
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/registry"
 	"github.com/agq/agq/store"
 )
@@ -13,9 +13,9 @@ import (
 // ParseRegistration validates a WORKER.REGISTER document: the worker to
 // register (its principal left for the caller) and the jobs it says it
 // runs, nil when it does not say.
-func (e *Engine) ParseRegistration(raw []byte) (api.Worker, []string, error) {
+func (e *Engine) ParseRegistration(raw []byte) (records.Worker, []string, error) {
 	w, running, err := registry.ParseRegistration(raw)
-	return api.Worker(w), running, apiError(err)
+	return w, running, err
 }
 
 // RegisterWorker records w as registered and active. The same worker
@@ -23,32 +23,32 @@ func (e *Engine) ParseRegistration(raw []byte) (api.Worker, []string, error) {
 // keeps the jobs it holds; held jobs it does not list in running, when it
 // lists them, were lost with an earlier process and go back to their
 // queues. Its pops blocked on any node look again under its capabilities.
-func (e *Engine) RegisterWorker(ctx context.Context, w api.Worker, running []string) error {
-	return e.transition(ctx, func() (Effects, error) {
-		ended, err := e.store.WorkerRegister(ctx, store.Worker(w), e.Lease(), running)
+func (e *Engine) RegisterWorker(ctx context.Context, w records.Worker, running []string) error {
+	return e.transition(ctx, func() (effects, error) {
+		ended, err := e.store.WorkerRegister(ctx, w, e.Lease(), running)
 		if err != nil {
-			return Effects{}, err
+			return effects{}, err
 		}
-		return Effects{Messages: e.workerEvents(w.ID, "registered"), Parents: ended}, nil
+		return effects{Effects: records.Effects{Parents: ended}, Messages: e.workerEvents(w.ID, "registered")}, nil
 	})
 }
 
 // Heartbeat records that worker id is alive and extends the leases of the
 // jobs it holds.
-func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (api.HeartbeatResult, error) {
+func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (records.HeartbeatResult, error) {
 	res, err := e.store.WorkerHeartbeat(ctx, id, stats, e.Lease())
-	return api.HeartbeatResult(res), workerError(id, err)
+	return res, workerError(id, err)
 }
 
 // UnregisterWorker ends a worker's registration; the jobs it still holds
 // go back to their queues at once.
 func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (Effects, error) {
+	return e.transition(ctx, func() (effects, error) {
 		ended, err := e.store.WorkerUnregister(ctx, id)
 		if err != nil {
-			return Effects{}, workerError(id, err)
+			return effects{}, workerError(id, err)
 		}
-		return Effects{Messages: e.workerEvents(id, "unregistered"), Parents: ended}, nil
+		return effects{Effects: records.Effects{Parents: ended}, Messages: e.workerEvents(id, "unregistered")}, nil
 	})
 }
 
@@ -63,7 +63,7 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 		return workerError(id, err)
 	}
 	if w.Principal != principal {
-		return &api.WorkerOfAnotherPrincipalError{ID: id}
+		return &records.WorkerOfAnotherPrincipalError{ID: id}
 	}
 	return nil
 }
@@ -72,10 +72,10 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 // the worker holding it, and publishes it on channel to every node.
 func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line []byte) error {
 	if _, _, err := e.store.JobLogAppend(ctx, id, worker, string(line)); err != nil {
-		if errors.Is(err, store.ErrNotHolder) {
+		if errors.Is(err, records.ErrNotHolder) {
 			return refused(id, err)
 		}
-		return apiError(err)
+		return err
 	}
 	// Sent whether or not a subscriber is known: a line is kept and sent
 	// as the worker writes it, not a status someone may not want.
@@ -86,10 +86,10 @@ func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line
 // workerError words a worker the store does not know as one that must
 // register.
 func workerError(id string, err error) error {
-	if errors.Is(err, store.ErrWorkerUnknown) || errors.Is(err, store.ErrNotFound) {
-		return &api.WorkerNotRegisteredError{ID: id}
+	if errors.Is(err, store.ErrWorkerUnknown) || errors.Is(err, records.ErrNotFound) {
+		return &records.WorkerNotRegisteredError{ID: id}
 	}
-	return apiError(err)
+	return err
 }
 
 // workerEvents are worker.<id>.events's messages for event, while anyone

@@ -11,20 +11,8 @@ import (
 
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/internal/names"
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
-
-// Errors of a registration; the protocol's replies keep the seed's words.
-var (
-	ErrInvalidCapabilities = errors.New("Invalid capabilities format")
-	ErrInvalidWorkerID     = errors.New("invalid worker_id")
-	ErrWorkerTaken         = errors.New("Worker ID already registered")
-)
-
-// InvalidRegistrationError names what is wrong with a registration.
-type InvalidRegistrationError struct{ Reason string }
-
-func (e *InvalidRegistrationError) Error() string { return "invalid registration: " + e.Reason }
 
 // ValidWorkerID reports whether id is 1-64 letters, digits, '_' or '-'.
 func ValidWorkerID(id string) bool { return names.Worker(id) }
@@ -53,37 +41,37 @@ type capabilities struct {
 // ParseRegistration validates a registration and returns the worker record
 // to store (principal left for the caller) and the jobs it says it runs:
 // nil when it does not say.
-func ParseRegistration(raw []byte) (store.Worker, []string, error) {
+func ParseRegistration(raw []byte) (records.Worker, []string, error) {
 	var reg Registration
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&reg); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field == "worker_id" {
-			return store.Worker{}, nil, ErrInvalidWorkerID
+			return records.Worker{}, nil, records.ErrInvalidWorkerID
 		}
-		return store.Worker{}, nil, &InvalidRegistrationError{Reason: jsonmsg.Reason(err)}
+		return records.Worker{}, nil, &records.InvalidRegistrationError{Reason: jsonmsg.Reason(err)}
 	}
 	if dec.More() {
-		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "trailing data after the JSON object"}
+		return records.Worker{}, nil, &records.InvalidRegistrationError{Reason: "trailing data after the JSON object"}
 	}
 	if !ValidWorkerID(reg.WorkerID) {
-		return store.Worker{}, nil, ErrInvalidWorkerID
+		return records.Worker{}, nil, records.ErrInvalidWorkerID
 	}
 	if strings.TrimSpace(reg.Hostname) == "" {
-		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "hostname is required"}
+		return records.Worker{}, nil, &records.InvalidRegistrationError{Reason: "hostname is required"}
 	}
 	if strings.TrimSpace(reg.AgwVersion) == "" {
-		return store.Worker{}, nil, &InvalidRegistrationError{Reason: "agw_version is required"}
+		return records.Worker{}, nil, &records.InvalidRegistrationError{Reason: "agw_version is required"}
 	}
 	caps, err := parseCapabilities(reg.Capabilities)
 	if err != nil {
-		return store.Worker{}, nil, err
+		return records.Worker{}, nil, err
 	}
 	maxJobs := 1
 	if reg.MaxConcurrentJobs != nil {
 		if *reg.MaxConcurrentJobs < 1 || *reg.MaxConcurrentJobs > 100000 {
-			return store.Worker{}, nil, &InvalidRegistrationError{Reason: "max_concurrent_jobs must be between 1 and 100000"}
+			return records.Worker{}, nil, &records.InvalidRegistrationError{Reason: "max_concurrent_jobs must be between 1 and 100000"}
 		}
 		maxJobs = *reg.MaxConcurrentJobs
 	}
@@ -91,7 +79,7 @@ func ParseRegistration(raw []byte) (store.Worker, []string, error) {
 	if reg.RunningJobs != nil {
 		running = append([]string{}, *reg.RunningJobs...)
 	}
-	return store.Worker{
+	return records.Worker{
 		ID:                reg.WorkerID,
 		Hostname:          reg.Hostname,
 		Platform:          reg.Platform,
@@ -106,26 +94,26 @@ func ParseRegistration(raw []byte) (store.Worker, []string, error) {
 // types, all arrays of non-empty strings, and returns their sorted union.
 func parseCapabilities(raw json.RawMessage) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, ErrInvalidCapabilities
+		return nil, records.ErrInvalidCapabilities
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, ErrInvalidCapabilities
+		return nil, records.ErrInvalidCapabilities
 	}
 	if t, ok := probe["tools"]; !ok || string(t) == "null" {
-		return nil, ErrInvalidCapabilities
+		return nil, records.ErrInvalidCapabilities
 	}
 	var c capabilities
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return nil, ErrInvalidCapabilities
+		return nil, records.ErrInvalidCapabilities
 	}
 	all := []string{}
 	for _, list := range [][]string{c.Tools, c.AgenticUnits, c.Types} {
 		for _, name := range list {
 			if name == "" || len(name) > 128 {
-				return nil, ErrInvalidCapabilities
+				return nil, records.ErrInvalidCapabilities
 			}
 			all = append(all, name)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agq/agq/internal/clock"
 	"github.com/agq/agq/internal/service"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -73,7 +74,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) error {
 	now := s.cfg.Clock.Now()
 	params := store.ScheduleFireDueParams{
 		Now:  now,
-		Plan: func(sc store.Schedule) (store.FirePlan, error) { return planFires(sc, now) },
+		Plan: func(sc records.Schedule) (store.FirePlan, error) { return planFires(sc, now) },
 	}
 	for range s.cfg.Batch {
 		res, found, err := s.cfg.Store.ScheduleFireDue(ctx, params)
@@ -89,7 +90,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) error {
 }
 
 // planFires is the store's plan callback: the fires of a due schedule.
-func planFires(sc store.Schedule, now time.Time) (store.FirePlan, error) {
+func planFires(sc records.Schedule, now time.Time) (store.FirePlan, error) {
 	spec, err := Parse(sc.Cron, sc.Timezone)
 	if err != nil {
 		return store.FirePlan{}, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/clock"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/scheduler"
 	"github.com/agq/agq/store"
 )
@@ -69,9 +70,9 @@ func (b *testBundle) create(t *testing.T, name, cron string, maxCatchup int) {
 		t.Fatal(err)
 	}
 	next := spec.Next(b.clock.Now())
-	_, err = b.st.ScheduleCreate(context.Background(), store.Schedule{
+	_, err = b.st.ScheduleCreate(context.Background(), records.Schedule{
 		Name: name, Cron: cron, Timezone: "UTC", Queue: "q-" + name, Enabled: true, MaxCatchup: maxCatchup, NextFireAt: &next,
-		Job: store.JobTemplate{Type: "tick", Requires: []string{"tick"}, Payload: []byte(`{"from":"` + name + `"}`),
+		Job: records.JobTemplate{Type: "tick", Requires: []string{"tick"}, Payload: []byte(`{"from":"` + name + `"}`),
 			MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60},
 	})
 	if err != nil {
@@ -89,7 +90,7 @@ func (b *testBundle) runOnce(t *testing.T) {
 // jobIDs lists the ids of the jobs in name's queue.
 func (b *testBundle) jobIDs(t *testing.T, name string) []string {
 	t.Helper()
-	jobs, err := b.st.JobList(context.Background(), store.JobListParams{Queue: "q-" + name, Limit: 1000})
+	jobs, err := b.st.JobList(context.Background(), records.JobListParams{Queue: "q-" + name, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func firedIDs(name string, from, to int) []string {
 	return ids
 }
 
-func (b *testBundle) schedule(t *testing.T, name string) store.Schedule {
+func (b *testBundle) schedule(t *testing.T, name string) records.Schedule {
 	t.Helper()
 	sc, err := b.st.ScheduleGet(context.Background(), name)
 	if err != nil {

@@ -2,11 +2,12 @@ package store
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // JobsClaimParams says who claims from which queue: workers that all have
@@ -46,7 +47,7 @@ type TypeHold struct {
 // carries (not its result, errors or timestamps).
 type Claimed struct {
 	Worker string
-	Job    Job
+	Job    records.Job
 }
 
 // WorkerNotActiveError means the claiming worker is not ACTIVE (draining,
@@ -54,10 +55,6 @@ type Claimed struct {
 type WorkerNotActiveError struct{ State string }
 
 func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
-
-// ErrCapabilitiesChanged means the worker registered again, with other
-// capabilities, since the caller read them.
-var ErrCapabilitiesChanged = errors.New("worker capabilities changed")
 
 // JobsClaim hands claimable jobs of one queue to workers, one job per time
 // a worker is named, in priority then due-time then submission order,
@@ -203,7 +200,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 // what orders deliveries; or why a worker may not claim; or a limit that
 // held jobs back.
 func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
-	c := Claimed{Job: Job{Status: StatusRunning}}
+	c := Claimed{Job: records.Job{Status: records.StatusRunning}}
 	j := &c.Job
 	var refusal string
 	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload),
@@ -219,8 +216,8 @@ func (out *ClaimOutcome) add(c Claimed, refusal string) {
 		w := c.Worker // (a pointer to c's own field would move all of c to the heap)
 		c.Job.WorkerID = &w
 		out.Claimed = append(out.Claimed, c)
-	case WorkerActive:
-		out.Refused[c.Worker] = ErrCapabilitiesChanged
+	case records.WorkerActive:
+		out.Refused[c.Worker] = records.ErrCapabilitiesChanged
 	default:
 		out.Refused[c.Worker] = &WorkerNotActiveError{State: refusal}
 	}
@@ -452,8 +449,8 @@ const claimJobs = claimWorkers + `, qlocked AS (
 // whom it may wake; the caller publishes it. A job whose cancellation was
 // asked meanwhile ends cancelled instead, as a sweep would end it, and
 // listeners are told inside the transaction: no note.
-func (s *Store) JobRelease(ctx context.Context, j Job, workerID string) ([]ReadyNote, error) {
-	var notes []ReadyNote
+func (s *Store) JobRelease(ctx context.Context, j records.Job, workerID string) ([]records.ReadyNote, error) {
+	var notes []records.ReadyNote
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, releaseSQL, j.ID, workerID, j.Delivery)
 		if err != nil {
@@ -473,8 +470,8 @@ func (s *Store) JobRelease(ctx context.Context, j Job, workerID string) ([]Ready
 			return err
 		}
 		for _, m := range moved { // none when already acknowledged or moved on
-			if m.status != StatusCancelled {
-				notes = append(notes, ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
+			if m.status != records.StatusCancelled {
+				notes = append(notes, records.ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
 				continue
 			}
 			if err := tellMoved(ctx, tx, m); err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // The dashboard's reads. Each is bounded however many jobs the table
@@ -13,25 +15,15 @@ import (
 // page shows "10,000+") instead of counting every finished job on each
 // refresh, as QueueStats and JobCounts do for QUEUE.STATS and INFO.
 
-// QueueSummary is one queue with capped counts of its unfinished and
-// failed jobs, by stored status.
-type QueueSummary struct {
-	Name   string
-	Paused bool
-	// Counts by status (queued, scheduled, running, retrying, failed),
-	// each at most the cap asked for.
-	Counts map[string]int64
-}
-
 // SummaryStatuses are the statuses QueueSummaries counts.
-var SummaryStatuses = []string{StatusQueued, StatusScheduled, StatusRunning, StatusRetrying, StatusFailed}
+var SummaryStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying, records.StatusFailed}
 
 // QueueSummaries returns the first maxQueues queues by name with their
 // jobs counted by status, each count stopping at countCap. Every count is
 // an index-only walk of jobs_queue_status (queue, status, id) that reads no
 // more than countCap entries, so the statement touches at most
 // maxQueues × 5 × countCap rows.
-func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]QueueSummary, error) {
+func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]records.QueueSummary, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT q.name, q.paused, st.status, c.n
 		FROM (SELECT name, paused FROM queues ORDER BY name LIMIT $1) q
@@ -46,7 +38,7 @@ func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []QueueSummary
+	var out []records.QueueSummary
 	for rows.Next() {
 		var name, status string
 		var paused bool
@@ -55,18 +47,11 @@ func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]
 			return nil, interpretError(err)
 		}
 		if len(out) == 0 || out[len(out)-1].Name != name {
-			out = append(out, QueueSummary{Name: name, Paused: paused, Counts: map[string]int64{}})
+			out = append(out, records.QueueSummary{Name: name, Paused: paused, Counts: map[string]int64{}})
 		}
 		out[len(out)-1].Counts[status] = n
 	}
 	return out, interpretError(rows.Err())
-}
-
-// MinuteCount is how many jobs finished in one minute, each count capped.
-type MinuteCount struct {
-	Minute    time.Time
-	Completed int64
-	Failed    int64
 }
 
 // FinishedPerMinute counts the jobs completed and failed in each minute
@@ -75,7 +60,7 @@ type MinuteCount struct {
 // jobs_finished (status, finished_at), so the statement reads at most
 // 2 × countCap index entries per minute; the dashboard keeps the minutes
 // that are over and asks again only for the last ones.
-func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]MinuteCount, error) {
+func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]records.MinuteCount, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT m,
 			(SELECT count(*) FROM (
@@ -90,9 +75,9 @@ func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []MinuteCount
+	var out []records.MinuteCount
 	for rows.Next() {
-		var m MinuteCount
+		var m records.MinuteCount
 		if err := rows.Scan(&m.Minute, &m.Completed, &m.Failed); err != nil {
 			return nil, interpretError(err)
 		}
@@ -101,19 +86,11 @@ func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap
 	return out, interpretError(rows.Err())
 }
 
-// QueueJobsParams pages through one queue's jobs of one stored status.
-type QueueJobsParams struct {
-	Queue, Status string
-	// Before is the last id of the previous page ("" for the first page).
-	Before string
-	Limit  int
-}
-
 // QueueJobs returns a queue's jobs of one status by id, descending: newest
 // first for the UUIDv7 ids agq gives jobs. jobs_queue_status (queue,
 // status, id) serves it walking backwards from Before, so a page reads
 // Limit entries however deep it is.
-func (s *Store) QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error) {
+func (s *Store) QueueJobs(ctx context.Context, p records.QueueJobsParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Before) {
 		return nil, nil
 	}
@@ -128,20 +105,10 @@ func (s *Store) QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error)
 		pgx.QueryExecModeExec, p.Queue, p.Status, p.Before, p.Limit))
 }
 
-// FailedJobsParams pages through failed jobs of every queue, the most
-// recently failed first.
-type FailedJobsParams struct {
-	// BeforeFinished and BeforeID are the last job of the previous page
-	// (zero for the first page).
-	BeforeFinished time.Time
-	BeforeID       string
-	Limit          int
-}
-
 // FailedJobs returns failed jobs across queues, newest failure first.
 // jobs_finished (status, finished_at) serves it from the cursor's
 // finished_at downwards, so a page reads about Limit entries however deep.
-func (s *Store) FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error) {
+func (s *Store) FailedJobs(ctx context.Context, p records.FailedJobsParams) ([]records.Job, error) {
 	if !storable(p.BeforeID) {
 		return nil, nil
 	}
@@ -157,23 +124,14 @@ func (s *Store) FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, erro
 // RunningJobs returns up to limit running jobs, the most recently started
 // first. Running jobs are few (no more than workers run at once) and
 // jobs_running holds only them.
-func (s *Store) RunningJobs(ctx context.Context, limit int) ([]Job, error) {
+func (s *Store) RunningJobs(ctx context.Context, limit int) ([]records.Job, error) {
 	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE status = 'running' ORDER BY started_at DESC NULLS LAST, id LIMIT $1`, limit))
 }
 
-// WorkerPageParams pages through workers by id.
-type WorkerPageParams struct {
-	// Live selects ACTIVE and DRAINING workers; otherwise State, if set.
-	Live  bool
-	State string
-	After string
-	Limit int
-}
-
 // WorkerPage returns workers by id after the cursor. It walks the workers
 // primary key; the table holds one row per worker, not per job.
-func (s *Store) WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, error) {
+func (s *Store) WorkerPage(ctx context.Context, p records.WorkerPageParams) ([]records.Worker, error) {
 	if !storable(p.State, p.After) {
 		return nil, nil
 	}

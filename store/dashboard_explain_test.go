@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -46,7 +47,7 @@ func dashboardStatements() []explainCase {
 			// Six weeks deep into a queue's failed jobs, a page costs a page.
 			name: "DashboardQueuePageWalksJobsQueueStatusBackwards",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.QueueJobs(ctx, store.QueueJobsParams{Queue: "etl", Status: "failed", Before: "j00400000", Limit: page})
+				_, err := st.QueueJobs(ctx, records.QueueJobsParams{Queue: "etl", Status: "failed", Before: "j00400000", Limit: page})
 				return err
 			},
 			match: "ORDER BY id DESC LIMIT", index: "jobs_queue_status", maxScanned: 2 * page,
@@ -54,7 +55,7 @@ func dashboardStatements() []explainCase {
 		{
 			name: "DashboardFailedPageUsesJobsFinished",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.FailedJobs(ctx, store.FailedJobsParams{BeforeFinished: time.Now().Add(-15 * 24 * time.Hour), BeforeID: "j00500000", Limit: page})
+				_, err := st.FailedJobs(ctx, records.FailedJobsParams{BeforeFinished: time.Now().Add(-15 * 24 * time.Hour), BeforeID: "j00500000", Limit: page})
 				return err
 			},
 			match: "ORDER BY finished_at DESC, id DESC", index: "jobs_finished", maxScanned: 2 * page,

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,26 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/agq/agq/records"
 )
-
-// StatusPending is a job waiting for the jobs named in its after.
-const StatusPending = "pending"
-
-// Values of NewJob.OnParentFailure.
-const (
-	ParentFailureCancel = "cancel"
-	ParentFailureRun    = "run"
-)
-
-// ParentNotFoundError means a job's after names a job that does not exist.
-type ParentNotFoundError struct{ ID string }
-
-func (e *ParentNotFoundError) Error() string {
-	return "job " + e.ID + " named in after does not exist"
-}
 
 // withParents reports whether any job names parents.
-func withParents(jobs []NewJob) bool {
+func withParents(jobs []records.NewJob) bool {
 	for _, j := range jobs {
 		if len(j.After) > 0 {
 			return true
@@ -42,8 +27,8 @@ func withParents(jobs []NewJob) bool {
 // submitWithParents is JobsSubmit for jobs of which some name parents: one
 // transaction inserts them all, then links each created child to its
 // parents. A batch's error names the index of its job.
-func (s *Store) submitWithParents(ctx context.Context, jobs []NewJob, batch bool) ([]SubmitResult, error) {
-	var res []SubmitResult
+func (s *Store) submitWithParents(ctx context.Context, jobs []records.NewJob, batch bool) ([]records.SubmitResult, error) {
+	var res []records.SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
 		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
@@ -51,10 +36,10 @@ func (s *Store) submitWithParents(ctx context.Context, jobs []NewJob, batch bool
 		}
 		for i, r := range res {
 			if r.ID == "" {
-				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
+				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", records.ErrConflict, i)
 			}
 			if !r.Same {
-				return indexed(batch, i, &JobExistsError{ID: r.ID})
+				return indexed(batch, i, &records.JobExistsError{ID: r.ID})
 			}
 		}
 		return linkParents(ctx, tx, jobs, res, batch)
@@ -62,7 +47,7 @@ func (s *Store) submitWithParents(ctx context.Context, jobs []NewJob, batch bool
 	if isDeadlock(err) {
 		// Parents locked in id order can still meet a group of reports
 		// ending them in another order: sending it again settles it.
-		return nil, fmt.Errorf("%w: the jobs named in after were ending meanwhile", ErrConflict)
+		return nil, fmt.Errorf("%w: the jobs named in after were ending meanwhile", records.ErrConflict)
 	}
 	if err != nil {
 		return nil, interpretError(err)
@@ -91,7 +76,7 @@ func indexed(batch bool, i int, err error) error {
 // The parents' rows are locked, in id order, so that a parent ending at
 // the same time either ends first (its status here says so) or waits for
 // this commit and then sees has_children set (its end is marked).
-func linkParents(ctx context.Context, tx pgx.Tx, jobs []NewJob, res []SubmitResult, batch bool) error {
+func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []records.SubmitResult, batch bool) error {
 	var parents []string
 	seen := map[string]bool{}
 	for i, j := range jobs {
@@ -138,24 +123,24 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []NewJob, res []SubmitResu
 		for _, p := range j.After {
 			ps, ok := status[p]
 			if !ok {
-				return indexed(batch, i, &ParentNotFoundError{ID: p})
+				return indexed(batch, i, &records.ParentNotFoundError{ID: p})
 			}
 			switch {
-			case !IsTerminal(ps):
-				st = StatusPending
+			case !records.IsTerminal(ps):
+				st = records.StatusPending
 				waitParent, waitChild = append(waitParent, p), append(waitChild, j.ID)
 				if !marked[p] {
 					marked[p] = true
 					unended = append(unended, p)
 				}
-			case ps != StatusCompleted && failed == "":
+			case ps != records.StatusCompleted && failed == "":
 				failed, cause = parentEndedText(p, ps), p
 			}
 		}
-		mode := cmp.Or(j.OnParentFailure, ParentFailureCancel)
+		mode := cmp.Or(j.OnParentFailure, records.ParentFailureCancel)
 		errText := ""
-		if st == "" && failed != "" && mode == ParentFailureCancel {
-			st, errText = StatusCancelled, failed
+		if st == "" && failed != "" && mode == records.ParentFailureCancel {
+			st, errText = records.StatusCancelled, failed
 		}
 		res[i].Status = st
 		kids, modes, kidStatus, kidError = append(kids, j.ID), append(modes, mode), append(kidStatus, st), append(kidError, errText)
@@ -203,7 +188,7 @@ type Released struct {
 // marks were left for another round.
 type Settled struct {
 	Released  []Released
-	Cancelled []JobState
+	Cancelled []records.JobState
 	More      bool
 }
 
@@ -263,12 +248,12 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 		var drop []int64
 		for _, c := range checks {
 			switch {
-			case IsTerminal(c.status):
+			case records.IsTerminal(c.status):
 				if _, ok := ended[c.job]; !ok {
 					ended[c.job] = c.status
 					endedIDs = append(endedIDs, c.job)
 				}
-			case c.status == StatusPending:
+			case c.status == records.StatusPending:
 				toRelease = append(toRelease, c.id)
 			default:
 				drop = append(drop, c.id)
@@ -285,7 +270,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 				out.More = true
 			} else {
 				for _, c := range checks {
-					if IsTerminal(c.status) {
+					if records.IsTerminal(c.status) {
 						drop = append(drop, c.id)
 					}
 				}
@@ -308,7 +293,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 // maxSettleWaits), cancels the children a failed or cancelled parent
 // cancels, and marks the other children to be released; it answers the
 // marks' ids and whether waits were left.
-func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []string) (more bool, marks []int64, cancelled []JobState, err error) {
+func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []string) (more bool, marks []int64, cancelled []records.JobState, err error) {
 	// job_waits_pkey: the parent's waits, by the key's first column.
 	rows, err := tx.Query(ctx, `
 		DELETE FROM job_waits w USING (
@@ -330,7 +315,7 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 	var failKids, failTexts, failCauses, kids []string
 	failing := map[string]bool{}
 	for _, w := range waits {
-		if st := ended[w.parent]; st != StatusCompleted {
+		if st := ended[w.parent]; st != records.StatusCompleted {
 			if !failing[w.child] {
 				failing[w.child] = true
 				failKids, failTexts = append(failKids, w.child), append(failTexts, parentEndedText(w.parent, st))
@@ -350,8 +335,8 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 		if err != nil {
 			return false, nil, nil, err
 		}
-		cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobState, error) {
-			j := JobState{Status: StatusCancelled}
+		cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
+			j := records.JobState{Status: records.StatusCancelled}
 			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
 		})
 		if err != nil {
@@ -405,11 +390,11 @@ func (s *Store) releaseChecked(ctx context.Context, marks []int64) ([]Released, 
 }
 
 // ReleasedNotes are the notes that wake pops for released jobs.
-func ReleasedNotes(rel []Released) []ReadyNote {
-	notes := make([]ReadyNote, 0, len(rel))
+func ReleasedNotes(rel []Released) []records.ReadyNote {
+	notes := make([]records.ReadyNote, 0, len(rel))
 	for _, r := range rel {
-		n := ReadyNote{Queue: r.Queue, N: 1, Requires: r.Requires}
-		if r.Status == StatusScheduled {
+		n := records.ReadyNote{Queue: r.Queue, N: 1, Requires: r.Requires}
+		if r.Status == records.StatusScheduled {
 			n.At = dueMillis(r.RunAt)
 		}
 		notes = append(notes, n)
@@ -427,7 +412,7 @@ func (s *Store) PendingParents(ctx context.Context, id string) (int, error) {
 
 // JobChildren reads up to limit of the jobs whose after names job id, with
 // their statuses, in no set order: an ORDER BY would walk jobs_pkey.
-func (s *Store) JobChildren(ctx context.Context, id string, limit int) ([]JobState, error) {
+func (s *Store) JobChildren(ctx context.Context, id string, limit int) ([]records.JobState, error) {
 	if !storable(id) {
 		return nil, nil
 	}
@@ -438,34 +423,28 @@ func (s *Store) JobChildren(ctx context.Context, id string, limit int) ([]JobSta
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobState, error) {
-		var j JobState
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
+		var j records.JobState
 		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID)
 	})
 	return out, interpretError(err)
-}
-
-// ParentState is a parent as its child sees it.
-type ParentState struct {
-	Status string          `json:"status"`
-	Result json.RawMessage `json:"result"`
 }
 
 // submitEachWithParents is JobsSubmitEach for a group of which some jobs
 // name parents: the others go first, the usual way, then each child in a
 // transaction of its own, in order, so that a child may name a job sent
 // before it in the same pipeline and one child's refusal is its own.
-func (s *Store) submitEachWithParents(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
-	results := make([]SubmitResult, len(jobs))
+func (s *Store) submitEachWithParents(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
+	results := make([]records.SubmitResult, len(jobs))
 	errs := make([]error, len(jobs))
-	var plain []NewJob
+	var plain []records.NewJob
 	var at []int
 	for i, j := range jobs {
 		if len(j.After) == 0 {
 			plain, at = append(plain, j), append(at, i)
 		}
 	}
-	var notes []ReadyNote
+	var notes []records.ReadyNote
 	if len(plain) > 0 {
 		res, perr, n := s.JobsSubmitEach(ctx, plain)
 		for k, i := range at {
@@ -478,13 +457,13 @@ func (s *Store) submitEachWithParents(ctx context.Context, jobs []NewJob) ([]Sub
 			continue
 		}
 		j.Hand = nil
-		res, err := s.submitWithParents(ctx, []NewJob{j}, false)
+		res, err := s.submitWithParents(ctx, []records.NewJob{j}, false)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
 		results[i] = res[0]
-		notes = append(notes, submittedNotes([]NewJob{j}, res)...)
+		notes = append(notes, submittedNotes([]records.NewJob{j}, res)...)
 	}
 	return results, errs, notes
 }
@@ -493,7 +472,7 @@ func (s *Store) submitEachWithParents(ctx context.Context, jobs []NewJob) ([]Sub
 // and their results while the results' total is within budget bytes;
 // truncated when it is not (statuses only). Parents deleted since are
 // left out.
-func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) (map[string]ParentState, bool, error) {
+func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) (map[string]records.ParentState, bool, error) {
 	// jobs_pkey, one probe a parent.
 	rows, err := s.Pool.Query(ctx, `
 		WITH p AS (SELECT id, status, result FROM jobs WHERE id = ANY($1::text[])),
@@ -503,11 +482,11 @@ func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) 
 		return nil, false, interpretError(err)
 	}
 	defer rows.Close()
-	out := make(map[string]ParentState, len(after))
+	out := make(map[string]records.ParentState, len(after))
 	truncated := false
 	for rows.Next() {
 		var id string
-		var p ParentState
+		var p records.ParentState
 		if err := rows.Scan(&id, &p.Status, &p.Result, &truncated); err != nil {
 			return nil, false, interpretError(err)
 		}
@@ -519,7 +498,7 @@ func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) 
 // ParentRow is one parent of a page of JOB.PARENTS.
 type ParentRow struct {
 	ID string
-	ParentState
+	records.ParentState
 }
 
 // JobParentsPage reads the parents of job id after cursor, in id order,

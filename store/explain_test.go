@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -121,7 +122,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 				// The job is on the full database only: the report is
 				// refused on the scratch one, after its statements ran.
 				st.JobsFinish(ctx, []store.JobUpdateParams{{ID: "j00999999", WorkerID: "worker-1",
-					Status: store.StatusFailed, Error: "boom", Retryable: true}})
+					Status: records.StatusFailed, Error: "boom", Retryable: true}})
 				return nil
 			},
 			match: "j.id = ANY($1::text[]) AND j.status = 'running'", index: "jobs_pkey", maxScanned: 10,
@@ -133,8 +134,8 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			run: func(ctx context.Context, st *store.Store) error {
 				st.JobsAck(ctx, []store.JobUpdateParams{
 					{ID: "j00999999", WorkerID: "worker-1", Raw: []byte(`{"progress_percent":40}`)},
-					{ID: "j00999999", WorkerID: "worker-1", Status: store.StatusRunning},
-					{ID: "j00999998", WorkerID: "worker-2", Status: store.StatusRunning}})
+					{ID: "j00999999", WorkerID: "worker-1", Status: records.StatusRunning},
+					{ID: "j00999998", WorkerID: "worker-2", Status: records.StatusRunning}})
 				return nil
 			},
 			match: "PARTITION BY id, worker", index: "jobs_pkey", maxScanned: 10,
@@ -145,8 +146,8 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			name: "AStepCompletionGroupUsesThePrimaryKeys",
 			run: func(ctx context.Context, st *store.Store) error {
 				st.StepsComplete(ctx, []store.StepCompletion{
-					{StepParams: store.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Output: []byte(`1`)},
-					{StepParams: store.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
+					{StepParams: records.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Output: []byte(`1`)},
+					{StepParams: records.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
 				return nil
 			},
 			match: "ORDER BY job_id, step_id, ord", index: "jobs_pkey", maxScanned: 10,
@@ -157,9 +158,9 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// keys.
 			name: "AStepBeginGroupUsesThePrimaryKeys",
 			run: func(ctx context.Context, st *store.Store) error {
-				st.StepsBegin(ctx, []store.StepBeginParams{
-					{StepParams: store.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Input: []byte(`1`)},
-					{StepParams: store.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
+				st.StepsBegin(ctx, []records.StepBeginParams{
+					{StepParams: records.StepParams{JobID: "j00999999", StepID: "s1", WorkerID: "worker-1"}, Input: []byte(`1`)},
+					{StepParams: records.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
 				return nil
 			},
 			match: "AS u(job_id, step_id, worker, delivery, input, max_attempts", index: "jobs_pkey", maxScanned: 10,
@@ -170,7 +171,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			name: "AReleaseUsesThePrimaryKeyOrJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				token := "00000000-0000-4000-8000-000000000000"
-				_, err := st.JobRelease(ctx, store.Job{ID: "j00999999", Delivery: &token}, "worker-1")
+				_, err := st.JobRelease(ctx, records.Job{ID: "j00999999", Delivery: &token}, "worker-1")
 				return err
 			},
 			match: "ELSE 'queued' END", index: "jobs_pkey|jobs_running", maxScanned: 100,
@@ -187,7 +188,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "HeartbeatLeaseExtensionUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
-				w := store.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",
+				w := records.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",
 					Capabilities: everything, Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 1}
 				if _, err := st.WorkerRegister(ctx, w, 90*time.Second, nil); err != nil {
 					return err
@@ -202,7 +203,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// id order and filtering fills a page soonest.
 			name: "JobListOfABusyQueueWalksThePrimaryKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobList(ctx, store.JobListParams{Queue: "etl", Limit: 100})
+				_, err := st.JobList(ctx, records.JobListParams{Queue: "etl", Limit: 100})
 				return err
 			},
 			match: "ORDER BY id LIMIT", index: "jobs_pkey", maxScanned: 2000,
@@ -211,7 +212,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// A queue holding one job in a thousand.
 			name: "JobListOfARareQueueUsesJobsQueueStatus",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobList(ctx, store.JobListParams{Queue: "audit", Limit: 100})
+				_, err := st.JobList(ctx, records.JobListParams{Queue: "audit", Limit: 100})
 				return err
 			},
 			match: "ORDER BY id LIMIT", index: "jobs_queue_status", maxScanned: 2000,
@@ -219,7 +220,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		{
 			name: "JobListByQueueAndStatusUsesJobsQueueStatus",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobList(ctx, store.JobListParams{Queue: "etl", Status: "failed", Cursor: "j00100000", Limit: 100})
+				_, err := st.JobList(ctx, records.JobListParams{Queue: "etl", Status: "failed", Cursor: "j00100000", Limit: 100})
 				return err
 			},
 			match: "ORDER BY id LIMIT", index: "jobs_queue_status", maxScanned: 200,
@@ -249,8 +250,8 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			name: "HandOffUsesJobsWaiting",
 			run: func(ctx context.Context, st *store.Store) error {
 				j := submission("handed-1", "")
-				j.Hand = &store.Handoff{Worker: "worker-1", AckTimeout: 30 * time.Second, Lease: 90 * time.Second}
-				_, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{j})
+				j.Hand = &records.Handoff{Worker: "worker-1", AckTimeout: 30 * time.Second, Lease: 90 * time.Second}
+				_, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{j})
 				return errs[0]
 			},
 			match: "h AS (", index: "jobs_waiting", maxScanned: 80,
@@ -268,7 +269,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 					return err
 				}
 				max := 5000
-				if _, err := st.TypeConfigure(ctx, "type-1", store.LimitsChange{MaxRunning: &max}); err != nil {
+				if _, err := st.TypeConfigure(ctx, "type-1", records.LimitsChange{MaxRunning: &max}); err != nil {
 					return err
 				}
 				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
@@ -409,19 +410,19 @@ UPDATE jobs SET deadline_at = now() - interval '1 minute'
 WHERE status = 'running' AND worker_id = 'worker-200';
 `
 
-func submission(id, uniqueKey string) store.NewJob {
-	return store.NewJob{ID: id, Queue: "ready", Type: "type-1", Requires: []string{"sort"},
+func submission(id, uniqueKey string) records.NewJob {
+	return records.NewJob{ID: id, Queue: "ready", Type: "type-1", Requires: []string{"sort"},
 		Payload: json.RawMessage(`{"input":"/data/in/new.csv"}`), MaxAttempts: 3, RetryBackoffSeconds: 1,
 		TimeoutSeconds: 3600, UniqueKey: uniqueKey}
 }
 
 // submitTwice submits first, then again: the second's COPY fails on what
 // the first holds, and the statement that sorts it out runs.
-func submitTwice(ctx context.Context, st *store.Store, first, again store.NewJob) error {
-	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{first}); err != nil {
+func submitTwice(ctx context.Context, st *store.Store, first, again records.NewJob) error {
+	if _, _, err := st.JobsSubmit(ctx, []records.NewJob{first}); err != nil {
 		return err
 	}
-	_, _, err := st.JobsSubmit(ctx, []store.NewJob{again})
+	_, _, err := st.JobsSubmit(ctx, []records.NewJob{again})
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -18,7 +19,7 @@ func TestAHandedJobIsDeliveredAsAClaimWouldDeliverIt(t *testing.T) {
 	ctx, st := handoffStore(t)
 	job := handoffJob("handed-1", "h", []string{"t"}, "w")
 	job.Payload = json.RawMessage(`{"b": 1,   "a": [2, 3]}`)
-	res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{job})
+	res, errs, notes := st.JobsSubmitEach(ctx, []records.NewJob{job})
 	if errs[0] != nil || !res[0].Created || res[0].Delivered == nil {
 		t.Fatalf("submission: %+v, %v", res[0], errs[0])
 	}
@@ -30,7 +31,7 @@ func TestAHandedJobIsDeliveredAsAClaimWouldDeliverIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Status != store.StatusRunning || stored.Attempt != 1 || stored.WorkerID == nil || *stored.WorkerID != "w" ||
+	if stored.Status != records.StatusRunning || stored.Attempt != 1 || stored.WorkerID == nil || *stored.WorkerID != "w" ||
 		stored.Delivery == nil || stored.AckDeadline == nil || stored.LeaseExpiresAt == nil || stored.DeadlineAt == nil ||
 		stored.StartedAt == nil {
 		t.Fatalf("stored: %+v", stored)
@@ -64,19 +65,19 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// q-fifo holds a claimable job "w" can run: a new one may not pass it.
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("older", "q-fifo", []string{"t"}, "")}); errs[0] != nil {
+	if _, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("older", "q-fifo", []string{"t"}, "")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	if err := st.QueueSetPaused(ctx, "q-paused", true); err != nil {
 		t.Fatal(err)
 	}
 	one := 1
-	if _, err := st.QueueConfigure(ctx, "q-limited", store.LimitsChange{MaxRunning: &one}); err != nil {
+	if _, err := st.QueueConfigure(ctx, "q-limited", records.LimitsChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		name string
-		job  store.NewJob
+		job  records.NewJob
 	}{
 		{"capabilities that do not cover it", handoffJob("caps", "q-caps", []string{"x"}, "w")},
 		{"a job the worker could claim before it", handoffJob("fifo", "q-fifo", []string{"t"}, "w")},
@@ -86,19 +87,19 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 		{"a queue with limits", handoffJob("limited", "q-limited", []string{"t"}, "w")},
 	}
 	for _, c := range cases {
-		res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{c.job})
+		res, errs, notes := st.JobsSubmitEach(ctx, []records.NewJob{c.job})
 		if errs[0] != nil || !res[0].Created || res[0].Delivered != nil {
 			t.Fatalf("%s: %+v, %v", c.name, res[0], errs[0])
 		}
 		if len(notes) != 1 || notes[0].Queue != c.job.Queue || notes[0].N != 1 {
 			t.Fatalf("%s: notes %+v", c.name, notes)
 		}
-		if j, err := st.JobGet(ctx, c.job.ID); err != nil || j.Status != store.StatusQueued || j.Attempt != 0 || j.Delivery != nil {
+		if j, err := st.JobGet(ctx, c.job.ID); err != nil || j.Status != records.StatusQueued || j.Attempt != 0 || j.Delivery != nil {
 			t.Fatalf("%s: stored %+v, %v", c.name, j, err)
 		}
 	}
 	// 64 jobs scheduled for later fill the bounded look at q-busy.
-	later := make([]store.NewJob, 64)
+	later := make([]records.NewJob, 64)
 	for i := range later {
 		later[i] = handoffJob(fmt.Sprintf("later-%d", i), "q-busy", []string{"x"}, "")
 		later[i].RunAt = time.Now().Add(time.Hour)
@@ -106,27 +107,27 @@ func TestAJobIsHandedOverOnlyWhereAClaimWouldTakeIt(t *testing.T) {
 	if _, errs, _ := st.JobsSubmitEach(ctx, later); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("busy", "q-busy", []string{"t"}, "w")})
+	res, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("busy", "q-busy", []string{"t"}, "w")})
 	if errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("past 64 jobs scheduled for later: %+v, %v", res[0], errs[0])
 	}
 	// Limits on another job type leave the hand-off alone; limits on the
 	// job's own type stop it, the job waiting for a claim that counts them.
-	if _, err := st.TypeConfigure(ctx, "other", store.LimitsChange{MaxRunning: &one}); err != nil {
+	if _, err := st.TypeConfigure(ctx, "other", records.LimitsChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
-	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("other-typed", "q-typed", []string{"t"}, "w")})
+	res, errs, _ = st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("other-typed", "q-typed", []string{"t"}, "w")})
 	if errs[0] != nil || res[0].Delivered == nil {
 		t.Fatalf("with another type limited: %+v, %v", res[0], errs[0])
 	}
-	if _, err := st.TypeConfigure(ctx, "t", store.LimitsChange{MaxRunning: &one}); err != nil {
+	if _, err := st.TypeConfigure(ctx, "t", records.LimitsChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
-	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("typed", "q-typed2", []string{"t"}, "w")})
+	res, errs, _ = st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("typed", "q-typed2", []string{"t"}, "w")})
 	if errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("with its own type limited: %+v, %v", res[0], errs[0])
 	}
-	if j, err := st.JobGet(ctx, "typed"); err != nil || j.Status != store.StatusQueued {
+	if j, err := st.JobGet(ctx, "typed"); err != nil || j.Status != records.StatusQueued {
 		t.Fatalf("with its own type limited: stored %+v, %v", j, err)
 	}
 }
@@ -141,29 +142,29 @@ func TestJobsAfterTheOfferedOneDoNotHoldItBack(t *testing.T) {
 	lower := handoffJob("lower", "q", []string{"x"}, "")
 	alsoLater := handoffJob("also-later", "q2", []string{"t"}, "")
 	alsoLater.RunAt = later.RunAt
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{later, lower, alsoLater}); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+	if _, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{later, lower, alsoLater}); errs[0] != nil || errs[1] != nil || errs[2] != nil {
 		t.Fatal(errs)
 	}
-	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("now", "q2", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered == nil {
+	if res, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("now", "q2", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered == nil {
 		t.Fatalf("offered before a job scheduled for later: %+v, %v", res[0], errs[0])
 	}
 	offered := handoffJob("offered", "q", []string{"t"}, "w")
 	offered.Priority = 5
-	res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{offered})
+	res, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{offered})
 	if errs[0] != nil || res[0].Delivered == nil {
 		t.Fatalf("offered past later and lower jobs: %+v, %v", res[0], errs[0])
 	}
 	// Nor does a job due now that the worker cannot run: its claim would
 	// pass it by too.
 	same := handoffJob("same", "q", []string{"t"}, "w")
-	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{same}); errs[0] != nil || res[0].Delivered == nil {
+	if res, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{same}); errs[0] != nil || res[0].Delivered == nil {
 		t.Fatalf("offered behind a job the worker cannot run: %+v, %v", res[0], errs[0])
 	}
 	// A job due now that it can run comes first.
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("runnable", "q", []string{"t"}, "")}); errs[0] != nil {
+	if _, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("runnable", "q", []string{"t"}, "")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	if res, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("behind", "q", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered != nil {
+	if res, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("behind", "q", []string{"t"}, "w")}); errs[0] != nil || res[0].Delivered != nil {
 		t.Fatalf("offered behind a job due now: %+v, %v", res[0], errs[0])
 	}
 }
@@ -173,10 +174,10 @@ func TestJobsAfterTheOfferedOneDoNotHoldItBack(t *testing.T) {
 // usual; the re-sent job keeps its first outcome.
 func TestAGroupHandsOverEachOfferedJob(t *testing.T) {
 	ctx, st := handoffStore(t)
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{handoffJob("again", "g2", []string{"t"}, "")}); errs[0] != nil {
+	if _, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{handoffJob("again", "g2", []string{"t"}, "")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	group := []store.NewJob{
+	group := []records.NewJob{
 		handoffJob("g-1", "g", []string{"t"}, "w"),
 		handoffJob("g-2", "g", []string{"t"}, ""),
 		handoffJob("g-3", "g", nil, "w"),
@@ -197,7 +198,7 @@ func TestAGroupHandsOverEachOfferedJob(t *testing.T) {
 	if len(notes) != 1 || notes[0].Queue != "g" || notes[0].N != 1 {
 		t.Fatalf("notes %+v, want one for g-2", notes)
 	}
-	if j, err := st.JobGet(ctx, "again"); err != nil || j.Status != store.StatusQueued {
+	if j, err := st.JobGet(ctx, "again"); err != nil || j.Status != records.StatusQueued {
 		t.Fatalf("the re-sent job: %+v, %v", j, err)
 	}
 }
@@ -209,11 +210,11 @@ func handoffStore(t *testing.T) (context.Context, *store.Store) {
 }
 
 // handoffJob is a job due now, offered to worker unless worker is "".
-func handoffJob(id, queue string, requires []string, worker string) store.NewJob {
-	j := store.NewJob{ID: id, Queue: queue, Type: "t", Requires: requires, MaxAttempts: 3, TimeoutSeconds: 60,
+func handoffJob(id, queue string, requires []string, worker string) records.NewJob {
+	j := records.NewJob{ID: id, Queue: queue, Type: "t", Requires: requires, MaxAttempts: 3, TimeoutSeconds: 60,
 		RetryBackoffSeconds: 1, Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id))}
 	if worker != "" {
-		j.Hand = &store.Handoff{Worker: worker, AckTimeout: 30 * time.Second, Lease: time.Minute}
+		j.Hand = &records.Handoff{Worker: worker, AckTimeout: 30 * time.Second, Lease: time.Minute}
 	}
 	return j
 }

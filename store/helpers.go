@@ -1,7 +1,9 @@
 package store
 
+import "github.com/agq/agq/records"
+
 // claimedBefore is claim order, which UPDATE … RETURNING does not keep.
-func claimedBefore(a, b Job) bool {
+func claimedBefore(a, b records.Job) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority
 	}

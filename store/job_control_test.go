@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -22,9 +23,9 @@ func TestJobCancel(t *testing.T) {
 		from fromState
 		want outcome
 	}{
-		{fromQueued, moves(store.StatusCancelled)},
-		{fromScheduled, moves(store.StatusCancelled)},
-		{fromRetrying, moves(store.StatusCancelled)},
+		{fromQueued, moves(records.StatusCancelled)},
+		{fromScheduled, moves(records.StatusCancelled)},
+		{fromRetrying, moves(records.StatusCancelled)},
 		{fromRunning, requested},
 		{fromRunningLastAttempt, requested},
 		{fromCancelRequested, requested},
@@ -55,7 +56,7 @@ func TestJobCancel(t *testing.T) {
 				want.CancelRequested, want.UpdatedAt = true, after.UpdatedAt
 				checkUntouched(t, want, after)
 			default:
-				if after.Status != store.StatusCancelled || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
+				if after.Status != records.StatusCancelled || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
 					after.WorkerID != nil || after.Attempt != before.Attempt || string(after.Errors) != string(before.Errors) {
 					t.Fatalf("cancelled: %+v", after)
 				}
@@ -75,16 +76,16 @@ func TestJobCancel(t *testing.T) {
 			t.Fatalf("heartbeat: %+v, %v; want told to cancel job told", hb, err)
 		}
 		// And through its next report, which ends the job.
-		if _, err := b.st.JobUpdate(b.ctx, reportProgress.params("told", holder, d)); !errors.Is(err, store.ErrJobCancelled) {
+		if _, err := b.st.JobUpdate(b.ctx, reportProgress.params("told", holder, d)); !errors.Is(err, records.ErrJobCancelled) {
 			t.Fatalf("the holder's report: %v, want ErrJobCancelled", err)
 		}
-		if j := b.get(t, "told"); j.Status != store.StatusCancelled {
+		if j := b.get(t, "told"); j.Status != records.StatusCancelled {
 			t.Fatalf("told: %s, want cancelled", j.Status)
 		}
 	})
 	t.Run("AMissingJob", func(t *testing.T) {
 		t.Parallel()
-		if _, err := b.st.JobCancel(b.ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.st.JobCancel(b.ctx, "missing"); !errors.Is(err, records.ErrNotFound) {
 			t.Fatalf("%v, want ErrNotFound", err)
 		}
 	})
@@ -100,11 +101,11 @@ func TestJobRetry(t *testing.T) {
 		from fromState
 		want outcome
 	}{
-		{fromFailed, moves(store.StatusQueued)},
-		{fromCancelled, moves(store.StatusQueued)},
-		{fromCancelledByHolder, moves(store.StatusQueued)},
-		{fromCancelledOnRequest, moves(store.StatusQueued)},
-		{fromCancelledOnRelease, moves(store.StatusQueued)},
+		{fromFailed, moves(records.StatusQueued)},
+		{fromCancelled, moves(records.StatusQueued)},
+		{fromCancelledByHolder, moves(records.StatusQueued)},
+		{fromCancelledOnRequest, moves(records.StatusQueued)},
+		{fromCancelledOnRelease, moves(records.StatusQueued)},
 		{fromCompleted, refused(errState)},
 		{fromQueued, unchanged},
 		{fromScheduled, unchanged},
@@ -127,7 +128,7 @@ func TestJobRetry(t *testing.T) {
 				checkUntouched(t, before, after)
 				return
 			}
-			if after.Status != store.StatusQueued || after.Attempt != 0 || after.WorkerID != nil ||
+			if after.Status != records.StatusQueued || after.Attempt != 0 || after.WorkerID != nil ||
 				after.CancelRequested || after.FinishedAt != nil || after.RunAt.After(end.Add(trSlack)) ||
 				!slices.Equal(errorHistory(t, after), errorHistory(t, before)) {
 				t.Fatalf("retried: %+v", after)
@@ -161,8 +162,8 @@ func TestJobsClaim(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t)
 	// Submitted in this order; claimed by priority, then age.
-	queueOf := func(queue string) []store.NewJob {
-		var jobs []store.NewJob
+	queueOf := func(queue string) []records.NewJob {
+		var jobs []records.NewJob
 		for i, prio := range []int{0, 5, 0, 5, -1} {
 			j := trJob(fmt.Sprintf("%s-%d", queue, i), 2, trBackoff)
 			j.Queue, j.Priority = queue, prio
@@ -198,7 +199,7 @@ func TestJobsClaim(t *testing.T) {
 		tokens := map[string]bool{}
 		for n, c := range out.Claimed {
 			j := b.get(t, c.Job.ID)
-			if want := fmt.Sprintf("many-%d", order[n]); c.Job.ID != want || c.Job.Attempt != 1 || j.Status != store.StatusRunning ||
+			if want := fmt.Sprintf("many-%d", order[n]); c.Job.ID != want || c.Job.Attempt != 1 || j.Status != records.StatusRunning ||
 				str(j.WorkerID) != c.Worker || j.Attempt != 1 || j.AckDeadline == nil || str(j.Delivery) != str(c.Job.Delivery) {
 				t.Fatalf("claim %d: %+v, job %+v; want %s running for its worker at attempt 1", n, c, j, want)
 			}
@@ -212,7 +213,7 @@ func TestJobsClaim(t *testing.T) {
 		t.Parallel()
 		b := newTrBundle(t)
 		b.register(t, "w-tu", "t", "u")
-		jobs := []store.NewJob{trJob("needs-t-u", 2, trBackoff), trJob("needs-t", 2, trBackoff), trJob("needs-nothing", 2, trBackoff)}
+		jobs := []records.NewJob{trJob("needs-t-u", 2, trBackoff), trJob("needs-t", 2, trBackoff), trJob("needs-nothing", 2, trBackoff)}
 		for i := range jobs {
 			jobs[i].Queue = "caps"
 		}
@@ -232,23 +233,23 @@ func TestJobsClaim(t *testing.T) {
 		name, worker, state string
 		become              func(t *testing.T, b *trBundle, worker string)
 	}{
-		{"Draining", holder, store.WorkerDraining, func(t *testing.T, b *trBundle, w string) {
+		{"Draining", holder, records.WorkerDraining, func(t *testing.T, b *trBundle, w string) {
 			if err := b.st.WorkerDrain(b.ctx, w); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"Unregistered", holder, store.WorkerUnregistered, func(t *testing.T, b *trBundle, w string) {
+		{"Unregistered", holder, records.WorkerUnregistered, func(t *testing.T, b *trBundle, w string) {
 			if _, err := b.st.WorkerUnregister(b.ctx, w); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"Dead", holder, store.WorkerDead, func(t *testing.T, b *trBundle, w string) {
+		{"Dead", holder, records.WorkerDead, func(t *testing.T, b *trBundle, w string) {
 			// Every worker of the bundle's database stopped heartbeating.
 			if _, err := b.st.WorkersMarkDead(b.ctx, 0, 100); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"NeverRegistered", "w-nobody", store.WorkerUnregistered, func(*testing.T, *trBundle, string) {}},
+		{"NeverRegistered", "w-nobody", records.WorkerUnregistered, func(*testing.T, *trBundle, string) {}},
 	}
 	for _, tc := range notActive {
 		t.Run("RefusedToA"+tc.name+"Worker", func(t *testing.T) {
@@ -280,7 +281,7 @@ func TestJobsClaim(t *testing.T) {
 		if _, err := b.st.JobUpdate(b.ctx, reportCompleted.params("held", holder, d)); err != nil {
 			t.Fatalf("completing what it holds: %v", err)
 		}
-		if s := b.get(t, "held").Status; s != store.StatusCompleted {
+		if s := b.get(t, "held").Status; s != records.StatusCompleted {
 			t.Fatalf("held: %s", s)
 		}
 	})
@@ -291,7 +292,7 @@ func TestJobsClaim(t *testing.T) {
 func TestJobRelease(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t)
-	claimed := func(t *testing.T, id string) store.Job {
+	claimed := func(t *testing.T, id string) records.Job {
 		b.submit(t, trJob(id, 2, trBackoff))
 		return b.claim(t, id, holder)
 	}
@@ -303,7 +304,7 @@ func TestJobRelease(t *testing.T) {
 			t.Fatalf("release: %+v, %v", notes, err)
 		}
 		after := b.get(t, j.ID)
-		if after.Status != store.StatusQueued || after.Attempt != 0 || after.WorkerID != nil ||
+		if after.Status != records.StatusQueued || after.Attempt != 0 || after.WorkerID != nil ||
 			after.AckDeadline != nil || after.LeaseExpiresAt != nil || after.DeadlineAt != nil || after.StartedAt != nil {
 			t.Fatalf("released: %+v", after)
 		}
@@ -330,7 +331,7 @@ func TestJobRelease(t *testing.T) {
 			t.Fatalf("release: %+v, %v; want no note: the job is not ready", notes, err)
 		}
 		after := b.get(t, j.ID)
-		if after.Status != store.StatusCancelled || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
+		if after.Status != records.StatusCancelled || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
 			!after.CancelRequested || str(after.WorkerID) != holder || after.Attempt != 1 ||
 			after.AckDeadline != nil || after.LeaseExpiresAt != nil || after.DeadlineAt != nil || after.StartedAt != nil {
 			t.Fatalf("released: %+v", after)
@@ -347,7 +348,7 @@ func TestJobRelease(t *testing.T) {
 			}
 			got = append(got, n.Channel+" "+n.Payload)
 		}
-		moved, _ := json.Marshal(store.Moved{ID: j.ID, Status: store.StatusCancelled, Queue: j.Queue, Type: j.Type, Attempt: 1})
+		moved, _ := json.Marshal(records.Moved{ID: j.ID, Status: records.StatusCancelled, Queue: j.Queue, Type: j.Type, Attempt: 1})
 		if want := []string{store.ChannelDone + " " + j.ID, store.ChannelMoved + " " + string(moved)}; !slices.Equal(got, want) {
 			t.Fatalf("notifications %q, want %q", got, want)
 		}
@@ -358,27 +359,27 @@ func TestJobRelease(t *testing.T) {
 	tests := []struct {
 		name string
 		// prepare answers the delivery to release and who releases it.
-		prepare func(t *testing.T, j store.Job) (store.Job, string)
+		prepare func(t *testing.T, j records.Job) (records.Job, string)
 	}{
-		{"AReleasedDeliveryAgain", func(t *testing.T, j store.Job) (store.Job, string) {
+		{"AReleasedDeliveryAgain", func(t *testing.T, j records.Job) (records.Job, string) {
 			if _, err := b.st.JobRelease(b.ctx, j, holder); err != nil {
 				t.Fatal(err)
 			}
 			return j, holder
 		}},
-		{"AnAcknowledgedDelivery", func(t *testing.T, j store.Job) (store.Job, string) {
+		{"AnAcknowledgedDelivery", func(t *testing.T, j records.Job) (records.Job, string) {
 			b.mustUpdate(t, reportRunning.params(j.ID, holder, deliveryOf(j)))
 			return j, holder
 		}},
-		{"AnEarlierDeliveryOfAJobDeliveredAgain", func(t *testing.T, j store.Job) (store.Job, string) {
+		{"AnEarlierDeliveryOfAJobDeliveredAgain", func(t *testing.T, j records.Job) (records.Job, string) {
 			if _, err := b.st.JobRelease(b.ctx, j, holder); err != nil {
 				t.Fatal(err)
 			}
 			b.claim(t, j.ID, holder)
 			return j, holder
 		}},
-		{"AnotherWorkersDelivery", func(t *testing.T, j store.Job) (store.Job, string) { return j, another }},
-		{"AFinishedJob", func(t *testing.T, j store.Job) (store.Job, string) {
+		{"AnotherWorkersDelivery", func(t *testing.T, j records.Job) (records.Job, string) { return j, another }},
+		{"AFinishedJob", func(t *testing.T, j records.Job) (records.Job, string) {
 			b.mustUpdate(t, reportCompleted.params(j.ID, holder, deliveryOf(j)))
 			return j, holder
 		}},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -24,7 +25,7 @@ var (
 	unchanged = outcome{}
 	// cancels is a report that learns of the job's cancellation, which
 	// it thereby ends.
-	cancels = outcome{reply: errCancelled, to: store.StatusCancelled}
+	cancels = outcome{reply: errCancelled, to: records.StatusCancelled}
 )
 
 func refused(k errKind) outcome { return outcome{reply: k} }
@@ -55,13 +56,13 @@ func with(base, except outcomes) outcomes {
 
 // holderMoves is what the holder's reports do to its running job.
 var holderMoves = outcomes{
-	reportProgress.name:      moves(store.StatusRunning),
-	reportRunning.name:       moves(store.StatusRunning),
-	reportCompleted.name:     moves(store.StatusCompleted),
-	reportFailed.name:        moves(store.StatusRetrying),
-	reportFailedForGood.name: moves(store.StatusFailed),
-	reportCancelled.name:     moves(store.StatusCancelled),
-	reportSnoozed.name:       moves(store.StatusScheduled),
+	reportProgress.name:      moves(records.StatusRunning),
+	reportRunning.name:       moves(records.StatusRunning),
+	reportCompleted.name:     moves(records.StatusCompleted),
+	reportFailed.name:        moves(records.StatusRetrying),
+	reportFailedForGood.name: moves(records.StatusFailed),
+	reportCancelled.name:     moves(records.StatusCancelled),
+	reportSnoozed.name:       moves(records.StatusScheduled),
 }
 
 // updateCases are the rules of §6 for a report, by the job's status and
@@ -84,9 +85,9 @@ var updateCases = []struct {
 	{fromRunning, byHolder, holderMoves},
 	{fromRunning, byAnother, every(refused(errNotOwner), nil)},
 	{fromRunning, byAdmin, holderMoves},
-	{fromRunningLastAttempt, byHolder, with(holderMoves, outcomes{reportFailed.name: moves(store.StatusFailed)})},
+	{fromRunningLastAttempt, byHolder, with(holderMoves, outcomes{reportFailed.name: moves(records.StatusFailed)})},
 	{fromRunningLastAttempt, byAnother, every(refused(errNotOwner), nil)},
-	{fromRunningLastAttempt, byAdmin, with(holderMoves, outcomes{reportFailed.name: moves(store.StatusFailed)})},
+	{fromRunningLastAttempt, byAdmin, with(holderMoves, outcomes{reportFailed.name: moves(records.StatusFailed)})},
 
 	// The holder's failure sent again: the job already waits for its retry.
 	// A failure not retryable is another report, about a delivery that
@@ -125,23 +126,23 @@ var updateCases = []struct {
 // reports), answering its reply, what it freed and the group's effects.
 type reportPath struct {
 	name  string
-	apply func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error)
+	apply func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error)
 }
 
 var (
-	carefulPath = reportPath{"Careful", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error) {
+	carefulPath = reportPath{"Careful", func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error) {
 		fx, err := b.st.JobUpdate(b.ctx, p)
 		return fx.Freed, fx, err
 	}}
-	groupedPath = reportPath{"Grouped", func(b *trBundle, p store.JobUpdateParams) (store.Freed, store.Effects, error) {
+	groupedPath = reportPath{"Grouped", func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error) {
 		errs, fx := b.group([]store.JobUpdateParams{p})
 		return fx.Freed, fx, errs[0]
 	}}
 )
 
 // group sends reports as one group of their kind.
-func (b *trBundle) group(reports []store.JobUpdateParams) ([]error, store.Effects) {
-	if reports[0].Status == "" || reports[0].Status == store.StatusRunning {
+func (b *trBundle) group(reports []store.JobUpdateParams) ([]error, records.Effects) {
+	if reports[0].Status == "" || reports[0].Status == records.StatusRunning {
 		return b.st.JobsAck(b.ctx, reports)
 	}
 	return b.st.JobsFinish(b.ctx, reports)
@@ -181,7 +182,7 @@ func TestJobUpdate(t *testing.T) {
 
 // checkUpdate sends one report by path and checks what it did against
 // want; it answers the job as it left it.
-func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateParams, k reportKind, want outcome) store.Job {
+func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateParams, k reportKind, want outcome) records.Job {
 	t.Helper()
 	before := b.get(t, p.ID)
 	start := time.Now()
@@ -194,7 +195,7 @@ func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateP
 	} else {
 		checkMoved(t, k, want.to, before, after, start, end)
 	}
-	left := before.Status == store.StatusRunning && want.to != "" && want.to != store.StatusRunning
+	left := before.Status == records.StatusRunning && want.to != "" && want.to != records.StatusRunning
 	checkFreed(t, freed, before, left)
 	checkEffects(t, fx, want, before, after)
 	return after
@@ -204,18 +205,18 @@ func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateP
 // it ended is done, a job it put back to wait (a retry, a snooze) is ready
 // at its run_at, and a waiting job whose row the report held is announced
 // ready at once (a pop may have skipped it meanwhile).
-func checkEffects(t *testing.T, fx store.Effects, want outcome, before, after store.Job) {
+func checkEffects(t *testing.T, fx records.Effects, want outcome, before, after records.Job) {
 	t.Helper()
 	var done []string
-	var ready []store.ReadyNote
-	if before.Status == store.StatusQueued {
-		ready = append(ready, store.ReadyNote{Queue: before.Queue, N: 1})
+	var ready []records.ReadyNote
+	if before.Status == records.StatusQueued {
+		ready = append(ready, records.ReadyNote{Queue: before.Queue, N: 1})
 	}
 	switch want.to {
-	case store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+	case records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
 		done = []string{after.ID}
-	case store.StatusRetrying, store.StatusScheduled:
-		ready = append(ready, store.ReadyNote{Queue: after.Queue, N: 1, Requires: after.Requires, At: after.RunAt.UnixMilli()})
+	case records.StatusRetrying, records.StatusScheduled:
+		ready = append(ready, records.ReadyNote{Queue: after.Queue, N: 1, Requires: after.Requires, At: after.RunAt.UnixMilli()})
 	}
 	if !slices.Equal(fx.Done, done) {
 		t.Fatalf("done %q, want %q", fx.Done, done)
@@ -353,7 +354,7 @@ func TestJobUpdateSnoozeLimit(t *testing.T) {
 			t.Parallel()
 			id := fmt.Sprintf("snoozes-%d", maxSnoozes)
 			b.submit(t, trJob(id, 2, trBackoff))
-			snooze := func(d delivery) (store.Freed, error) {
+			snooze := func(d delivery) (records.Freed, error) {
 				p := reportSnoozed.params(id, holder, d)
 				p.SnoozeFor, p.MaxSnoozes = time.Millisecond, maxSnoozes
 				fx, err := b.st.JobUpdate(b.ctx, p)
@@ -376,7 +377,7 @@ func TestJobUpdateSnoozeLimit(t *testing.T) {
 			checkFreed(t, freed, before, true)
 			after := b.get(t, id)
 			history := errorHistory(t, after)
-			if after.Status != store.StatusFailed || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
+			if after.Status != records.StatusFailed || after.FinishedAt == nil || !within(*after.FinishedAt, start, end) ||
 				str(after.WorkerID) != holder || after.Attempt != 1 || after.Snoozes != maxSnoozes ||
 				len(history) != 1 || history[0] != (errorEntry{1, holder, err.Error()}) {
 				t.Fatalf("past the limit: %+v, errors %+v", after, history)
@@ -414,7 +415,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 			for i, s := range steps {
 				freed, _, err := path.apply(b, byHolder.params(s.report, id, d))
 				j := b.get(t, id)
-				if err != nil || !freed.Empty() || j.Status != store.StatusRunning || j.AckDeadline != nil ||
+				if err != nil || !freed.Empty() || j.Status != records.StatusRunning || j.AckDeadline != nil ||
 					!jsonEqual(j.Progress, []byte(s.want)) {
 					t.Fatalf("step %d: %v, freed %+v; %s, ack_deadline %v, progress %s (want %s)",
 						i, err, freed, j.Status, j.AckDeadline, j.Progress, s.want)
@@ -463,7 +464,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 			errs, fx := b.st.JobsAck(b.ctx, reports)
 			freed := fx.Freed
 			for i, err := range errs {
-				var owner *store.NotOwnerError
+				var owner *records.NotOwnerError
 				if g.by[i].name == byAnother.name && errors.As(err, &owner) {
 					continue
 				}
@@ -472,7 +473,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 				}
 			}
 			j := b.get(t, id)
-			if !freed.Empty() || j.Status != store.StatusRunning || j.AckDeadline != nil || !jsonEqual(j.Progress, []byte(g.want)) {
+			if !freed.Empty() || j.Status != records.StatusRunning || j.AckDeadline != nil || !jsonEqual(j.Progress, []byte(g.want)) {
 				t.Fatalf("freed %+v; %s, ack_deadline %v, progress %s (want %s)", freed, j.Status, j.AckDeadline, j.Progress, g.want)
 			}
 		})
@@ -484,7 +485,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		errs, fx := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
 			byHolder.params(progress(30), id, d), byAnother.params(progress(90), id, d)})
 		freed := fx.Freed
-		var owner *store.NotOwnerError
+		var owner *records.NotOwnerError
 		j := b.get(t, id)
 		if errs[0] != nil || !errors.As(errs[1], &owner) || !freed.Empty() ||
 			j.AckDeadline != nil || !jsonEqual(j.Progress, []byte(`{"progress_percent":30}`)) {
@@ -499,7 +500,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 	b := newTrBundle(t)
 	kinds := []reportKind{reportCompleted, reportFailed, reportFailedForGood, reportCancelled}
 	var reports []store.JobUpdateParams
-	var befores []store.Job
+	var befores []records.Job
 	for _, k := range kinds {
 		id := "mixed-" + k.name
 		reports = append(reports, byHolder.params(k, id, fromRunning.build(t, b, id)))
@@ -517,10 +518,10 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 	start := time.Now()
 	errs, fx := b.st.JobsFinish(b.ctx, reports)
 	end := time.Now()
-	wants := []outcome{moves(store.StatusCompleted), moves(store.StatusRetrying), moves(store.StatusFailed),
-		moves(store.StatusCancelled), cancels, refused(errNotOwner)}
+	wants := []outcome{moves(records.StatusCompleted), moves(records.StatusRetrying), moves(records.StatusFailed),
+		moves(records.StatusCancelled), cancels, refused(errNotOwner)}
 	allKinds := append(kinds, reportCompleted, reportCompleted)
-	var wantFreed store.Freed
+	var wantFreed records.Freed
 	var wantDone []string
 	for i, want := range wants {
 		after := b.get(t, reports[i].ID)
@@ -531,7 +532,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 		}
 		checkMoved(t, allKinds[i], want.to, befores[i], after, start, end)
 		wantFreed.Add(after.Queue, after.Type, 1)
-		if want.to != store.StatusRetrying { // ended, by its report or its cancellation
+		if want.to != records.StatusRetrying { // ended, by its report or its cancellation
 			wantDone = append(wantDone, after.ID)
 		}
 	}

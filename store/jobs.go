@@ -7,76 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// Job statuses.
-const (
-	StatusQueued    = "queued"
-	StatusScheduled = "scheduled"
-	StatusRunning   = "running"
-	StatusRetrying  = "retrying"
-	// StatusSnoozed is a report, never a stored status: the holder puts
-	// the job back, due later, its attempt not counted.
-	StatusSnoozed   = "snoozed"
-	StatusCompleted = "completed"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
-)
-
-// IsTerminal reports whether a status is final.
-func IsTerminal(status string) bool {
-	return status == StatusCompleted || status == StatusFailed || status == StatusCancelled
-}
-
-// Job is one row of jobs.
-type Job struct {
-	ID                  string
-	Seq                 int64 // submission order
-	Queue               string
-	Type                string
-	Requires            []string
-	Plan                json.RawMessage
-	Inputs              json.RawMessage
-	Payload             json.RawMessage
-	Priority            int
-	Status              string
-	Attempt             int
-	MaxAttempts         int
-	RetryBackoffSeconds float64
-	TimeoutSeconds      int
-	RunAt               time.Time
-	UniqueKey           *string
-	WorkerID            *string
-	// Delivery is the token of the latest delivery.
-	Delivery        *string
-	AckDeadline     *time.Time
-	LeaseExpiresAt  *time.Time
-	DeadlineAt      *time.Time
-	CancelRequested bool
-	Progress        json.RawMessage
-	Result          json.RawMessage
-	Errors          json.RawMessage
-	CreatedAt       time.Time
-	StartedAt       *time.Time
-	FinishedAt      *time.Time
-	UpdatedAt       time.Time
-	// Snoozes counts the times its holder put it back for later.
-	Snoozes int
-	// Steps counts its steps and sleeps; only JobGet reads it.
-	Steps int
-	// After names the job's parents, nil for a job without any.
-	After           []string
-	OnParentFailure string
-	// PendingParents counts the parents not yet ended (JobGet only).
-	PendingParents int
-	// Parents are the parents' statuses and results (a delivery's only);
-	// ParentsTruncated says the results did not fit.
-	Parents          map[string]ParentState
-	ParentsTruncated bool
-	// TraceParent and TraceState are the job's W3C trace context; a
-	// delivery's only.
-	TraceParent, TraceState string
-}
 
 // jobColumns is the select list scanJob reads.
 var jobColumns = jobCols("")
@@ -93,8 +26,8 @@ func jobCols(a string) string {
 }
 
 // scanJob reads jobColumns, then the extra destinations.
-func scanJob(row pgx.Row, extra ...any) (Job, error) {
-	var j Job
+func scanJob(row pgx.Row, extra ...any) (records.Job, error) {
+	var j records.Job
 	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload), &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
@@ -104,12 +37,12 @@ func scanJob(row pgx.Row, extra ...any) (Job, error) {
 	return j, err
 }
 
-func collectJobs(rows pgx.Rows, err error) ([]Job, error) {
+func collectJobs(rows pgx.Rows, err error) ([]records.Job, error) {
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []Job
+	var out []records.Job
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
@@ -118,47 +51,6 @@ func collectJobs(rows pgx.Rows, err error) ([]Job, error) {
 		out = append(out, j)
 	}
 	return out, interpretError(rows.Err())
-}
-
-// NewJob is a validated submission.
-type NewJob struct {
-	ID                  string
-	Queue               string
-	Type                string
-	Requires            []string
-	Plan                json.RawMessage
-	Inputs              json.RawMessage
-	Payload             json.RawMessage
-	Priority            int
-	MaxAttempts         int
-	RetryBackoffSeconds float64
-	TimeoutSeconds      int
-	// RunAt is the zero time for "now".
-	RunAt     time.Time
-	UniqueKey string
-	// Hand, when set, offers the job to a worker blocked in a pop.
-	Hand *Handoff
-	// After names the jobs that must end before this one runs; with
-	// OnParentFailure (ParentFailureCancel when empty, ParentFailureRun)
-	// saying what a parent's failure or cancellation does to it.
-	After           []string
-	OnParentFailure string
-	// TraceParent and TraceState are the W3C trace context the job is
-	// stored with; not part of its contents (a re-sent job with another
-	// one is the same job).
-	TraceParent, TraceState string
-}
-
-// Handoff offers a job due now to a worker waiting for one: the job is
-// inserted running for it, as a claim would leave it, when the worker may
-// take it there and then — ACTIVE, able to run it, the queue holding no
-// job claimable before it, no limits on the queue or on the job's type, the
-// queue not paused. Otherwise the job is inserted as usual. One
-// transaction instead of an insert and a claim.
-type Handoff struct {
-	Worker     string
-	AckTimeout time.Duration
-	Lease      time.Duration
 }
 
 // Notification channels. agq_jobs carries a ReadyNote; agq_done a job id;
@@ -175,20 +67,6 @@ const (
 	ChannelMoved = "agq_moved"
 )
 
-// ReadyNote tells listeners that N jobs needing Requires became claimable
-// in Queue, now or at At (unix milliseconds; 0 = now).
-type ReadyNote struct {
-	Queue    string   `json:"q"`
-	N        int      `json:"n"`
-	Requires []string `json:"r,omitempty"`
-	At       int64    `json:"at,omitempty"`
-
-	// Timed and Tries are the listener's own: a note that came due by a
-	// timer, and how often it was re-armed.
-	Timed bool `json:"-"`
-	Tries int  `json:"-"`
-}
-
 // dueMillis is t in unix milliseconds, rounded up, so that a timer set for
 // it never fires before t.
 func dueMillis(t time.Time) int64 {
@@ -199,7 +77,7 @@ func dueMillis(t time.Time) int64 {
 const maxNotePayload = 7000
 
 // notifyReady queues a pg_notify in tx; it is delivered at commit.
-func notifyReady(ctx context.Context, tx pgx.Tx, note ReadyNote) error {
+func notifyReady(ctx context.Context, tx pgx.Tx, note records.ReadyNote) error {
 	b, _ := json.Marshal(note)
 	if len(b) > maxNotePayload {
 		// Without requirements the note wakes any waiter of the queue,
@@ -224,9 +102,9 @@ func nullJSON(raw json.RawMessage) any {
 }
 
 // JobGet returns one job.
-func (s *Store) JobGet(ctx context.Context, id string) (Job, error) {
+func (s *Store) JobGet(ctx context.Context, id string) (records.Job, error) {
 	if !storable(id) {
-		return Job{}, ErrNotFound
+		return records.Job{}, records.ErrNotFound
 	}
 	// Its count of steps is the highest order of one (job_steps_order).
 	var steps int
@@ -246,16 +124,9 @@ func (s *Store) Notify(ctx context.Context, channel string, payloads []string) e
 	return interpretError(s.asyncQuery(ctx, nil, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads))
 }
 
-// JobState is where a job stands: what a status message says of it.
-type JobState struct {
-	ID, Queue, Status string
-	Attempt           int
-	WorkerID          *string
-}
-
 // JobStates reads the state of jobs, in one statement; missing ids are
 // left out. A waiting job whose time has come reads as queued.
-func (s *Store) JobStates(ctx context.Context, ids []string) ([]JobState, error) {
+func (s *Store) JobStates(ctx context.Context, ids []string) ([]records.JobState, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT id, queue, CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END,
 			attempt, worker_id
@@ -264,9 +135,9 @@ func (s *Store) JobStates(ctx context.Context, ids []string) ([]JobState, error)
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []JobState
+	var out []records.JobState
 	for rows.Next() {
-		var j JobState
+		var j records.JobState
 		if err := rows.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID); err != nil {
 			return nil, interpretError(err)
 		}

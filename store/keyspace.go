@@ -2,11 +2,12 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // The read-only keyspace (KEYS, SCAN, GET, TTL… for redis-cli) is a view of
@@ -18,27 +19,11 @@ import (
 // cached generic plan could not see the prefix and would walk the whole
 // index.
 
-// KeyspaceWorker is a worker as the worker:<id>:… keys and the
-// capability:<name>:workers sets show it.
-type KeyspaceWorker struct {
-	ID              string
-	State           string
-	Capabilities    []string
-	HasStats        bool
-	LastHeartbeatAt time.Time
-	// SinceHeartbeat is now() − last_heartbeat_at by the database's clock,
-	// the one every node shares.
-	SinceHeartbeat time.Duration
-	// Metadata and Stats are filled by KeyspaceWorker only.
-	Metadata json.RawMessage
-	Stats    json.RawMessage
-}
-
 // KeyspaceWorkers lists the workers that are not UNREGISTERED whose id
 // starts with idPrefix, by id. workers holds one row per worker: the
 // primary key serves the prefix and the order once the table is large
 // enough for the planner to prefer it to reading the table.
-func (s *Store) KeyspaceWorkers(ctx context.Context, idPrefix string) ([]KeyspaceWorker, error) {
+func (s *Store) KeyspaceWorkers(ctx context.Context, idPrefix string) ([]records.KeyspaceWorker, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT worker_id, state, capabilities, stats IS NOT NULL, last_heartbeat_at,
 		       (extract(epoch FROM now() - last_heartbeat_at) * 1000)::bigint
@@ -50,9 +35,9 @@ func (s *Store) KeyspaceWorkers(ctx context.Context, idPrefix string) ([]Keyspac
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []KeyspaceWorker
+	var out []records.KeyspaceWorker
 	for rows.Next() {
-		var w KeyspaceWorker
+		var w records.KeyspaceWorker
 		var sinceMS int64
 		if err := rows.Scan(&w.ID, &w.State, &w.Capabilities, &w.HasStats, &w.LastHeartbeatAt, &sinceMS); err != nil {
 			return nil, interpretError(err)
@@ -65,8 +50,8 @@ func (s *Store) KeyspaceWorkers(ctx context.Context, idPrefix string) ([]Keyspac
 
 // KeyspaceWorker returns one worker with its metadata and stats, found by
 // its primary key; ErrNotFound when there is no such worker.
-func (s *Store) KeyspaceWorker(ctx context.Context, id string) (KeyspaceWorker, error) {
-	var w KeyspaceWorker
+func (s *Store) KeyspaceWorker(ctx context.Context, id string) (records.KeyspaceWorker, error) {
+	var w records.KeyspaceWorker
 	var sinceMS int64
 	err := s.Pool.QueryRow(ctx, `
 		SELECT worker_id, state, capabilities, stats IS NOT NULL, last_heartbeat_at,
@@ -111,24 +96,13 @@ func (s *Store) KeyspaceQueues(ctx context.Context, namePrefix string) ([]string
 	return names, interpretError(err)
 }
 
-// KeyspaceJob is a job as the job:<id> and job:<id>:worker keys show it.
-type KeyspaceJob struct {
-	ID string
-	// Holder is the worker running the job, "" unless the job is running
-	// and its deadline (its timeout) has not passed.
-	Holder string
-	// UntilDeadline is deadline_at − now() by the database's clock when
-	// Holder is set and the job has a deadline; nil otherwise.
-	UntilDeadline *time.Duration
-}
-
 // keyspaceJobColumns is the select list scanKeyspaceJob reads.
 const keyspaceJobColumns = `id,
 	CASE WHEN status = 'running' AND (deadline_at IS NULL OR deadline_at > now()) THEN coalesce(worker_id, '') ELSE '' END,
 	CASE WHEN status = 'running' AND deadline_at > now() THEN (extract(epoch FROM deadline_at - now()) * 1000)::bigint END`
 
-func scanKeyspaceJob(row pgx.Row) (KeyspaceJob, error) {
-	var j KeyspaceJob
+func scanKeyspaceJob(row pgx.Row) (records.KeyspaceJob, error) {
+	var j records.KeyspaceJob
 	var untilMS *int64
 	if err := row.Scan(&j.ID, &j.Holder, &untilMS); err != nil {
 		return j, err
@@ -140,19 +114,6 @@ func scanKeyspaceJob(row pgx.Row) (KeyspaceJob, error) {
 	return j, nil
 }
 
-// KeyspaceJobsParams selects a page of job ids in id order.
-type KeyspaceJobsParams struct {
-	IDPrefix string
-	// RunningOnly lists only running jobs (for patterns that can match
-	// nothing but job:<id>:worker keys).
-	RunningOnly bool
-	// After resumes a listing after the last id of the previous page; when
-	// it is empty, Offset rows are skipped instead.
-	After  string
-	Offset int64
-	Limit  int
-}
-
 // KeyspaceJobs pages through job ids. The primary key serves the prefix,
 // the resume point and the order; a page after Offset walks the index past
 // the skipped ids, which is why callers resume with After when they can.
@@ -161,7 +122,7 @@ type KeyspaceJobsParams struct {
 // nearly every finished job first. They are few (no more than the workers
 // run at once), so they are all read through the running-job indexes
 // (jobs_running_*, whose predicate is status = 'running') and sorted.
-func (s *Store) KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]KeyspaceJob, error) {
+func (s *Store) KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) ([]records.KeyspaceJob, error) {
 	offset := p.Offset
 	if p.After != "" {
 		offset = 0
@@ -183,7 +144,7 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]Keysp
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []KeyspaceJob
+	var out []records.KeyspaceJob
 	for rows.Next() {
 		j, err := scanKeyspaceJob(rows)
 		if err != nil {
@@ -196,7 +157,7 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]Keysp
 
 // KeyspaceJobProbe returns one job's id and holder without its documents,
 // found by its primary key; ErrNotFound when there is no such job.
-func (s *Store) KeyspaceJobProbe(ctx context.Context, id string) (KeyspaceJob, error) {
+func (s *Store) KeyspaceJobProbe(ctx context.Context, id string) (records.KeyspaceJob, error) {
 	j, err := scanKeyspaceJob(s.Pool.QueryRow(ctx, `SELECT `+keyspaceJobColumns+` FROM jobs WHERE id = $1`, id))
 	return j, interpretError(err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -23,15 +24,15 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	// '_' and '%' are LIKE wildcards: a prefix holding them must not
 	// widen the listing.
 	ids := []string{"a_1", "a_2", "ab1", "ab2", "b%1", "bx1", "c1"}
-	var jobs []store.NewJob
+	var jobs []records.NewJob
 	for _, id := range ids {
-		jobs = append(jobs, store.NewJob{ID: id, Queue: "ready", Requires: []string{"sort"}, MaxAttempts: 3,
+		jobs = append(jobs, records.NewJob{ID: id, Queue: "ready", Requires: []string{"sort"}, MaxAttempts: 3,
 			RetryBackoffSeconds: 1, TimeoutSeconds: 60})
 	}
 	if _, _, err := st.JobsSubmit(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
-	w := store.Worker{ID: "w-1", Principal: "w", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
+	w := records.Worker{ID: "w-1", Principal: "w", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 2}
 	if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	running := []string{claimed[0].Job.ID, claimed[1].Job.ID}
 	slices.Sort(running)
 
-	list := func(p store.KeyspaceJobsParams) []string {
+	list := func(p records.KeyspaceJobsParams) []string {
 		t.Helper()
 		got, err := st.KeyspaceJobs(ctx, p)
 		if err != nil {
@@ -59,17 +60,17 @@ func TestKeyspaceJobsPages(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		p    store.KeyspaceJobsParams
+		p    records.KeyspaceJobsParams
 		want []string
 	}{
-		{"All", store.KeyspaceJobsParams{Limit: 100}, ids},
-		{"PrefixWithUnderscore", store.KeyspaceJobsParams{IDPrefix: "a_", Limit: 100}, []string{"a_1", "a_2"}},
-		{"PrefixWithPercent", store.KeyspaceJobsParams{IDPrefix: "b%", Limit: 100}, []string{"b%1"}},
-		{"Offset", store.KeyspaceJobsParams{Offset: 2, Limit: 3}, []string{"ab1", "ab2", "b%1"}},
-		{"After", store.KeyspaceJobsParams{After: "ab2", Offset: 99, Limit: 3}, []string{"b%1", "bx1", "c1"}},
-		{"PrefixAfter", store.KeyspaceJobsParams{IDPrefix: "a", After: "a_2", Limit: 100}, []string{"ab1", "ab2"}},
-		{"RunningOnly", store.KeyspaceJobsParams{RunningOnly: true, Limit: 100}, running},
-		{"RunningOnlyOffset", store.KeyspaceJobsParams{RunningOnly: true, Offset: 1, Limit: 100}, running[1:]},
+		{"All", records.KeyspaceJobsParams{Limit: 100}, ids},
+		{"PrefixWithUnderscore", records.KeyspaceJobsParams{IDPrefix: "a_", Limit: 100}, []string{"a_1", "a_2"}},
+		{"PrefixWithPercent", records.KeyspaceJobsParams{IDPrefix: "b%", Limit: 100}, []string{"b%1"}},
+		{"Offset", records.KeyspaceJobsParams{Offset: 2, Limit: 3}, []string{"ab1", "ab2", "b%1"}},
+		{"After", records.KeyspaceJobsParams{After: "ab2", Offset: 99, Limit: 3}, []string{"b%1", "bx1", "c1"}},
+		{"PrefixAfter", records.KeyspaceJobsParams{IDPrefix: "a", After: "a_2", Limit: 100}, []string{"ab1", "ab2"}},
+		{"RunningOnly", records.KeyspaceJobsParams{RunningOnly: true, Limit: 100}, running},
+		{"RunningOnlyOffset", records.KeyspaceJobsParams{RunningOnly: true, Offset: 1, Limit: 100}, running[1:]},
 	}
 	for _, tc := range tests {
 		if got := list(tc.p); !slices.Equal(got, tc.want) {
@@ -82,7 +83,7 @@ func TestKeyspaceJobsPages(t *testing.T) {
 		*held.UntilDeadline <= 50*time.Second || *held.UntilDeadline > time.Minute {
 		t.Fatalf("probe of a running job: %+v, %v", held, err)
 	}
-	if _, err := st.KeyspaceJobProbe(ctx, "nope"); err != store.ErrNotFound {
+	if _, err := st.KeyspaceJobProbe(ctx, "nope"); err != records.ErrNotFound {
 		t.Fatalf("probe of a missing job: %v", err)
 	}
 	n, nHeld, err := st.KeyspaceJobCounts(ctx)

@@ -6,47 +6,28 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
-// Rate is a limit on starts: at most Limit in any Period. The zero value
-// is no limit.
-type Rate struct {
-	Limit  int
-	Period time.Duration
-}
-
-// Limits are the flow-control limits of a queue or a job type; zero values
-// mean none.
-type Limits struct {
-	MaxRunning int
-	Rate       Rate
-}
-
-// LimitsChange says which limits to set: a nil field stays as it is;
-// MaxRunning 0 or a zero Rate removes that limit.
-type LimitsChange struct {
-	MaxRunning *int
-	Rate       *Rate
-}
-
 // QueueLimitsGet returns a queue's limits (none for a queue without a row).
-func (s *Store) QueueLimitsGet(ctx context.Context, name string) (Limits, error) {
+func (s *Store) QueueLimitsGet(ctx context.Context, name string) (records.Limits, error) {
 	return s.limitsGet(ctx, `FROM queues WHERE name = $1`, name)
 }
 
 // TypeLimitsGet returns a job type's limits (none for a type without a row).
-func (s *Store) TypeLimitsGet(ctx context.Context, name string) (Limits, error) {
+func (s *Store) TypeLimitsGet(ctx context.Context, name string) (records.Limits, error) {
 	return s.limitsGet(ctx, `FROM job_types WHERE name = $1`, name)
 }
 
-func (s *Store) limitsGet(ctx context.Context, from, name string) (Limits, error) {
-	var l Limits
+func (s *Store) limitsGet(ctx context.Context, from, name string) (records.Limits, error) {
+	var l records.Limits
 	if !storable(name) {
 		return l, nil
 	}
 	err := s.Pool.QueryRow(ctx, limitsColumns+from, name).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Limits{}, nil
+		return records.Limits{}, nil
 	}
 	return l, interpretError(err)
 }
@@ -56,8 +37,8 @@ const limitsColumns = `SELECT coalesce(max_running, 0), coalesce(rate_limit, 0),
 // QueueConfigure changes a queue's limits (creating its row if needed) and
 // returns those now in force. Loosened limits may leave room at once: the
 // queue's waiters on every node are woken, as a resume wakes them.
-func (s *Store) QueueConfigure(ctx context.Context, name string, c LimitsChange) (Limits, error) {
-	var l Limits
+func (s *Store) QueueConfigure(ctx context.Context, name string, c records.LimitsChange) (records.Limits, error) {
+	var l records.Limits
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
 		if l, err = configure(ctx, tx, "queues", name, c); err != nil {
@@ -72,11 +53,11 @@ func (s *Store) QueueConfigure(ctx context.Context, name string, c LimitsChange)
 // TypeConfigure changes a job type's limits and returns those now in
 // force. A type left without limits loses its row, so that claims have no
 // row of it to lock. The caller wakes the pops its old limits held back.
-func (s *Store) TypeConfigure(ctx context.Context, name string, c LimitsChange) (Limits, error) {
-	var l Limits
+func (s *Store) TypeConfigure(ctx context.Context, name string, c records.LimitsChange) (records.Limits, error) {
+	var l records.Limits
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		if l, err = configure(ctx, tx, "job_types", name, c); err != nil || l != (Limits{}) {
+		if l, err = configure(ctx, tx, "job_types", name, c); err != nil || l != (records.Limits{}) {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM job_types WHERE name = $1`, name)
@@ -87,7 +68,7 @@ func (s *Store) TypeConfigure(ctx context.Context, name string, c LimitsChange) 
 
 // configure upserts the limits of the row name in table (queues or
 // job_types) and returns those in force.
-func configure(ctx context.Context, tx pgx.Tx, table, name string, c LimitsChange) (Limits, error) {
+func configure(ctx context.Context, tx pgx.Tx, table, name string, c records.LimitsChange) (records.Limits, error) {
 	var maxRunning, rateLimit *int
 	var period *time.Duration
 	setMax, setRate := c.MaxRunning != nil, c.Rate != nil
@@ -97,7 +78,7 @@ func configure(ctx context.Context, tx pgx.Tx, table, name string, c LimitsChang
 	if setRate && c.Rate.Limit > 0 {
 		rateLimit, period = &c.Rate.Limit, &c.Rate.Period
 	}
-	var l Limits
+	var l records.Limits
 	err := tx.QueryRow(ctx, `
 		INSERT INTO `+table+` AS q (name, max_running, rate_limit, rate_period) VALUES ($1, $3, $5, $6)
 		ON CONFLICT (name) DO UPDATE SET

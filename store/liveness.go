@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // WorkersMarkDead turns live workers whose last heartbeat is older than
@@ -38,7 +40,7 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 		for _, id := range dead {
 			// Subscribers on every node hear of the death, then of
 			// the jobs given back.
-			b, _ := json.Marshal(Moved{DeadWorker: id})
+			b, _ := json.Marshal(records.Moved{DeadWorker: id})
 			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
@@ -68,7 +70,7 @@ func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, e
 		if err != nil {
 			return err
 		}
-		d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+		d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
 		if err != nil || len(d.ids) == 0 {
 			return err
 		}
@@ -102,7 +104,7 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 		if err != nil {
 			return err
 		}
-		d, err := s.decideRows(rows, Failure{Retryable: true})
+		d, err := s.decideRows(rows, records.Failure{Retryable: true})
 		if err != nil || len(d.ids) == 0 {
 			return err
 		}

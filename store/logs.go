@@ -5,14 +5,9 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// MaxLogLines is how many lines of an attempt a job keeps.
-const MaxLogLines = 1000
-
-// ErrNotHolder means a log line came from a worker that does not hold the
-// job (running, at this worker) now.
-var ErrNotHolder = errors.New("the job is not running at this worker")
 
 // JobLogAppend keeps a line the job's holder published, as the line of its
 // current attempt, and returns that attempt and the job's queue. Older
@@ -20,7 +15,7 @@ var ErrNotHolder = errors.New("the job is not running at this worker")
 // log line lost in a crash is only a line.
 func (s *Store) JobLogAppend(ctx context.Context, id, workerID, line string) (attempt int, queue string, err error) {
 	if !storable(id, workerID) {
-		return 0, "", ErrNotHolder
+		return 0, "", records.ErrNotHolder
 	}
 	err = s.asyncQuery(ctx, func(rows pgx.Rows) error {
 		return rows.Scan(&attempt, &queue)
@@ -37,12 +32,12 @@ func (s *Store) JobLogAppend(ctx context.Context, id, workerID, line string) (at
 				SELECT seq FROM job_logs WHERE job_id = j.id AND attempt = j.attempt
 				ORDER BY seq DESC OFFSET $4::int - 2 LIMIT 1)
 		)
-		SELECT attempt, queue FROM j`, id, workerID, line, MaxLogLines)
+		SELECT attempt, queue FROM j`, id, workerID, line, records.MaxLogLines)
 	if err != nil {
 		return 0, "", interpretError(err)
 	}
 	if queue == "" {
-		return 0, "", ErrNotHolder
+		return 0, "", records.ErrNotHolder
 	}
 	return attempt, queue, nil
 }
@@ -52,7 +47,7 @@ func (s *Store) JobLogAppend(ctx context.Context, id, workerID, line string) (at
 // such job.
 func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error) {
 	if !storable(id) {
-		return nil, 0, ErrNotFound
+		return nil, 0, records.ErrNotFound
 	}
 	var lines []string
 	var current *int
@@ -66,7 +61,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 		rows, err := tx.Query(ctx, `
 			SELECT line FROM (
 				SELECT seq, line FROM job_logs WHERE job_id = $1 AND attempt = $2 ORDER BY seq DESC LIMIT $3
-			) newest ORDER BY seq`, id, attempt, MaxLogLines)
+			) newest ORDER BY seq`, id, attempt, records.MaxLogLines)
 		if err != nil {
 			return err
 		}
@@ -74,7 +69,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, ErrNotFound
+		return nil, 0, records.ErrNotFound
 	}
 	return lines, attempt, interpretError(err)
 }

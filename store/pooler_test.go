@@ -12,6 +12,7 @@ import (
 
 	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -69,8 +70,8 @@ func TestBehindAPooler(t *testing.T) {
 			wg.Go(func() {
 				for i := range 25 {
 					id := fmt.Sprintf("p-%d-%d", w, i)
-					job := store.NewJob{ID: id, Queue: "ready", Requires: []string{"t"}, MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60}
-					if _, _, err := st.JobsSubmit(ctx, []store.NewJob{job}); err != nil {
+					job := records.NewJob{ID: id, Queue: "ready", Requires: []string{"t"}, MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60}
+					if _, _, err := st.JobsSubmit(ctx, []records.NewJob{job}); err != nil {
 						t.Errorf("submitting %s: %v", id, err)
 						return
 					}

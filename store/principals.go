@@ -3,24 +3,16 @@ package store
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Principal is an identity allowed to connect.
-type Principal struct {
-	Name      string
-	Role      string
-	KeyDigest []byte
-	Source    string
-	CreatedAt time.Time
-}
+	"github.com/agq/agq/records"
+)
 
 // PrincipalPut creates the principal or replaces its key and role (a key
 // rotation); the old key stops working in the same statement, and every
 // node is told to drop sessions holding it.
-func (s *Store) PrincipalPut(ctx context.Context, p Principal) error {
+func (s *Store) PrincipalPut(ctx context.Context, p records.Key) error {
 	_, err := s.Pool.Exec(ctx, `
 		WITH put AS (
 		INSERT INTO principals (name, role, key_digest, source)
@@ -37,7 +29,7 @@ func (s *Store) PrincipalPut(ctx context.Context, p Principal) error {
 // PrincipalPutIfAbsent creates the principal only when no principal of that
 // name exists — or, with replaceRevoked, none that is live; it reports
 // whether it did.
-func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p Principal, replaceRevoked bool) (bool, error) {
+func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p records.Key, replaceRevoked bool) (bool, error) {
 	tag, err := s.Pool.Exec(ctx, `
 		INSERT INTO principals (name, role, key_digest, source)
 		VALUES ($1, $2, $3, $4)
@@ -54,8 +46,8 @@ func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p Principal, replaceRe
 
 // PrincipalByDigest finds the live principal holding a key digest; the
 // partial unique index principals_live_digest serves it.
-func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (Principal, error) {
-	var p Principal
+func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (records.Key, error) {
+	var p records.Key
 	err := s.Pool.QueryRow(ctx, `
 		SELECT name, role, key_digest, source, created_at FROM principals
 		WHERE key_digest = $1 AND revoked_at IS NULL`, digest).
@@ -81,7 +73,7 @@ func (s *Store) PrincipalRevoke(ctx context.Context, name string, keepsAnotherAd
 		var live bool
 		err := tx.QueryRow(ctx, `SELECT role, revoked_at IS NULL FROM principals WHERE name = $1`, name).Scan(&role, &live)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
+			return records.ErrNotFound
 		}
 		if err != nil {
 			return err
@@ -107,7 +99,7 @@ func (s *Store) PrincipalRevoke(ctx context.Context, name string, keepsAnotherAd
 }
 
 // PrincipalList lists live principals by name.
-func (s *Store) PrincipalList(ctx context.Context) ([]Principal, error) {
+func (s *Store) PrincipalList(ctx context.Context) ([]records.Key, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT name, role, source, created_at FROM principals
 		WHERE revoked_at IS NULL ORDER BY name`)
@@ -115,9 +107,9 @@ func (s *Store) PrincipalList(ctx context.Context) ([]Principal, error) {
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []Principal
+	var out []records.Key
 	for rows.Next() {
-		var p Principal
+		var p records.Key
 		if err := rows.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt); err != nil {
 			return nil, interpretError(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // QueueDepth counts the jobs of a queue that are claimable now: what LLEN
@@ -32,7 +34,7 @@ func (s *Store) QueueDepthUpTo(ctx context.Context, queue string, limit int64) (
 }
 
 // QueuePeek returns claimable jobs of a queue in pop order, skipping offset.
-func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]Job, error) {
+func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]records.Job, error) {
 	return collectJobs(s.Pool.Query(ctx, `
 		SELECT `+jobColumns+` FROM jobs
 		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
@@ -40,16 +42,8 @@ func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64
 		OFFSET $2 LIMIT $3`, queue, offset, limit))
 }
 
-// Queue is one queue with its counts by status.
-type Queue struct {
-	Name      string
-	Paused    bool
-	Counts    map[string]int64
-	OldestAge time.Duration // of the oldest claimable job, 0 when none
-}
-
 // QueueStats returns queues (all, or the one named) with their job counts.
-func (s *Store) QueueStats(ctx context.Context, name string) ([]Queue, error) {
+func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, error) {
 	if !storable(name) {
 		return nil, nil
 	}
@@ -71,7 +65,7 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]Queue, error) {
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []Queue
+	var out []records.Queue
 	for rows.Next() {
 		var qname, status string
 		var paused bool
@@ -81,7 +75,7 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]Queue, error) {
 			return nil, interpretError(err)
 		}
 		if len(out) == 0 || out[len(out)-1].Name != qname {
-			out = append(out, Queue{Name: qname, Paused: paused, Counts: map[string]int64{}, OldestAge: time.Duration(age * float64(time.Second))})
+			out = append(out, records.Queue{Name: qname, Paused: paused, Counts: map[string]int64{}, OldestAge: time.Duration(age * float64(time.Second))})
 		}
 		if status != "" {
 			out[len(out)-1].Counts[status] = n
@@ -103,17 +97,11 @@ func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) er
 	return interpretError(err)
 }
 
-// JobListParams filters JOB.LIST; Cursor is the last id of the previous page.
-type JobListParams struct {
-	Queue, Status, Type, Cursor string
-	Limit                       int
-}
-
 // JobList pages through jobs by id. Only the filters given enter the
 // statement, so each shape gets a plan of its own: with a queue,
 // jobs_queue_status serves (queue, status, id > cursor); without one the
 // primary key gives the order.
-func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
+func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
 		return nil, nil
 	}
@@ -128,10 +116,10 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]Job, error) {
 	}
 	switch p.Status {
 	case "":
-	case StatusQueued:
+	case records.StatusQueued:
 		// A due scheduled or retrying job is shown as queued.
 		where = append(where, "(status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= now()))")
-	case StatusScheduled, StatusRetrying:
+	case records.StatusScheduled, records.StatusRetrying:
 		add("status = ? AND run_at > now()", p.Status)
 	default:
 		add("status = ?", p.Status)
@@ -155,7 +143,7 @@ type Querier interface {
 // FutureReadyNotes returns a ReadyNote for each distinct future due time of
 // scheduled and retrying jobs, soonest first: what a node that just started
 // listening must time itself, since the notes for them were sent before.
-func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, error) {
+func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]records.ReadyNote, error) {
 	rows, err := q.Query(ctx, `
 		SELECT queue, requires, ceil(extract(epoch FROM run_at) * 1000)::bigint, count(*)
 		FROM jobs
@@ -166,9 +154,9 @@ func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, e
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []ReadyNote
+	var out []records.ReadyNote
 	for rows.Next() {
-		var n ReadyNote
+		var n records.ReadyNote
 		if err := rows.Scan(&n.Queue, &n.Requires, &n.At, &n.N); err != nil {
 			return nil, interpretError(err)
 		}
@@ -182,7 +170,7 @@ func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]ReadyNote, e
 // order, from the jobs_waiting index, so the cost is bounded however long
 // the backlog): what wakes the blocked clients that can take them, whatever
 // notifications were lost.
-func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue int) ([]ReadyNote, error) {
+func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue int) ([]records.ReadyNote, error) {
 	rows, err := q.Query(ctx, `
 		SELECT q.name, f.requires, count(*)
 		FROM unnest($1::text[]) AS q(name)
@@ -196,9 +184,9 @@ func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue in
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []ReadyNote
+	var out []records.ReadyNote
 	for rows.Next() {
-		var n ReadyNote
+		var n records.ReadyNote
 		if err := rows.Scan(&n.Queue, &n.Requires, &n.N); err != nil {
 			return nil, interpretError(err)
 		}

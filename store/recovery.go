@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // JobsRequeueUnacked returns deliveries nobody acknowledged in time to
@@ -29,7 +31,7 @@ func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) 
 		if err != nil {
 			return err
 		}
-		d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+		d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
 		if err != nil || len(d.ids) == 0 {
 			return err
 		}
@@ -66,7 +68,7 @@ var requeueUnackedSQL = `
 func endedOf(moved []movedJob) []string {
 	var ended []string
 	for _, m := range moved {
-		if IsTerminal(m.status) {
+		if records.IsTerminal(m.status) {
 			ended = append(ended, m.id)
 		}
 	}
@@ -144,8 +146,8 @@ func scanMoved(rows pgx.Rows) (movedJob, error) {
 // its subscribers and for the pops its queue's or type's limits held back.
 func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
 	var err error
-	if m.status == StatusQueued {
-		note := ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
+	if m.status == records.StatusQueued {
+		note := records.ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
 		if m.due != nil {
 			note.At = dueMillis(*m.due)
 		}
@@ -156,23 +158,7 @@ func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
+	b, _ := json.Marshal(records.Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
 	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b))
 	return err
-}
-
-// Moved is a job the watchdog, a worker's (re-)registration or a release
-// moved out of running, as ChannelMoved tells every node: queued again,
-// failed or cancelled; or, with DeadWorker set instead, a worker the watchdog
-// declared DEAD.
-type Moved struct {
-	ID         string `json:"i,omitempty"`
-	Status     string `json:"s,omitempty"`
-	Queue      string `json:"q,omitempty"`
-	Type       string `json:"t,omitempty"`
-	Attempt    int    `json:"a,omitempty"`
-	DeadWorker string `json:"dw,omitempty"`
-	// Registered is a worker that registered again with other
-	// capabilities: no job moved.
-	Registered string `json:"rw,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -32,7 +33,7 @@ func TestRegisterAndHeartbeatBesideReportGroups(t *testing.T) {
 				for i := g * 100; i < (g+1)*100; i += 50 {
 					var ps []store.JobUpdateParams
 					for _, j := range jobs[i : i+50] {
-						ps = append(ps, store.JobUpdateParams{ID: j.ID, WorkerID: "w-r", Status: store.StatusCompleted,
+						ps = append(ps, store.JobUpdateParams{ID: j.ID, WorkerID: "w-r", Status: records.StatusCompleted,
 							Attempt: j.Attempt, Delivery: *j.Delivery, Raw: json.RawMessage(`{}`)})
 					}
 					errs, _ := st.JobsFinish(ctx, ps)
@@ -45,7 +46,7 @@ func TestRegisterAndHeartbeatBesideReportGroups(t *testing.T) {
 			}()
 		}
 		go func() { wg.Wait(); close(done) }()
-		w := store.Worker{ID: "w-r", Principal: "w-r", Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
+		w := records.Worker{ID: "w-r", Principal: "w-r", Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 	loop:
 		for {

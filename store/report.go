@@ -6,69 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// Effects is what committed transitions mean to listeners: jobs that
-// finished (for JOB.WAIT), jobs claimable again (retries), room where
-// running jobs are limited. The caller publishes them once the commit
-// returned.
-type Effects struct {
-	Done  []string
-	Ready []ReadyNote
-	Freed Freed
-	// Moved are the jobs the reports moved out of running, in the order
-	// of the reports: a report re-sent, which changes nothing, is not here.
-	Moved []string
-	// Parents are jobs that ended, perhaps with children waiting for
-	// them: their dependencies to settle (DependenciesSettle).
-	Parents []string
-}
-
-// Merge adds o's effects to f's.
-func (f *Effects) Merge(o Effects) {
-	f.Done = append(f.Done, o.Done...)
-	f.Ready = append(f.Ready, o.Ready...)
-	f.Freed.Merge(o.Freed)
-	f.Moved = append(f.Moved, o.Moved...)
-	f.Parents = append(f.Parents, o.Parents...)
-}
-
-// Freed counts, per queue and per job type, the jobs that left running:
-// room where running jobs are limited.
-type Freed struct {
-	Queues map[string]int `json:"q,omitempty"`
-	Types  map[string]int `json:"t,omitempty"`
-}
-
-// Add counts n jobs of queue and of type typ that left running; an empty
-// name is not counted (no type without a name has limits).
-func (f *Freed) Add(queue, typ string, n int) {
-	if queue != "" {
-		if f.Queues == nil {
-			f.Queues = map[string]int{}
-		}
-		f.Queues[queue] += n
-	}
-	if typ != "" {
-		if f.Types == nil {
-			f.Types = map[string]int{}
-		}
-		f.Types[typ] += n
-	}
-}
-
-// Merge adds o's counts to f.
-func (f *Freed) Merge(o Freed) {
-	for q, n := range o.Queues {
-		f.Add(q, "", n)
-	}
-	for t, n := range o.Types {
-		f.Add("", t, n)
-	}
-}
-
-// Empty reports whether f counts nothing.
-func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 
 // JobsFinish applies final reports (completed, failed, cancelled) sent by
 // different clients, gathered into one group: one statement over arrays
@@ -77,11 +17,11 @@ func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 // shares one WAL flush. Each other report (a re-send, a stale delivery,
 // another owner, a cancelled job) takes the careful path on its own, and
 // its refusal is its own error.
-func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, Effects) {
+func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
 	errs := make([]error, len(reports))
-	var fx Effects
+	var fx records.Effects
 	applied, err := s.finishMany(ctx, reports, &fx)
-	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
 		for i := range errs {
 			errs[i] = interpretError(err)
 		}
@@ -93,11 +33,8 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		}
 		// The rare path: a re-sent report, another owner, a stale
 		// delivery, a cancelled job.
-		var one Effects
-		one, errs[i] = s.JobUpdate(ctx, p)
-		// A job this path ended may have children: it is rare enough to
-		// look (DependenciesSettle finds no mark for a plain job).
-		one.Parents = append(one.Parents, one.Done...)
+		one, err := s.JobUpdate(ctx, p)
+		errs[i] = err
 		fx.Merge(one)
 	}
 	return errs, fx
@@ -107,7 +44,7 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 // is one statement in one round trip. A group holding failures first locks
 // the failing jobs to read what the retry policy decides on, then applies
 // every report with the policy's per-report decisions, in one transaction.
-func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *Effects) ([]bool, error) {
+func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *records.Effects) ([]bool, error) {
 	applied := make([]bool, len(reports))
 	n := len(reports)
 	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
@@ -129,7 +66,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 			deliveries[i] = &d
 		}
 		attempts[i], ords[i] = int32(p.Attempt), int32(i)
-		if p.Status == StatusFailed {
+		if p.Status == records.StatusFailed {
 			failing = append(failing, p.ID)
 		}
 	}
@@ -156,13 +93,13 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 		err = s.hotQuery(ctx, false, nil, scan, finishManySQL, args...)
 	} else {
 		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			locked := map[string]Failure{}
+			locked := map[string]records.Failure{}
 			b := &pgx.Batch{}
 			b.Queue(genericPlan)
 			b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					var id string
-					var f Failure
+					var f records.Failure
 					if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
 						return err
 					}
@@ -175,7 +112,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 			}
 			for i, p := range reports {
 				f, ok := locked[p.ID]
-				if p.Status != StatusFailed || !ok {
+				if p.Status != records.StatusFailed || !ok {
 					continue // not a failure, or a report the statement will not apply
 				}
 				f.Retryable = p.Retryable
@@ -195,8 +132,8 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *E
 		applied[f.ord] = true
 		fx.Moved = append(fx.Moved, f.id)
 		fx.Freed.Add(f.queue, f.typ, 1)
-		if f.status == StatusRetrying {
-			fx.Ready = append(fx.Ready, ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
+		if f.status == records.StatusRetrying {
+			fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
 		} else {
 			fx.Done = append(fx.Done, f.id)
 			if f.hasChildren {
@@ -250,8 +187,8 @@ var finishManySQL = `
 // takes the careful path on its own, which says why; a job whose
 // cancellation it finds leaves running, ended, and is counted in the
 // effects.
-func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, Effects) {
-	var fx Effects
+func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
+	var fx records.Effects
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
@@ -305,7 +242,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		}
 	}
 	errs := make([]error, n)
-	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
 		for i := range errs {
 			errs[i] = interpretError(err)
 		}
@@ -315,7 +252,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		if !applied[i] {
 			// An acknowledgement leaves the job running: no effect,
 			// unless it found the job's cancellation asked.
-			var one Effects
+			var one records.Effects
 			one, errs[i] = s.JobUpdate(ctx, p)
 			fx.Merge(one)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -28,7 +29,7 @@ func storeWithWorkers(t *testing.T, ids ...string) (context.Context, *store.Stor
 
 // storeWithPolicy is storeWithWorkers with the given retry policy (nil:
 // none).
-func storeWithPolicy(t *testing.T, policy store.RetryPolicy, ids ...string) (context.Context, *store.Store) {
+func storeWithPolicy(t *testing.T, policy records.RetryRule, ids ...string) (context.Context, *store.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -38,7 +39,7 @@ func storeWithPolicy(t *testing.T, policy store.RetryPolicy, ids ...string) (con
 	}
 	t.Cleanup(st.Close)
 	for _, id := range ids {
-		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
+		w := records.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: []string{"t"},
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 		if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 			t.Fatal(err)
@@ -48,11 +49,11 @@ func storeWithPolicy(t *testing.T, policy store.RetryPolicy, ids ...string) (con
 }
 
 // submitAndClaim submits n jobs and claims them all for worker.
-func submitAndClaim(ctx context.Context, t *testing.T, st *store.Store, prefix string, n int, worker string) []store.Job {
+func submitAndClaim(ctx context.Context, t *testing.T, st *store.Store, prefix string, n int, worker string) []records.Job {
 	t.Helper()
-	var jobs []store.NewJob
+	var jobs []records.NewJob
 	for i := range n {
-		jobs = append(jobs, store.NewJob{ID: fmt.Sprintf("%s-%d", prefix, i), Queue: "q", Requires: []string{"t"},
+		jobs = append(jobs, records.NewJob{ID: fmt.Sprintf("%s-%d", prefix, i), Queue: "q", Requires: []string{"t"},
 			MaxAttempts: 2, RetryBackoffSeconds: 1, TimeoutSeconds: 60})
 	}
 	if _, _, err := st.JobsSubmit(ctx, jobs); err != nil {
@@ -68,7 +69,7 @@ func submitAndClaim(ctx context.Context, t *testing.T, st *store.Store, prefix s
 	if err != nil || len(refused) > 0 || len(claimed) != n {
 		t.Fatalf("claimed %d of %d: %v %v", len(claimed), n, refused, err)
 	}
-	out := make([]store.Job, n)
+	out := make([]records.Job, n)
 	for i, c := range claimed {
 		out[i] = c.Job
 	}
@@ -90,18 +91,18 @@ func TestJobsFinish(t *testing.T) {
 		jobs := submitAndClaim(ctx, t, st, "g", 5, "w-a")
 		var reports []store.JobUpdateParams
 		for i, j := range jobs {
-			p := store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: store.StatusCompleted, Attempt: j.Attempt,
+			p := store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: records.StatusCompleted, Attempt: j.Attempt,
 				Delivery: *j.Delivery, Raw: json.RawMessage(`{"status":"completed"}`)}
 			switch i {
 			case 1:
 				p.WorkerID = "w-b" // not the holder
 			case 3:
-				p.Status, p.Error, p.Retryable = store.StatusFailed, "boom", true
+				p.Status, p.Error, p.Retryable = records.StatusFailed, "boom", true
 			}
 			reports = append(reports, p)
 		}
 		errs, fx := st.JobsFinish(ctx, reports)
-		var owner *store.NotOwnerError
+		var owner *records.NotOwnerError
 		if !errors.As(errs[1], &owner) || owner.Owner != "w-a" {
 			t.Fatalf("the other worker's report: %v, want owned by w-a", errs[1])
 		}
@@ -122,9 +123,9 @@ func TestJobsFinish(t *testing.T) {
 	t.Run("RepeatsAndStaleDeliveriesAreTheirOwnReplies", func(t *testing.T) {
 		ctx, st := groupBundle(t)
 		jobs := submitAndClaim(ctx, t, st, "r", 2, "w-a")
-		done := store.JobUpdateParams{ID: jobs[0].ID, WorkerID: "w-a", Status: store.StatusCompleted,
+		done := store.JobUpdateParams{ID: jobs[0].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[0].Attempt, Delivery: *jobs[0].Delivery}
-		stale := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: store.StatusCompleted,
+		stale := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[1].Attempt, Delivery: "00000000-0000-4000-8000-000000000000"}
 		// The same report twice in one group, and a report naming a
 		// delivery that is not the job's latest.
@@ -132,11 +133,11 @@ func TestJobsFinish(t *testing.T) {
 		if errs[0] != nil || errs[1] != nil {
 			t.Fatalf("a report sent twice: %v, %v; want both OK", errs[0], errs[1])
 		}
-		var staleErr *store.StaleDeliveryError
+		var staleErr *records.StaleDeliveryError
 		if !errors.As(errs[2], &staleErr) {
 			t.Fatalf("a stale delivery's report: %v", errs[2])
 		}
-		if got := status(ctx, t, st, jobs[1].ID); got != store.StatusRunning {
+		if got := status(ctx, t, st, jobs[1].ID); got != records.StatusRunning {
 			t.Fatalf("the stale report moved its job to %s", got)
 		}
 		// Re-sent after a timeout, in a later group: still OK, once.
@@ -148,10 +149,10 @@ func TestJobsFinish(t *testing.T) {
 
 func TestJobsSubmitEach(t *testing.T) {
 	ctx, st := groupBundle(t)
-	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "old", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1}}); err != nil {
+	if _, _, err := st.JobsSubmit(ctx, []records.NewJob{{ID: "old", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	jobs := []store.NewJob{
+	jobs := []records.NewJob{
 		{ID: "new-1", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1, UniqueKey: "k"},
 		{ID: "old", Queue: "q", MaxAttempts: 1, TimeoutSeconds: 1},
 		// PostgreSQL cannot store a NUL in text: this one fails alone.
@@ -163,10 +164,10 @@ func TestJobsSubmitEach(t *testing.T) {
 		{ID: "new-1", Queue: "q", MaxAttempts: 2, TimeoutSeconds: 1, UniqueKey: "k"},
 	}
 	res, errs, notes := st.JobsSubmitEach(ctx, jobs)
-	if !errors.Is(errs[2], store.ErrInvalidInput) {
+	if !errors.Is(errs[2], records.ErrInvalidInput) {
 		t.Errorf("the bad job: %v, want invalid input", errs[2])
 	}
-	want := []store.SubmitResult{{ID: "new-1", Created: true, Queue: "q", Same: true}, {ID: "old", Queue: "q", Same: true}, {},
+	want := []records.SubmitResult{{ID: "new-1", Created: true, Queue: "q", Same: true}, {ID: "old", Queue: "q", Same: true}, {},
 		{ID: "new-1", Queue: "q", Same: true}, {ID: "new-1", Queue: "q", Same: true}}
 	for i, w := range want {
 		if i != 2 && (errs[i] != nil || res[i] != w) {
@@ -174,7 +175,7 @@ func TestJobsSubmitEach(t *testing.T) {
 		}
 	}
 	for _, i := range []int{5, 6} {
-		var exists *store.JobExistsError
+		var exists *records.JobExistsError
 		if !errors.As(errs[i], &exists) {
 			t.Errorf("job %d, an id taken by other contents: %v", i, errs[i])
 		}
@@ -194,7 +195,7 @@ func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
 		if id == "w-other" {
 			caps = []string{"t", "u"}
 		}
-		w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
+		w := records.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
 			Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 		if _, err := st.WorkerRegister(ctx, w, time.Minute, nil); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
 	if _, err := st.WorkerUnregister(ctx, "w-gone"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.JobsSubmit(ctx, []store.NewJob{{ID: "only", Queue: "q", Requires: []string{"t"}, MaxAttempts: 1, TimeoutSeconds: 60}}); err != nil {
+	if _, _, err := st.JobsSubmit(ctx, []records.NewJob{{ID: "only", Queue: "q", Requires: []string{"t"}, MaxAttempts: 1, TimeoutSeconds: 60}}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "q",
@@ -223,7 +224,7 @@ func TestJobsClaimSaysWhyAWorkerMayNotClaim(t *testing.T) {
 		"w-drained": "worker is DRAINING",
 		"w-gone":    "worker is UNREGISTERED",
 		"w-nobody":  "worker is UNREGISTERED",
-		"w-other":   store.ErrCapabilitiesChanged.Error(),
+		"w-other":   records.ErrCapabilitiesChanged.Error(),
 	}
 	if len(refused) != len(want) {
 		t.Fatalf("refused %v, want %v", refused, want)

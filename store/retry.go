@@ -4,32 +4,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
-// Failure is what a retry decision knows of a failed attempt.
-type Failure struct {
-	// Attempt is the attempt that failed, counted from 1.
-	Attempt     int
-	MaxAttempts int
-	// BackoffSeconds is the job's retry_backoff_seconds.
-	BackoffSeconds float64
-	// Retryable is false when the worker said the job must not run again.
-	Retryable bool
-	// Lost means the job's code did not fail: its worker was lost holding
-	// it (the lease ran out, the worker died or restarted without it, or
-	// it never acknowledged the delivery).
-	Lost bool
-}
-
-// RetryPolicy decides whether a failed attempt runs again, and after how
-// long. The store asks it for every attempt that fails, and applies what it
-// answers; the rule itself lives with the caller (engine.RetryPolicy).
-type RetryPolicy interface {
-	NextRetry(Failure) (retry bool, delay time.Duration)
-}
-
 // nextRetry asks the store's policy about one failed attempt.
-func (s *Store) nextRetry(f Failure) (bool, time.Duration, error) {
+func (s *Store) nextRetry(f records.Failure) (bool, time.Duration, error) {
 	if s.retry == nil {
 		return false, 0, ErrNoRetryPolicy
 	}
@@ -83,7 +63,7 @@ var stepFailuresCounted = `j.step_failures + CASE WHEN ` + openStep("step_id") +
 // each job whose attempt the move counts, as base describes the failure;
 // the others are given back at once (or cancelled) and need no decision. It
 // closes rows.
-func (s *Store) decideRows(rows pgx.Rows, base Failure) (retryDecisions, error) {
+func (s *Store) decideRows(rows pgx.Rows, base records.Failure) (retryDecisions, error) {
 	defer rows.Close()
 	var d retryDecisions
 	for rows.Next() {

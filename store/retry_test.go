@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -15,20 +16,20 @@ import (
 type fixedPolicy struct {
 	delay time.Duration
 	mu    sync.Mutex
-	asked []store.Failure
+	asked []records.Failure
 }
 
-func (p *fixedPolicy) NextRetry(f store.Failure) (bool, time.Duration) {
+func (p *fixedPolicy) NextRetry(f records.Failure) (bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, f)
 	return f.Retryable, p.delay
 }
 
-func (p *fixedPolicy) failures() []store.Failure {
+func (p *fixedPolicy) failures() []records.Failure {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]store.Failure(nil), p.asked...)
+	return append([]records.Failure(nil), p.asked...)
 }
 
 // retryDelay is how long after its failure a job is due again, on the
@@ -44,17 +45,17 @@ func retryDelay(ctx context.Context, t *testing.T, st *store.Store, id string) t
 
 func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 	const delay = 90*time.Minute + 1500*time.Millisecond
-	failed := func(j store.Job, retryable bool) store.JobUpdateParams {
-		return store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: store.StatusFailed, Error: "boom",
+	failed := func(j records.Job, retryable bool) store.JobUpdateParams {
+		return store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: records.StatusFailed, Error: "boom",
 			Retryable: retryable, Attempt: j.Attempt, Delivery: *j.Delivery}
 	}
-	want := store.Failure{Attempt: 1, MaxAttempts: 2, BackoffSeconds: 1, Retryable: true}
+	want := records.Failure{Attempt: 1, MaxAttempts: 2, BackoffSeconds: 1, Retryable: true}
 
 	t.Run("GroupedReportsAreDueAfterThePolicysDelay", func(t *testing.T) {
 		policy := &fixedPolicy{delay: delay}
 		ctx, st := storeWithPolicy(t, policy, "w-a")
 		jobs := submitAndClaim(ctx, t, st, "g", 3, "w-a")
-		done := store.JobUpdateParams{ID: jobs[2].ID, WorkerID: "w-a", Status: store.StatusCompleted,
+		done := store.JobUpdateParams{ID: jobs[2].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[2].Attempt, Delivery: *jobs[2].Delivery}
 		errs, fx := st.JobsFinish(ctx, []store.JobUpdateParams{failed(jobs[0], true), failed(jobs[1], false), done})
 		for i, err := range errs {
@@ -62,13 +63,13 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 				t.Fatalf("report %d: %v", i, err)
 			}
 		}
-		if got := status(ctx, t, st, jobs[0].ID); got != store.StatusRetrying {
+		if got := status(ctx, t, st, jobs[0].ID); got != records.StatusRetrying {
 			t.Fatalf("the retried job is %s", got)
 		}
 		if got := retryDelay(ctx, t, st, jobs[0].ID); got != delay {
 			t.Fatalf("the retried job is due %v after its failure, want %v", got, delay)
 		}
-		if got := status(ctx, t, st, jobs[1].ID); got != store.StatusFailed {
+		if got := status(ctx, t, st, jobs[1].ID); got != records.StatusFailed {
 			t.Fatalf("the job failed for good is %s", got)
 		}
 		if len(fx.Ready) != 1 || fx.Ready[0].At == 0 || len(fx.Done) != 2 {
@@ -90,7 +91,7 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 		if _, err := st.JobUpdate(ctx, failed(jobs[0], true)); err != nil {
 			t.Fatal(err)
 		}
-		if got := status(ctx, t, st, jobs[0].ID); got != store.StatusRetrying {
+		if got := status(ctx, t, st, jobs[0].ID); got != records.StatusRetrying {
 			t.Fatalf("the retried job is %s", got)
 		}
 		if got := retryDelay(ctx, t, st, jobs[0].ID); got != delay {
@@ -134,7 +135,7 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 		if asked := policy.failures(); len(asked) != 1 || asked[0] != lost {
 			t.Fatalf("the policy was asked %+v", asked)
 		}
-		if got := status(ctx, t, st, jobs[0].ID); got != store.StatusQueued {
+		if got := status(ctx, t, st, jobs[0].ID); got != records.StatusQueued {
 			t.Fatalf("the recovered job is %s", got)
 		}
 	})
@@ -142,13 +143,13 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 	t.Run("WithoutAPolicyFailuresAreRefusedAndCompletionsApplied", func(t *testing.T) {
 		ctx, st := storeWithPolicy(t, nil, "w-a")
 		jobs := submitAndClaim(ctx, t, st, "n", 2, "w-a")
-		done := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: store.StatusCompleted,
+		done := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[1].Attempt, Delivery: *jobs[1].Delivery}
 		errs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{failed(jobs[0], true), done})
 		if !errors.Is(errs[0], store.ErrNoRetryPolicy) || errs[1] != nil {
 			t.Fatalf("reports: %v, %v; want ErrNoRetryPolicy, then OK", errs[0], errs[1])
 		}
-		if got := status(ctx, t, st, jobs[0].ID); got != store.StatusRunning {
+		if got := status(ctx, t, st, jobs[0].ID); got != records.StatusRunning {
 			t.Fatalf("the refused failure moved its job to %s", got)
 		}
 	})

@@ -11,56 +11,24 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// Schedule is one row of schedules.
-type Schedule struct {
-	Name       string
-	Cron       string
-	Timezone   string
-	Queue      string
-	Job        JobTemplate
-	Enabled    bool
-	MaxCatchup int
-	// NextFireAt is the first fire not yet submitted; nil when the spec
-	// fires no more.
-	NextFireAt *time.Time
-	LastFireAt *time.Time
-	Fires      int64
-	Skipped    int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-}
-
-// JobTemplate is the job a schedule submits at each fire, with its defaults
-// filled in: a NewJob without the id, queue and run time, which every fire
-// supplies. Its JSON is what the schedules table keeps.
-type JobTemplate struct {
-	Type                string          `json:"type,omitempty"`
-	Requires            []string        `json:"requires"`
-	Plan                json.RawMessage `json:"plan,omitempty"`
-	Inputs              json.RawMessage `json:"inputs,omitempty"`
-	Payload             json.RawMessage `json:"payload,omitempty"`
-	Priority            int             `json:"priority"`
-	MaxAttempts         int             `json:"max_attempts"`
-	RetryBackoffSeconds float64         `json:"retry_backoff_seconds"`
-	TimeoutSeconds      int             `json:"timeout_seconds"`
-}
 
 // scheduleColumns is the select list scanSchedule reads.
 const scheduleColumns = `name, cron, timezone, queue, job, enabled, max_catchup,
 	next_fire_at, last_fire_at, fires, skipped, created_at, updated_at`
 
-func scanSchedule(row pgx.Row) (Schedule, error) {
-	var sc Schedule
+func scanSchedule(row pgx.Row) (records.Schedule, error) {
+	var sc records.Schedule
 	var job []byte
 	err := row.Scan(&sc.Name, &sc.Cron, &sc.Timezone, &sc.Queue, &job, &sc.Enabled, &sc.MaxCatchup,
 		&sc.NextFireAt, &sc.LastFireAt, &sc.Fires, &sc.Skipped, &sc.CreatedAt, &sc.UpdatedAt)
 	if err != nil {
-		return Schedule{}, err
+		return records.Schedule{}, err
 	}
 	if err := json.Unmarshal(job, &sc.Job); err != nil {
-		return Schedule{}, fmt.Errorf("schedule %s: its job template: %w", sc.Name, err)
+		return records.Schedule{}, fmt.Errorf("schedule %s: its job template: %w", sc.Name, err)
 	}
 	if sc.Job.Requires == nil {
 		sc.Job.Requires = []string{}
@@ -68,7 +36,7 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 	return sc, nil
 }
 
-func templateJSON(t JobTemplate) (string, error) {
+func templateJSON(t records.JobTemplate) (string, error) {
 	if t.Requires == nil {
 		t.Requires = []string{}
 	}
@@ -124,7 +92,7 @@ func ScheduleManualJobID(name string, at time.Time) string {
 // existing one with the same definition (cron, timezone, queue, job,
 // max_catchup; not its enabled state, which PAUSE and RESUME change) makes
 // created false; one with another definition is ErrConflict.
-func (s *Store) ScheduleCreate(ctx context.Context, sc Schedule) (created bool, err error) {
+func (s *Store) ScheduleCreate(ctx context.Context, sc records.Schedule) (created bool, err error) {
 	job, err := templateJSON(sc.Job)
 	if err != nil {
 		return false, err
@@ -157,28 +125,28 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc Schedule) (created bool, 
 		case same:
 			return false, nil
 		}
-		return false, fmt.Errorf("%w: schedule %s exists with another definition", ErrConflict, sc.Name)
+		return false, fmt.Errorf("%w: schedule %s exists with another definition", records.ErrConflict, sc.Name)
 	}
-	return false, fmt.Errorf("%w: schedule %s is being created and deleted concurrently", ErrConflict, sc.Name)
+	return false, fmt.Errorf("%w: schedule %s is being created and deleted concurrently", records.ErrConflict, sc.Name)
 }
 
 // ScheduleGet returns one schedule.
-func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) {
+func (s *Store) ScheduleGet(ctx context.Context, name string) (records.Schedule, error) {
 	if !storable(name) {
-		return Schedule{}, ErrNotFound
+		return records.Schedule{}, records.ErrNotFound
 	}
 	sc, err := scanSchedule(s.Pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1`, name))
 	return sc, interpretError(err)
 }
 
 // ScheduleList returns every schedule, by name.
-func (s *Store) ScheduleList(ctx context.Context) ([]Schedule, error) {
+func (s *Store) ScheduleList(ctx context.Context) ([]records.Schedule, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules ORDER BY name`)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []Schedule
+	var out []records.Schedule
 	for rows.Next() {
 		sc, err := scanSchedule(rows)
 		if err != nil {
@@ -192,8 +160,8 @@ func (s *Store) ScheduleList(ctx context.Context) ([]Schedule, error) {
 // ScheduleUpdate locks the named schedule, lets change edit it, and writes
 // back its definition, enabled state and next fire. An error from change
 // is returned as it is and nothing is written.
-func (s *Store) ScheduleUpdate(ctx context.Context, name string, change func(*Schedule) error) (Schedule, error) {
-	var out Schedule
+func (s *Store) ScheduleUpdate(ctx context.Context, name string, change func(*records.Schedule) error) (records.Schedule, error) {
+	var out records.Schedule
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		sc, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1 FOR UPDATE`, name))
 		if err != nil {
@@ -227,7 +195,7 @@ func (s *Store) SchedulePause(ctx context.Context, name string) error {
 		return interpretError(err)
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrNotFound
+		return records.ErrNotFound
 	}
 	return nil
 }
@@ -287,7 +255,7 @@ type ScheduleFireDueParams struct {
 	// Plan works out the fires of a due schedule. Its error is reported in
 	// the result, and the schedule stops firing (next_fire_at NULL) rather
 	// than being retried at every sweep.
-	Plan func(Schedule) (FirePlan, error)
+	Plan func(records.Schedule) (FirePlan, error)
 }
 
 // FireResult is what ScheduleFireDue did with one schedule.
@@ -368,7 +336,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, p ScheduleFireDueParams) (r
 // idempotency (an existing id is left alone), and wakes the waiters of the
 // queue for the jobs it created. A fire's job is due at its fire time, or
 // now if that is later, so that catch-up jobs keep their order in the queue.
-func insertFires(ctx context.Context, tx pgx.Tx, sc Schedule, ids []string, fires []time.Time) (int, error) {
+func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []string, fires []time.Time) (int, error) {
 	t := sc.Job
 	if t.Requires == nil {
 		t.Requires = []string{}
@@ -399,5 +367,5 @@ func insertFires(ctx context.Context, tx pgx.Tx, sc Schedule, ids []string, fire
 	if created == 0 {
 		return 0, nil
 	}
-	return created, notifyReady(ctx, tx, ReadyNote{Queue: sc.Queue, N: created, Requires: t.Requires})
+	return created, notifyReady(ctx, tx, records.ReadyNote{Queue: sc.Queue, N: created, Requires: t.Requires})
 }

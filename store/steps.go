@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// MaxSteps is how many steps and sleeps one job may have.
-const MaxSteps = 10000
+	"github.com/agq/agq/records"
+)
 
 // Step kinds and the statuses a step row stores; JOB.STEPS shows a running
 // step whose delivery ended as StepInterrupted.
@@ -24,103 +22,6 @@ const (
 	StepSleeping    = "sleeping"
 	StepInterrupted = "interrupted"
 )
-
-// StepNotBegunError means a step was completed or failed by a delivery
-// that did not begin it.
-type StepNotBegunError struct{ StepID string }
-
-func (e *StepNotBegunError) Error() string { return "step " + e.StepID + " was not begun" }
-
-// StepAttemptsError means a step was begun again past its attempts: the
-// job failed.
-type StepAttemptsError struct {
-	StepID   string
-	Attempts int
-}
-
-func (e *StepAttemptsError) Error() string {
-	return fmt.Sprintf("step %s used its %d attempts: the job failed", e.StepID, e.Attempts)
-}
-
-// StepKindError means a step id names a sleep where a step was expected,
-// or the other way round.
-type StepKindError struct{ StepID, Kind string }
-
-func (e *StepKindError) Error() string { return "step " + e.StepID + " is a " + e.Kind }
-
-// StepLimitError means a job has MaxSteps steps already.
-type StepLimitError struct{}
-
-func (e *StepLimitError) Error() string {
-	return fmt.Sprintf("has %d steps, the most a job may have", MaxSteps)
-}
-
-// StepParams names the step a holder's call is about.
-type StepParams struct {
-	JobID, StepID string
-	WorkerID      string // the calling worker; ignored when Admin
-	Admin         bool
-	// Delivery is the token of the delivery the call is about, "" when
-	// not given.
-	Delivery string
-}
-
-// StepBeginParams is one STEP.BEGIN.
-type StepBeginParams struct {
-	StepParams
-	// Input is the step's input as sent, nil for none (JSON null).
-	Input json.RawMessage
-	// MaxAttempts and BackoffSeconds, when given, replace the step's.
-	MaxAttempts    *int
-	BackoffSeconds *float64
-}
-
-// StepBeginResult says whether to run the step: its attempt when it runs,
-// its output when it completed before with an equal input.
-type StepBeginResult struct {
-	Execute bool
-	Attempt int
-	Output  json.RawMessage
-}
-
-// StepFailParams is one STEP.FAIL.
-type StepFailParams struct {
-	StepParams
-	Message      string
-	NonRetryable bool
-	// RetryAfter, when given, replaces the step's backoff.
-	RetryAfter *time.Duration
-}
-
-// StepFailResult is what a STEP.FAIL did: the job waits until RetryAt, or
-// failed.
-type StepFailResult struct {
-	Retry   bool
-	RetryAt time.Time
-}
-
-// StepSleepParams is one STEP.SLEEP.
-type StepSleepParams struct {
-	StepParams
-	For time.Duration
-}
-
-// StepSleepResult is what a STEP.SLEEP did: the job sleeps until WakeAt, or
-// it woke in an earlier delivery and the worker carries on.
-type StepSleepResult struct {
-	Sleeping bool
-	WakeAt   time.Time
-}
-
-// Step is a step as JOB.STEPS shows it.
-type Step struct {
-	StepID, Kind, Status string
-	Attempts             int
-	Input, Output        json.RawMessage
-	Errors               json.RawMessage
-	BeganAt              time.Time
-	CompletedAt, WakeAt  *time.Time
-}
 
 // stepJob is what a step call reads of its job, locked.
 type stepJob struct {
@@ -166,26 +67,26 @@ func lockStepJob(ctx context.Context, tx pgx.Tx, id string) (stepJob, error) {
 
 // stale reports whether the call names a delivery that is not the job's
 // latest.
-func (j stepJob) stale(p StepParams) bool {
+func (j stepJob) stale(p records.StepParams) bool {
 	return p.Delivery != "" && (j.delivery == nil || *j.delivery != p.Delivery)
 }
 
 // hold checks what JOB.UPDATE checks: the job runs for this delivery, at
 // this worker (or the caller is an admin), and is not being cancelled.
-func (j stepJob) hold(p StepParams) error {
+func (j stepJob) hold(p records.StepParams) error {
 	owner := ""
 	if j.worker != nil {
 		owner = *j.worker
 	}
 	switch {
 	case j.stale(p):
-		return &StaleDeliveryError{Attempt: j.attempt}
-	case j.status == StatusCancelled:
-		return ErrJobCancelled
-	case j.status != StatusRunning:
-		return &StateError{Status: "not running"}
+		return &records.StaleDeliveryError{Attempt: j.attempt}
+	case j.status == records.StatusCancelled:
+		return records.ErrJobCancelled
+	case j.status != records.StatusRunning:
+		return &records.StateError{Status: "not running"}
 	case !p.Admin && owner != p.WorkerID:
-		return &NotOwnerError{Owner: owner}
+		return &records.NotOwnerError{Owner: owner}
 	case j.cancelRequested:
 		return errCancelNow
 	}
@@ -221,8 +122,8 @@ func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
 	if err := tx.QueryRow(ctx, `SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1`, jobID).Scan(&n); err != nil {
 		return 0, err
 	}
-	if n >= MaxSteps {
-		return 0, &StepLimitError{}
+	if n >= records.MaxSteps {
+		return 0, &records.StepLimitError{}
 	}
 	return n + 1, nil
 }
@@ -232,15 +133,15 @@ func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
 // cancelled (its holder now knows), as with JOB.UPDATE. pre, when set,
 // may answer the call before the checks (a call sent again after it moved
 // the job out of running).
-func (s *Store) stepCall(ctx context.Context, p StepParams,
-	pre func(tx pgx.Tx, j stepJob) (bool, error), run func(tx pgx.Tx, j stepJob, fx *Effects) error) (Effects, error) {
-	var fx Effects
+func (s *Store) stepCall(ctx context.Context, p records.StepParams,
+	pre func(tx pgx.Tx, j stepJob) (bool, error), run func(tx pgx.Tx, j stepJob, fx *records.Effects) error) (records.Effects, error) {
+	var fx records.Effects
 	if !storable(p.JobID, p.StepID, p.WorkerID) {
-		return fx, ErrNotFound
+		return fx, records.ErrNotFound
 	}
 	cancelled := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx, cancelled = Effects{}, false
+		fx, cancelled = records.Effects{}, false
 		j, err := lockStepJob(ctx, tx, p.JobID)
 		if err != nil {
 			return err
@@ -253,9 +154,10 @@ func (s *Store) stepCall(ctx context.Context, p StepParams,
 		switch err := j.hold(p); {
 		case errors.Is(err, errCancelNow):
 			cancelled = true
-			fx.Done, fx.Moved = []string{p.JobID}, []string{p.JobID}
+			fx.Ended(p.JobID)
+			fx.Moved = []string{p.JobID}
 			fx.Freed.Add(j.queue, j.typ, 1)
-			return finish(ctx, tx, p.JobID, StatusCancelled, nil)
+			return finish(ctx, tx, p.JobID, records.StatusCancelled, nil)
 		case err != nil:
 			return err
 		}
@@ -268,10 +170,10 @@ func (s *Store) stepCall(ctx context.Context, p StepParams,
 		return run(tx, j, &fx)
 	})
 	if cancelled && err == nil {
-		return fx, ErrJobCancelled
+		return fx, records.ErrJobCancelled
 	}
 	if err != nil {
-		return Effects{}, interpretError(err)
+		return records.Effects{}, interpretError(err)
 	}
 	return fx, nil
 }
@@ -280,11 +182,11 @@ func (s *Store) stepCall(ctx context.Context, p StepParams,
 // for an equal input. A step begun again after its attempt failed, or after
 // the delivery that began it was lost, counts another attempt; past its
 // attempts the job fails (StepAttemptsError, with the failure's effects).
-func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, Effects, error) {
-	var res StepBeginResult
-	var failed *StepAttemptsError
-	fx, err := s.stepCall(ctx, p.StepParams, nil, func(tx pgx.Tx, j stepJob, fx *Effects) error {
-		res, failed = StepBeginResult{}, nil
+func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, records.Effects, error) {
+	var res records.StepBeginResult
+	var failed *records.StepAttemptsError
+	fx, err := s.stepCall(ctx, p.StepParams, nil, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
+		res, failed = records.StepBeginResult{}, nil
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, p.Input)
 		if err != nil {
 			return err
@@ -294,7 +196,7 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 			if err != nil {
 				return err
 			}
-			res = StepBeginResult{Execute: true, Attempt: 1}
+			res = records.StepBeginResult{Execute: true, Attempt: 1}
 			_, err = tx.Exec(ctx, `
 				INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
 				SELECT j.id, $2, $3, 'step', 'running', 1, coalesce($4, j.max_attempts), coalesce($5, j.retry_backoff_seconds),
@@ -304,7 +206,7 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 			return err
 		}
 		if r.kind != StepKindStep {
-			return &StepKindError{StepID: p.StepID, Kind: r.kind}
+			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
 		}
 		maxAttempts := r.max
 		if p.MaxAttempts != nil {
@@ -313,7 +215,7 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 		attempts := r.attempts + 1
 		switch {
 		case r.status == StepCompleted && r.sameInput:
-			res = StepBeginResult{Output: r.output}
+			res = records.StepBeginResult{Output: r.output}
 			if len(res.Output) == 0 {
 				res.Output = json.RawMessage("null")
 			}
@@ -324,15 +226,16 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 		case r.status == StepCompleted:
 			attempts = 1 // another input: a new run
 		case r.attempts >= maxAttempts:
-			failed = &StepAttemptsError{StepID: p.StepID, Attempts: r.attempts}
+			failed = &records.StepAttemptsError{StepID: p.StepID, Attempts: r.attempts}
 			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, failed.Error()); err != nil {
 				return err
 			}
-			fx.Done, fx.Moved = []string{p.JobID}, []string{p.JobID}
+			fx.Ended(p.JobID)
+			fx.Moved = []string{p.JobID}
 			fx.Freed.Add(j.queue, j.typ, 1)
-			return finish(ctx, tx, p.JobID, StatusFailed, nil)
+			return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
 		}
-		res = StepBeginResult{Execute: true, Attempt: attempts}
+		res = records.StepBeginResult{Execute: true, Attempt: attempts}
 		_, err = tx.Exec(ctx, `
 			UPDATE job_steps s SET status = 'running', attempts = $3, max_attempts = $4,
 				retry_backoff_seconds = coalesce($5, s.retry_backoff_seconds), input = coalesce($6::jsonb, 'null'),
@@ -350,28 +253,28 @@ func (s *Store) StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResu
 
 // StepComplete keeps a step's output; completing it again succeeds and
 // changes nothing. changed reports whether this call completed it.
-func (s *Store) StepComplete(ctx context.Context, p StepParams, output json.RawMessage) (changed bool, err error) {
+func (s *Store) StepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) (changed bool, err error) {
 	_, changed, err = s.stepComplete(ctx, p, output)
 	return changed, err
 }
 
 // stepComplete is StepComplete with its effects: a job whose cancellation
 // was asked ends cancelled.
-func (s *Store) stepComplete(ctx context.Context, p StepParams, output json.RawMessage) (fx Effects, changed bool, err error) {
-	fx, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *Effects) error {
+func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) (fx records.Effects, changed bool, err error) {
+	fx, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *records.Effects) error {
 		changed = false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		switch {
 		case err != nil:
 			return err
 		case !r.found:
-			return &StepNotBegunError{StepID: p.StepID}
+			return &records.StepNotBegunError{StepID: p.StepID}
 		case r.kind != StepKindStep:
-			return &StepKindError{StepID: p.StepID, Kind: r.kind}
+			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
 		case r.status == StepCompleted:
 			return nil
 		case r.status != StepRunning || !r.current(j):
-			return &StepNotBegunError{StepID: p.StepID}
+			return &records.StepNotBegunError{StepID: p.StepID}
 		}
 		changed = true
 		_, err = tx.Exec(ctx, `
@@ -388,7 +291,7 @@ func (s *Store) stepComplete(ctx context.Context, p StepParams, output json.RawM
 // completed steps kept, or fails, its error history naming the step. Sent
 // again by the same delivery, it answers as the first time. changed
 // reports whether this call failed the step.
-func (s *Store) StepFail(ctx context.Context, p StepFailParams) (res StepFailResult, changed bool, fx Effects, err error) {
+func (s *Store) StepFail(ctx context.Context, p records.StepFailParams) (res records.StepFailResult, changed bool, fx records.Effects, err error) {
 	again := func(tx pgx.Tx, j stepJob) (bool, error) {
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		if err != nil || !r.found || r.kind != StepKindStep || r.status != StepFailed || !r.current(j) ||
@@ -396,29 +299,29 @@ func (s *Store) StepFail(ctx context.Context, p StepFailParams) (res StepFailRes
 			return false, err
 		}
 		switch j.status {
-		case StatusRetrying:
-			res = StepFailResult{Retry: true, RetryAt: j.runAt}
+		case records.StatusRetrying:
+			res = records.StepFailResult{Retry: true, RetryAt: j.runAt}
 			return true, nil
-		case StatusFailed:
-			res = StepFailResult{}
+		case records.StatusFailed:
+			res = records.StepFailResult{}
 			return true, nil
 		}
 		return false, nil
 	}
-	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *Effects) error {
-		res, changed = StepFailResult{}, false
+	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
+		res, changed = records.StepFailResult{}, false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		switch {
 		case err != nil:
 			return err
 		case !r.found:
-			return &StepNotBegunError{StepID: p.StepID}
+			return &records.StepNotBegunError{StepID: p.StepID}
 		case r.kind != StepKindStep:
-			return &StepKindError{StepID: p.StepID, Kind: r.kind}
+			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
 		case r.status != StepRunning || !r.current(j):
-			return &StepNotBegunError{StepID: p.StepID}
+			return &records.StepNotBegunError{StepID: p.StepID}
 		}
-		retry, delay, err := s.nextRetry(Failure{Attempt: r.attempts, MaxAttempts: r.max,
+		retry, delay, err := s.nextRetry(records.Failure{Attempt: r.attempts, MaxAttempts: r.max,
 			BackoffSeconds: r.backoff, Retryable: !p.NonRetryable})
 		if err != nil {
 			return err
@@ -446,12 +349,12 @@ func (s *Store) StepFail(ctx context.Context, p StepFailParams) (res StepFailRes
 		fx.Moved = []string{p.JobID}
 		fx.Freed.Add(j.queue, j.typ, 1)
 		if retry {
-			res = StepFailResult{Retry: true, RetryAt: runAt}
-			fx.Ready = []ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+			res = records.StepFailResult{Retry: true, RetryAt: runAt}
+			fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 			return nil
 		}
-		fx.Done = []string{p.JobID}
-		return finish(ctx, tx, p.JobID, StatusFailed, nil)
+		fx.Ended(p.JobID)
+		return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
 	})
 	return res, changed, fx, err
 }
@@ -461,24 +364,24 @@ func (s *Store) StepFail(ctx context.Context, p StepFailParams) (res StepFailRes
 // same delivery it answers the same wake time; in a later delivery the
 // sleep is over and the worker carries on. changed reports whether this
 // call put the job to sleep.
-func (s *Store) StepSleep(ctx context.Context, p StepSleepParams) (res StepSleepResult, changed bool, fx Effects, err error) {
+func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res records.StepSleepResult, changed bool, fx records.Effects, err error) {
 	again := func(tx pgx.Tx, j stepJob) (bool, error) {
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		if err != nil || !r.found || r.kind != StepKindSleep || r.status != StepSleeping || !r.current(j) ||
-			j.status != StatusScheduled || r.wakeAt == nil {
+			j.status != records.StatusScheduled || r.wakeAt == nil {
 			return false, err
 		}
-		res = StepSleepResult{Sleeping: true, WakeAt: *r.wakeAt}
+		res = records.StepSleepResult{Sleeping: true, WakeAt: *r.wakeAt}
 		return true, nil
 	}
-	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *Effects) error {
-		res, changed = StepSleepResult{}, false
+	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
+		res, changed = records.StepSleepResult{}, false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
 		switch {
 		case err != nil:
 			return err
 		case r.found && r.kind != StepKindSleep:
-			return &StepKindError{StepID: p.StepID, Kind: r.kind}
+			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
 		case r.found && r.status == StepCompleted:
 			return nil
 		case r.found:
@@ -509,37 +412,28 @@ func (s *Store) StepSleep(ctx context.Context, p StepSleepParams) (res StepSleep
 			return err
 		}
 		changed = true
-		res = StepSleepResult{Sleeping: true, WakeAt: wake}
+		res = records.StepSleepResult{Sleeping: true, WakeAt: wake}
 		fx.Moved = []string{p.JobID}
 		fx.Freed.Add(j.queue, j.typ, 1)
-		fx.Ready = []ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
+		fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
 		return nil
 	})
 	return res, changed, fx, err
 }
 
-// JobStepsParams pages through a job's steps in the order first begun.
-type JobStepsParams struct {
-	JobID string
-	// After is how many steps the earlier pages held.
-	After, Limit int
-	// Holder, when set, must be the worker holding the job.
-	Holder string
-}
-
 // JobSteps reads a page of a job's steps (job_steps_order). A step still
 // running when its delivery ended reads as interrupted. ErrNotHolder when
 // Holder does not hold the job.
-func (s *Store) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error) {
+func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error) {
 	if !storable(p.JobID, p.Holder) {
-		return nil, ErrNotFound
+		return nil, records.ErrNotFound
 	}
 	var worker *string
 	if err := s.Pool.QueryRow(ctx, `SELECT worker_id FROM jobs WHERE id = $1`, p.JobID).Scan(&worker); err != nil {
 		return nil, interpretError(err)
 	}
 	if p.Holder != "" && (worker == nil || *worker != p.Holder) {
-		return nil, ErrNotHolder
+		return nil, records.ErrNotHolder
 	}
 	rows, err := s.Pool.Query(ctx, `
 		SELECT s.step_id, s.kind,
@@ -553,9 +447,9 @@ func (s *Store) JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error) 
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []Step
+	var out []records.Step
 	for rows.Next() {
-		var st Step
+		var st records.Step
 		if err := rows.Scan(&st.StepID, &st.Kind, &st.Status, &st.Attempts, &st.Input, &st.Output, &st.Errors,
 			&st.BeganAt, &st.CompletedAt, &st.WakeAt); err != nil {
 			return nil, interpretError(err)

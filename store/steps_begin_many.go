@@ -6,12 +6,14 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // StepBeginOutcome is one STEP.BEGIN of a group: its result, or why it
 // was refused.
 type StepBeginOutcome struct {
-	Result StepBeginResult
+	Result records.StepBeginResult
 	Err    error
 }
 
@@ -24,11 +26,11 @@ type StepBeginOutcome struct {
 // it. Each other call (a stale delivery, a refusal, a step past its
 // attempts, a sleep's id, a job at MaxSteps) takes the careful path
 // (StepBegin) on its own, which says why.
-func (s *Store) StepsBegin(ctx context.Context, calls []StepBeginParams) ([]StepBeginOutcome, Effects) {
+func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams) ([]StepBeginOutcome, records.Effects) {
 	out := make([]StepBeginOutcome, len(calls))
-	var fx Effects
+	var fx records.Effects
 	served, err := s.beginStepsMany(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
 		for i := range out {
 			out[i].Err = interpretError(err)
 		}
@@ -39,7 +41,7 @@ func (s *Store) StepsBegin(ctx context.Context, calls []StepBeginParams) ([]Step
 			out[i].Result = r
 			continue
 		}
-		var one Effects
+		var one records.Effects
 		out[i].Result, one, out[i].Err = s.StepBegin(ctx, c)
 		fx.Merge(one)
 	}
@@ -48,8 +50,8 @@ func (s *Store) StepsBegin(ctx context.Context, calls []StepBeginParams) ([]Step
 
 // beginStepsMany is the set-based part of StepsBegin: the results of the
 // calls it served, by their index.
-func (s *Store) beginStepsMany(ctx context.Context, calls []StepBeginParams) (map[int]StepBeginResult, error) {
-	served := make(map[int]StepBeginResult, len(calls))
+func (s *Store) beginStepsMany(ctx context.Context, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
+	served := make(map[int]records.StepBeginResult, len(calls))
 	var jobIDs, stepIDs, workers []string
 	var deliveries, inputs []*string
 	var maxAttempts []*int32
@@ -99,14 +101,14 @@ func (s *Store) beginStepsMany(ctx context.Context, calls []StepBeginParams) (ma
 			if len(output) == 0 {
 				output = []byte("null")
 			}
-			served[int(ord)] = StepBeginResult{Output: json.RawMessage(output)}
+			served[int(ord)] = records.StepBeginResult{Output: json.RawMessage(output)}
 		} else {
-			served[int(ord)] = StepBeginResult{Execute: true, Attempt: int(*attempt)}
+			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(*attempt)}
 		}
 		return nil
-	}, beginStepsManySQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, MaxSteps)
+	}, beginStepsManySQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, records.MaxSteps)
 	if err != nil {
-		return map[int]StepBeginResult{}, err
+		return map[int]records.StepBeginResult{}, err
 	}
 	return served, nil
 }

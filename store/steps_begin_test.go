@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -16,20 +17,20 @@ import (
 func TestStepsBeginGroup(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t, "w-c")
-	claim := func(id, worker string) store.Job {
+	claim := func(id, worker string) records.Job {
 		b.submit(t, trJob(id, 3, 0))
 		return b.claim(t, id, worker)
 	}
-	begin := func(p store.StepBeginParams) {
+	begin := func(p records.StepBeginParams) {
 		t.Helper()
 		if _, _, err := b.st.StepBegin(b.ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	call := func(j store.Job, worker, step, input string) store.StepBeginParams {
+	call := func(j records.Job, worker, step, input string) records.StepBeginParams {
 		p := stepCall(j, step)
 		p.WorkerID = worker
-		return store.StepBeginParams{StepParams: p, Input: json.RawMessage(input)}
+		return records.StepBeginParams{StepParams: p, Input: json.RawMessage(input)}
 	}
 	three, one := 3, 1
 
@@ -38,15 +39,15 @@ func TestStepsBeginGroup(t *testing.T) {
 	begin(call(done, holder, "s1", `{"x":1}`))
 	begin(call(redo, holder, "s1", `{"x":1}`))
 	begin(call(open, holder, "s1", ``))
-	for _, j := range []store.Job{done, redo} {
+	for _, j := range []records.Job{done, redo} {
 		if _, err := b.st.StepComplete(b.ctx, stepCall(j, "s1"), []byte(`"out"`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Steps open when their deliveries were lost: begun again in the next.
 	lost, used := claim("begin-lost", holder), claim("begin-used", holder)
-	begin(store.StepBeginParams{StepParams: stepCall(lost, "s1"), MaxAttempts: &three})
-	begin(store.StepBeginParams{StepParams: stepCall(used, "s1"), MaxAttempts: &three})
+	begin(records.StepBeginParams{StepParams: stepCall(lost, "s1"), MaxAttempts: &three})
+	begin(records.StepBeginParams{StepParams: stepCall(used, "s1"), MaxAttempts: &three})
 	b.expireLease(t, lost.ID)
 	b.expireLease(t, used.ID)
 	lost, used = b.claim(t, lost.ID, holder), b.claim(t, used.ID, holder)
@@ -70,7 +71,7 @@ func TestStepsBeginGroup(t *testing.T) {
 	}
 	xmin = readXmin()
 
-	calls := []store.StepBeginParams{
+	calls := []records.StepBeginParams{
 		call(fresh, holder, "s1", `{"n":1}`),
 		call(other, "w-c", "s1", ``),
 		call(done, holder, "s1", `{"x":1}`), // completed with an equal input
@@ -112,14 +113,14 @@ func TestStepsBeginGroup(t *testing.T) {
 			t.Errorf("call %d: %+v, %v; want %+v", i, r.Result, r.Err, w)
 		}
 	}
-	var attempts *store.StepAttemptsError
+	var attempts *records.StepAttemptsError
 	if !errors.As(res[6].Err, &attempts) {
 		t.Errorf("the begin past its attempts: %v", res[6].Err)
 	}
 	if x := readXmin(); x != xmin {
 		t.Errorf("the completed step was written (xmin %s, then %s)", xmin, x)
 	}
-	for id, status := range map[string]string{used.ID: store.StatusFailed, cancelling.ID: store.StatusCancelled, fresh.ID: store.StatusRunning} {
+	for id, status := range map[string]string{used.ID: records.StatusFailed, cancelling.ID: records.StatusCancelled, fresh.ID: records.StatusRunning} {
 		if got := b.get(t, id); got.Status != status {
 			t.Errorf("%s: %s, want %s", id, got.Status, status)
 		}
@@ -132,7 +133,7 @@ func TestStepsBeginGroup(t *testing.T) {
 		[]string{fresh.ID, other.ID, lost.ID, twice.ID}).Scan(&unacked); err != nil || unacked != 0 {
 		t.Errorf("%d deliveries left unacknowledged (%v)", unacked, err)
 	}
-	steps, err := b.st.JobSteps(b.ctx, store.JobStepsParams{JobID: fresh.ID, Limit: 10})
+	steps, err := b.st.JobSteps(b.ctx, records.JobStepsParams{JobID: fresh.ID, Limit: 10})
 	if err != nil || len(steps) != 1 || steps[0].Status != store.StepRunning || string(steps[0].Input) != `{"n": 1}` || steps[0].Attempts != 1 {
 		t.Errorf("%s's steps: %+v, %v", fresh.ID, steps, err)
 	}

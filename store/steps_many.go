@@ -6,11 +6,13 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // StepCompletion is one STEP.COMPLETE of a group.
 type StepCompletion struct {
-	StepParams
+	records.StepParams
 	Output json.RawMessage
 }
 
@@ -27,11 +29,11 @@ type StepCompleteResult struct {
 // by the caller and not asked to cancel — the usual case — so the group
 // shares one WAL flush. Each other call (a re-send, a refusal, a step not
 // begun, a sleep) takes the careful path (StepComplete) on its own.
-func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, Effects) {
+func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, records.Effects) {
 	out := make([]StepCompleteResult, len(calls))
-	var fx Effects
+	var fx records.Effects
 	applied, err := s.completeStepsMany(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), ErrUnavailable) {
+	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
 		for i := range out {
 			out[i].Err = interpretError(err)
 		}
@@ -42,7 +44,7 @@ func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]St
 			out[i].Changed = true
 			continue
 		}
-		var one Effects
+		var one records.Effects
 		one, out[i].Changed, out[i].Err = s.stepComplete(ctx, c.StepParams, c.Output)
 		fx.Merge(one)
 	}

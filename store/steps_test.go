@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
 // stepCall is the holder's call about the job's current delivery.
-func stepCall(j store.Job, step string) store.StepParams {
-	return store.StepParams{JobID: j.ID, StepID: step, WorkerID: holder, Delivery: str(j.Delivery)}
+func stepCall(j records.Job, step string) records.StepParams {
+	return records.StepParams{JobID: j.ID, StepID: step, WorkerID: holder, Delivery: str(j.Delivery)}
 }
 
 // expireLease makes the job's holder look lost to the lease sweep.
@@ -34,19 +35,19 @@ func TestStepAttempts(t *testing.T) {
 		b.submit(t, trJob(id, 1, 0))
 		j := b.claim(t, id, holder)
 		two := 2
-		if r, _, err := b.st.StepBegin(b.ctx, store.StepBeginParams{StepParams: stepCall(j, "s"), MaxAttempts: &two}); err != nil || r.Attempt != 1 {
+		if r, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: stepCall(j, "s"), MaxAttempts: &two}); err != nil || r.Attempt != 1 {
 			t.Fatalf("begin: %+v %v", r, err)
 		}
 		b.expireLease(t, id)
-		if got := b.get(t, id); got.Status != store.StatusQueued {
+		if got := b.get(t, id); got.Status != records.StatusQueued {
 			t.Fatalf("the job's one attempt was used by its step's failure: %s", got.Status)
 		}
 		j = b.claim(t, id, holder)
-		if r, _, err := b.st.StepBegin(b.ctx, store.StepBeginParams{StepParams: stepCall(j, "s")}); err != nil || r.Attempt != 2 {
+		if r, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: stepCall(j, "s")}); err != nil || r.Attempt != 2 {
 			t.Fatalf("begun again: %+v %v", r, err)
 		}
 		b.expireLease(t, id)
-		if got := b.get(t, id); got.Status != store.StatusFailed {
+		if got := b.get(t, id); got.Status != records.StatusFailed {
 			t.Fatalf("past the step's attempts: %s", got.Status)
 		}
 	})
@@ -56,14 +57,14 @@ func TestStepAttempts(t *testing.T) {
 		id := "steps-lost-outside"
 		b.submit(t, trJob(id, 1, 0))
 		j := b.claim(t, id, holder)
-		if _, _, err := b.st.StepBegin(b.ctx, store.StepBeginParams{StepParams: stepCall(j, "s")}); err != nil {
+		if _, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: stepCall(j, "s")}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.st.StepComplete(b.ctx, stepCall(j, "s"), []byte(`1`)); err != nil {
 			t.Fatal(err)
 		}
 		b.expireLease(t, id)
-		if got := b.get(t, id); got.Status != store.StatusFailed {
+		if got := b.get(t, id); got.Status != records.StatusFailed {
 			t.Fatalf("lost between steps, its one attempt used: %s", got.Status)
 		}
 	})
@@ -75,17 +76,17 @@ func TestStepAttempts(t *testing.T) {
 		j := b.claim(t, id, holder)
 		if _, err := b.st.Pool.Exec(b.ctx, `
 			INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds)
-			SELECT $1, 's' || n, n, 'step', 'completed', 1, 3, 0 FROM generate_series(1, $2::int) n`, id, store.MaxSteps); err != nil {
+			SELECT $1, 's' || n, n, 'step', 'completed', 1, 3, 0 FROM generate_series(1, $2::int) n`, id, records.MaxSteps); err != nil {
 			t.Fatal(err)
 		}
-		var limit *store.StepLimitError
-		if _, _, err := b.st.StepBegin(b.ctx, store.StepBeginParams{StepParams: stepCall(j, "one-more")}); !errors.As(err, &limit) {
-			t.Fatalf("step %d: %v", store.MaxSteps+1, err)
+		var limit *records.StepLimitError
+		if _, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: stepCall(j, "one-more")}); !errors.As(err, &limit) {
+			t.Fatalf("step %d: %v", records.MaxSteps+1, err)
 		}
-		if _, _, _, err := b.st.StepSleep(b.ctx, store.StepSleepParams{StepParams: stepCall(j, "nap"), For: 1}); !errors.As(err, &limit) {
-			t.Fatalf("sleep %d: %v", store.MaxSteps+1, err)
+		if _, _, _, err := b.st.StepSleep(b.ctx, records.StepSleepParams{StepParams: stepCall(j, "nap"), For: 1}); !errors.As(err, &limit) {
+			t.Fatalf("sleep %d: %v", records.MaxSteps+1, err)
 		}
-		if got, err := b.st.JobGet(b.ctx, id); err != nil || got.Steps != store.MaxSteps {
+		if got, err := b.st.JobGet(b.ctx, id); err != nil || got.Steps != records.MaxSteps {
 			t.Fatalf("JobGet's steps: %d, %v", got.Steps, err)
 		}
 	})
@@ -96,15 +97,15 @@ func TestStepAttempts(t *testing.T) {
 func TestStepsCompleteGroup(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t, "w-c")
-	claim := func(id, worker string) store.Job {
+	claim := func(id, worker string) records.Job {
 		b.submit(t, trJob(id, 3, 0))
 		return b.claim(t, id, worker)
 	}
-	begin := func(j store.Job, worker, step string) {
+	begin := func(j records.Job, worker, step string) {
 		t.Helper()
 		p := stepCall(j, step)
 		p.WorkerID = worker
-		if _, _, err := b.st.StepBegin(b.ctx, store.StepBeginParams{StepParams: p}); err != nil {
+		if _, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,7 +125,7 @@ func TestStepsCompleteGroup(t *testing.T) {
 	if _, err := b.st.JobCancel(b.ctx, cancelling.ID); err != nil {
 		t.Fatal(err)
 	}
-	call := func(j store.Job, worker, step, output string) store.StepCompletion {
+	call := func(j records.Job, worker, step, output string) store.StepCompletion {
 		p := stepCall(j, step)
 		p.WorkerID = worker
 		return store.StepCompletion{StepParams: p, Output: []byte(output)}
@@ -178,7 +179,7 @@ func TestStepsCompleteGroup(t *testing.T) {
 	}
 	outputs := map[string]string{}
 	for _, id := range []string{a.ID, c.ID, done.ID} {
-		steps, err := b.st.JobSteps(b.ctx, store.JobStepsParams{JobID: id, Limit: 10})
+		steps, err := b.st.JobSteps(b.ctx, records.JobStepsParams{JobID: id, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

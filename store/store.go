@@ -19,19 +19,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
+
+	"github.com/agq/agq/records"
 )
 
 // Domain errors returned by store functions.
 var (
-	// ErrNotFound means the row asked for does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict means a uniqueness rule refused the write.
-	ErrConflict = errors.New("conflict")
-	// ErrUnavailable means the database could not be reached.
-	ErrUnavailable = errors.New("database unavailable")
-	// ErrInvalidInput means PostgreSQL refused a value (text it cannot
-	// store, such as a NUL byte): the client's input, not a server fault.
-	ErrInvalidInput = errors.New("invalid input")
+
 	// ErrNoRetryPolicy means a failed attempt had to be decided by a store
 	// opened without Config.Retry.
 	ErrNoRetryPolicy = errors.New("store has no retry policy (Config.Retry is nil)")
@@ -45,7 +39,7 @@ type Store struct {
 	// the locking claim.
 	limitedQueues sync.Map
 	// retry decides every failed attempt.
-	retry RetryPolicy
+	retry records.RetryRule
 	// recovered is Config.Recovered.
 	recovered func(reason string, jobs []RecoveredJob)
 }
@@ -56,7 +50,7 @@ type Config struct {
 	MaxConns int32
 	// Retry decides whether a failed attempt runs again, and when. A store
 	// without one refuses, with ErrNoRetryPolicy, to fail an attempt.
-	Retry RetryPolicy
+	Retry records.RetryRule
 	// Pooled says URL leads to a connection pooler in transaction mode
 	// (ThroughPooler): statements are then sent without server-side
 	// prepared statements, unless URL's default_query_exec_mode says
@@ -154,29 +148,29 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
+		return records.ErrNotFound
 	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalidInput) {
+	if errors.Is(err, records.ErrUnavailable) || errors.Is(err, records.ErrNotFound) || errors.Is(err, records.ErrConflict) || errors.Is(err, records.ErrInvalidInput) {
 		return err // interpreted already
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "23505": // unique_violation
-			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+			return fmt.Errorf("%w: %s", records.ErrConflict, pgErr.ConstraintName)
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // admin or crash shutdown, cannot connect now
 			pgErr.Code == "53300", // too many connections
 			pgErr.Code == "25006": // read-only transaction: a standby, or a primary being demoted
-			return fmt.Errorf("%w: %s: %w", ErrUnavailable, pgErr.Message, err)
+			return fmt.Errorf("%w: %s: %w", records.ErrUnavailable, pgErr.Message, err)
 		case pgErr.Code == "22P02", pgErr.Code == "22P05", pgErr.Code == "22021", pgErr.Code == "22026", pgErr.Code == "54000":
 			// bad text or json, untranslatable, not in repertoire, too long
-			return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
+			return fmt.Errorf("%w: %s", records.ErrInvalidInput, pgErr.Message)
 		}
 		return err
 	}
 	if connectionFailed(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", records.ErrUnavailable, err)
 	}
 	return err
 }
@@ -190,13 +184,6 @@ func connectionFailed(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, puddle.ErrClosedPool) || strings.Contains(err.Error(), "conn closed")
-}
-
-// SafeToRetry reports whether err failed a statement before anything of it
-// reached the database (the connection was already broken): running the
-// command again on a fresh connection cannot apply it twice.
-func SafeToRetry(err error) bool {
-	return errors.Is(err, ErrUnavailable) && pgconn.SafeToRetry(err)
 }
 
 // storable reports whether PostgreSQL can hold s as text: a name or id

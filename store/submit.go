@@ -11,31 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// SubmitResult is the outcome of one submitted job.
-type SubmitResult struct {
-	ID      string
-	Created bool
-	Queue   string
-	// Same is false when the id was taken by a different job: the
-	// submission is refused (ErrJobExists), never silently merged.
-	Same bool
-	// Delivered is the job as handed to its Handoff's worker, running;
-	// nil when it was not.
-	Delivered *Job
-	// Status is set when the job was created waiting for its parents
-	// (pending) or cancelled because one of them failed: not claimable.
-	Status string
-}
-
-// JobExistsError means a submission's job_id names an existing job with
-// other contents.
-type JobExistsError struct{ ID string }
-
-func (e *JobExistsError) Error() string {
-	return "job " + e.ID + " already exists with different contents"
-}
 
 // JobsSubmit inserts jobs atomically, in one transaction.
 // A job whose id, or whose unique_key held by an unfinished job, already
@@ -48,7 +26,7 @@ func (e *JobExistsError) Error() string {
 // to take many rows (a third less than the statement for 1,000 jobs, and
 // less for any number): when an id or unique_key is held already, the COPY
 // fails whole and the statement below sorts the jobs out.
-func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, []ReadyNote, error) {
+func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
 	if withParents(jobs) {
 		res, err := s.submitWithParents(ctx, jobs, true)
 		if err != nil {
@@ -66,7 +44,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 			return nil, nil, interpretError(err)
 		}
 	}
-	var res []SubmitResult
+	var res []records.SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
 		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
@@ -76,10 +54,10 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 			if r.ID == "" {
 				// The conflicting row committed after this statement's
 				// snapshot was taken; the client's retry will find it.
-				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", ErrConflict, i)
+				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", records.ErrConflict, i)
 			}
 			if !r.Same {
-				return fmt.Errorf("job %d: %w", i, &JobExistsError{ID: r.ID})
+				return fmt.Errorf("job %d: %w", i, &records.JobExistsError{ID: r.ID})
 			}
 		}
 		return nil
@@ -96,7 +74,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []NewJob) ([]SubmitResult, 
 // be stored fails alone. A job offered to a waiting worker (NewJob.Hand)
 // may be handed over by the lean statement of a small group; the other
 // ways in insert every job as usual.
-func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
+func (s *Store) JobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
 	if withParents(jobs) {
 		return s.submitEachWithParents(ctx, jobs)
 	}
@@ -121,12 +99,12 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []NewJob) ([]SubmitResu
 
 // submitEachCarefully is JobsSubmitEach by the statement that sorts out
 // every job: held ids and keys, due times, a job the database refuses.
-func (s *Store) submitEachCarefully(ctx context.Context, jobs []NewJob) ([]SubmitResult, []error, []ReadyNote) {
-	results := make([]SubmitResult, len(jobs))
+func (s *Store) submitEachCarefully(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
+	results := make([]records.SubmitResult, len(jobs))
 	errs := make([]error, len(jobs))
 	res, err := insertJobs(ctx, s.durableRunner(), jobs)
 	if err != nil {
-		if len(jobs) == 1 || errors.Is(interpretError(err), ErrUnavailable) {
+		if len(jobs) == 1 || errors.Is(interpretError(err), records.ErrUnavailable) {
 			for i := range errs {
 				errs[i] = interpretError(err)
 			}
@@ -145,13 +123,13 @@ func (s *Store) submitEachCarefully(ctx context.Context, jobs []NewJob) ([]Submi
 	} else {
 		results = res
 	}
-	created := make([]SubmitResult, len(jobs))
+	created := make([]records.SubmitResult, len(jobs))
 	for i, r := range results {
 		if errs[i] == nil && r.ID == "" {
-			errs[i] = fmt.Errorf("%w: job conflicts with a job submitted concurrently", ErrConflict)
+			errs[i] = fmt.Errorf("%w: job conflicts with a job submitted concurrently", records.ErrConflict)
 		}
 		if errs[i] == nil && !r.Same {
-			errs[i] = &JobExistsError{ID: r.ID}
+			errs[i] = &records.JobExistsError{ID: r.ID}
 		}
 		if errs[i] == nil {
 			created[i] = r
@@ -194,8 +172,8 @@ func (s *Store) durableRunner() runner {
 // unique_key of an earlier job of the same call are not sent: they share
 // its outcome, as a repeated submission would. A result with an empty ID
 // conflicts with a row committed after the statement began.
-func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult, error) {
-	results := make([]SubmitResult, len(jobs))
+func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]records.SubmitResult, error) {
+	results := make([]records.SubmitResult, len(jobs))
 	firstOf := make([]int, len(jobs)) // index of the job whose outcome this one shares
 	byID := make(map[string]int, len(jobs))
 	byKey := map[string]int{}
@@ -262,7 +240,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 	got := 0
 	err := run(ctx, func(rows pgx.Rows) error {
 		var ord int32
-		var r SubmitResult
+		var r records.SubmitResult
 		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
 			return err
 		}
@@ -327,7 +305,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 	for i, k := range firstOf {
 		if k != i {
 			same := results[k].Same && (jobs[i].ID != jobs[k].ID || sameSubmission(jobs[i], jobs[k]))
-			results[i] = SubmitResult{ID: results[k].ID, Queue: results[k].Queue, Same: same}
+			results[i] = records.SubmitResult{ID: results[k].ID, Queue: results[k].Queue, Same: same}
 		}
 	}
 	return results, nil
@@ -335,7 +313,7 @@ func insertJobs(ctx context.Context, run runner, jobs []NewJob) ([]SubmitResult,
 
 // sameSubmission reports whether two submissions of one id in one call
 // ask for the same job.
-func sameSubmission(a, b NewJob) bool {
+func sameSubmission(a, b records.NewJob) bool {
 	return a.Queue == b.Queue && a.Type == b.Type && slices.Equal(a.Requires, b.Requires) &&
 		bytes.Equal(a.Plan, b.Plan) && bytes.Equal(a.Inputs, b.Inputs) && bytes.Equal(a.Payload, b.Payload) &&
 		a.Priority == b.Priority && a.MaxAttempts == b.MaxAttempts && a.RetryBackoffSeconds == b.RetryBackoffSeconds &&
@@ -352,13 +330,13 @@ func cmpOrEmpty(s []string) []string {
 // submittedNotes is one ReadyNote per distinct (queue, requires, due time)
 // among the created jobs, so listeners wake as many waiters as there are
 // new jobs and no more.
-func submittedNotes(jobs []NewJob, results []SubmitResult) []ReadyNote {
+func submittedNotes(jobs []records.NewJob, results []records.SubmitResult) []records.ReadyNote {
 	type groupKey struct {
 		queue, requires string
 		at              int64
 	}
 	counts := map[groupKey]int{}
-	var notes []ReadyNote
+	var notes []records.ReadyNote
 	now := time.Now()
 	for i, j := range jobs {
 		if !results[i].Created || results[i].Delivered != nil || results[i].Status != "" {
@@ -374,7 +352,7 @@ func submittedNotes(jobs []NewJob, results []SubmitResult) []ReadyNote {
 			continue
 		}
 		counts[k] = len(notes)
-		notes = append(notes, ReadyNote{Queue: j.Queue, N: 1, Requires: slices.Clone(j.Requires), At: at})
+		notes = append(notes, records.ReadyNote{Queue: j.Queue, N: 1, Requires: slices.Clone(j.Requires), At: at})
 	}
 	return notes
 }

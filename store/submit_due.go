@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
 
 // The fast ways in for jobs due now, with nothing to sort out: a COPY for
@@ -14,17 +16,17 @@ import (
 // that answers each job (insertJobs).
 
 // allCreated is the outcome of jobs all inserted.
-func allCreated(jobs []NewJob) []SubmitResult {
-	res := make([]SubmitResult, len(jobs))
+func allCreated(jobs []records.NewJob) []records.SubmitResult {
+	res := make([]records.SubmitResult, len(jobs))
 	for i, j := range jobs {
-		res[i] = SubmitResult{ID: j.ID, Created: true, Queue: j.Queue, Same: true}
+		res[i] = records.SubmitResult{ID: j.ID, Created: true, Queue: j.Queue, Same: true}
 	}
 	return res
 }
 
 // dueNow reports whether every job is to run at once: those are the jobs
 // a COPY can insert, their status and run_at being the defaults.
-func dueNow(jobs []NewJob) bool {
+func dueNow(jobs []records.NewJob) bool {
 	for _, j := range jobs {
 		if !j.RunAt.IsZero() {
 			return false
@@ -53,7 +55,7 @@ var (
 )
 
 // traced reports whether any job carries trace context.
-func traced(jobs []NewJob) bool {
+func traced(jobs []records.NewJob) bool {
 	for _, j := range jobs {
 		if j.TraceParent != "" {
 			return true
@@ -64,7 +66,7 @@ func traced(jobs []NewJob) bool {
 
 // traceArrays are the jobs' trace context as statement arrays, nil (SQL
 // NULL: every job NULL) when none has any.
-func traceArrays(jobs []NewJob) (parents, states []string) {
+func traceArrays(jobs []records.NewJob) (parents, states []string) {
 	if !traced(jobs) {
 		return nil, nil
 	}
@@ -78,7 +80,7 @@ func traceArrays(jobs []NewJob) (parents, states []string) {
 // copyJobs inserts jobs due now with one COPY, in their order (their seq
 // follows it), and registers their queues, in one transaction. A job whose
 // id or unique_key is held already fails it whole with a unique violation.
-func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
+func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 	rows := make([][]any, len(jobs))
 	columns, withTrace := copyColumns, traced(jobs)
 	if withTrace {
@@ -92,7 +94,7 @@ func (s *Store) copyJobs(ctx context.Context, jobs []NewJob) error {
 			queues = append(queues, j.Queue)
 		}
 		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
-			nullJSON(j.Payload), int32(j.Priority), StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
+			nullJSON(j.Payload), int32(j.Priority), records.StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
 			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey)}
 		if withTrace {
 			rows[i] = append(rows[i], textOrNull(j.TraceParent), textOrNull(j.TraceState))
@@ -121,7 +123,7 @@ func textOrNull(s string) any {
 // worker (NewJob.Hand) is inserted running for it when the worker may take
 // it at once (see Handoff); delivered holds those. It commits when it
 // returns without an error.
-func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, delivered []*Job, err error) {
+func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted []bool, delivered []*records.Job, err error) {
 	n := len(jobs)
 	ids, queues, types, plans, inputs, payloads, keys := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -147,7 +149,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, 
 		}
 	}
 	done := make(map[string]bool, n)
-	handed := map[string]*Job{}
+	handed := map[string]*records.Job{}
 	traceParents, traceStates := traceArrays(jobs)
 	sql, args := insertDueSQL, []any{ids, queues, types, first, last, plans, inputs, payloads, keys, priorities,
 		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates}
@@ -163,7 +165,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, 
 		sql, args = handDueSQL, append(args, handTo, ack, lease)
 		scan = func(rows pgx.Rows) error {
 			var id string
-			var d Job
+			var d records.Job
 			if err := rows.Scan(&id, &d.Delivery, &d.Seq, &d.RunAt, &d.Plan, &d.Inputs, &d.Payload); err != nil {
 				return err
 			}
@@ -179,12 +181,12 @@ func (s *Store) insertDue(ctx context.Context, jobs []NewJob) (inserted []bool, 
 		return nil, nil, err
 	}
 	inserted = make([]bool, n)
-	delivered = make([]*Job, n)
+	delivered = make([]*records.Job, n)
 	for i, j := range jobs {
 		inserted[i] = done[j.ID]
 		if d := handed[j.ID]; d != nil && j.Hand != nil {
 			d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
-			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
+			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = records.StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
 			d.RetryBackoffSeconds, d.WorkerID = j.RetryBackoffSeconds, &j.Hand.Worker
 			d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
 			delivered[i] = d
@@ -277,7 +279,7 @@ const handDueSQL = `
 
 // ownIDs reports whether no two jobs name one id or one unique_key: what
 // insertDue's answer needs to say which job each inserted row is.
-func ownIDs(jobs []NewJob) bool {
+func ownIDs(jobs []records.NewJob) bool {
 	seen := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		if seen[j.ID] || j.UniqueKey != "" && seen["\x00"+j.UniqueKey] {
@@ -293,13 +295,13 @@ func ownIDs(jobs []NewJob) bool {
 
 // submitRest completes JobsSubmitEach after insertDue: the jobs it skipped
 // get their outcomes from the statement that sorts them out.
-func (s *Store) submitRest(ctx context.Context, jobs []NewJob, inserted []bool, delivered []*Job) ([]SubmitResult, []error, []ReadyNote) {
+func (s *Store) submitRest(ctx context.Context, jobs []records.NewJob, inserted []bool, delivered []*records.Job) ([]records.SubmitResult, []error, []records.ReadyNote) {
 	results := allCreated(jobs)
 	for i, d := range delivered {
 		results[i].Delivered = d
 	}
 	errs := make([]error, len(jobs))
-	var rest []NewJob
+	var rest []records.NewJob
 	var at []int
 	for i, j := range jobs {
 		if !inserted[i] {
@@ -312,7 +314,7 @@ func (s *Store) submitRest(ctx context.Context, jobs []NewJob, inserted []bool, 
 	res, restErrs, _ := s.submitEachCarefully(ctx, rest)
 	created := slices.Clone(results)
 	for k, i := range at {
-		results[i], errs[i], created[i] = res[k], restErrs[k], SubmitResult{}
+		results[i], errs[i], created[i] = res[k], restErrs[k], records.SubmitResult{}
 		if restErrs[k] == nil {
 			created[i] = res[k]
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // A large group of single submissions goes as one COPY; sent again, or with
@@ -19,19 +19,19 @@ func TestLargeSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	defer cancel()
 	rec := newRecordingStore(ctx, t)
 	st := rec.st
-	group := func(prefix string) []store.NewJob {
-		jobs := make([]store.NewJob, 60)
+	group := func(prefix string) []records.NewJob {
+		jobs := make([]records.NewJob, 60)
 		for i := range jobs {
-			jobs[i] = store.NewJob{ID: fmt.Sprintf("%s-%02d", prefix, i), Queue: "big", Type: "t",
+			jobs[i] = records.NewJob{ID: fmt.Sprintf("%s-%02d", prefix, i), Queue: "big", Type: "t",
 				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60}
 		}
 		return jobs
 	}
-	check := func(what string, res []store.SubmitResult, errs []error, created bool, refused int) {
+	check := func(what string, res []records.SubmitResult, errs []error, created bool, refused int) {
 		t.Helper()
 		for i, r := range res {
 			if i == refused {
-				if exists := (*store.JobExistsError)(nil); !errors.As(errs[i], &exists) {
+				if exists := (*records.JobExistsError)(nil); !errors.As(errs[i], &exists) {
 					t.Fatalf("%s: job %d, its id held by other contents: %v", what, i, errs[i])
 				}
 				continue
@@ -76,8 +76,8 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	defer cancel()
 	rec := newRecordingStore(ctx, t)
 	st := rec.st
-	job := func(id, key string, payload string) store.NewJob {
-		return store.NewJob{ID: id, Queue: "small", Type: "t", Requires: []string{"a", "b"}, UniqueKey: key,
+	job := func(id, key string, payload string) records.NewJob {
+		return records.NewJob{ID: id, Queue: "small", Type: "t", Requires: []string{"a", "b"}, UniqueKey: key,
 			Payload: json.RawMessage(payload), MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 60}
 	}
 	careful := func() int {
@@ -92,7 +92,7 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 		rec.sent = nil
 		return n
 	}
-	res, errs, notes := st.JobsSubmitEach(ctx, []store.NewJob{job("s-1", "", `{"n":1}`), job("s-2", "key-2", `{"n":2}`)})
+	res, errs, notes := st.JobsSubmitEach(ctx, []records.NewJob{job("s-1", "", `{"n":1}`), job("s-2", "key-2", `{"n":2}`)})
 	for i, r := range res {
 		if errs[i] != nil || !r.Created {
 			t.Fatalf("fresh job %d: %+v, %v", i, r, errs[i])
@@ -103,20 +103,20 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	}
 	bare := job("s-0", "", `{}`)
 	bare.Requires = nil
-	if _, errs, _ := st.JobsSubmitEach(ctx, []store.NewJob{bare, job("s-9", "", `{"n":9}`)}); errs[0] != nil || errs[1] != nil {
+	if _, errs, _ := st.JobsSubmitEach(ctx, []records.NewJob{bare, job("s-9", "", `{"n":9}`)}); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("jobs with and without requirements: %v", errs)
 	}
 	careful()
 	for id, reqs := range map[string]string{"s-1": "a,b", "s-2": "a,b", "s-0": "", "s-9": "a,b"} {
 		j, err := st.JobGet(ctx, id)
-		if err != nil || strings.Join(j.Requires, ",") != reqs || j.Status != store.StatusQueued {
+		if err != nil || strings.Join(j.Requires, ",") != reqs || j.Status != records.StatusQueued {
 			t.Fatalf("%s: %+v, %v; want requires %q", id, j, err, reqs)
 		}
 	}
 	if len(notes) != 1 || notes[0].N != 2 || strings.Join(notes[0].Requires, ",") != "a,b" {
 		t.Fatalf("wake-up notes %+v", notes)
 	}
-	res, errs, notes = st.JobsSubmitEach(ctx, []store.NewJob{
+	res, errs, notes = st.JobsSubmitEach(ctx, []records.NewJob{
 		job("s-3", "", `{"n":3}`),        // fresh
 		job("s-1", "", `{"n":1}`),        // sent again
 		job("s-2", "", `{"other":true}`), // the id names another job
@@ -128,7 +128,7 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 		exists  bool
 	}{{"s-3", true, false}, {"s-1", false, false}, {"", false, true}, {"s-2", false, false}}
 	for i, w := range want {
-		var exists *store.JobExistsError
+		var exists *records.JobExistsError
 		if w.exists {
 			if !errors.As(errs[i], &exists) {
 				t.Fatalf("job %d: %+v, %v; want the id refused", i, res[i], errs[i])
@@ -147,7 +147,7 @@ func TestSmallSubmissionGroupsKeepEachOutcome(t *testing.T) {
 	}
 	// Two jobs of a group naming one id: the group takes the sorting
 	// statement, and the second shares the first's outcome.
-	res, errs, _ = st.JobsSubmitEach(ctx, []store.NewJob{job("s-5", "", `{"n":5}`), job("s-5", "", `{"n":5}`)})
+	res, errs, _ = st.JobsSubmitEach(ctx, []records.NewJob{job("s-5", "", `{"n":5}`), job("s-5", "", `{"n":5}`)})
 	if errs[0] != nil || errs[1] != nil || res[0].ID != "s-5" || !res[0].Created || res[1].ID != "s-5" || res[1].Created {
 		t.Fatalf("one id twice in a group: %+v, %v", res, errs)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agq/agq/engine"
 	"github.com/agq/agq/internal/agqtest"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -58,7 +59,7 @@ func newTrBundle(t *testing.T, workers ...string) *trBundle {
 
 func (b *trBundle) register(t *testing.T, id string, caps ...string) {
 	t.Helper()
-	w := store.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
+	w := records.Worker{ID: id, Principal: id, Hostname: "h", AgwVersion: "1", Capabilities: caps,
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 10}
 	if _, err := b.st.WorkerRegister(b.ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
@@ -66,12 +67,12 @@ func (b *trBundle) register(t *testing.T, id string, caps ...string) {
 }
 
 // trJob is a submission to the queue named as the job.
-func trJob(id string, maxAttempts int, backoff float64) store.NewJob {
-	return store.NewJob{ID: id, Queue: id, Type: trType, Requires: []string{"t"}, MaxAttempts: maxAttempts,
+func trJob(id string, maxAttempts int, backoff float64) records.NewJob {
+	return records.NewJob{ID: id, Queue: id, Type: trType, Requires: []string{"t"}, MaxAttempts: maxAttempts,
 		RetryBackoffSeconds: backoff, TimeoutSeconds: 600}
 }
 
-func (b *trBundle) submit(t *testing.T, jobs ...store.NewJob) {
+func (b *trBundle) submit(t *testing.T, jobs ...records.NewJob) {
 	t.Helper()
 	if _, _, err := b.st.JobsSubmit(b.ctx, jobs); err != nil {
 		t.Fatal(err)
@@ -80,9 +81,9 @@ func (b *trBundle) submit(t *testing.T, jobs ...store.NewJob) {
 
 // claim claims the next job of queue for worker, polling while it is not
 // yet due (a retry or snooze of a few milliseconds).
-func (b *trBundle) claim(t *testing.T, queue, worker string) store.Job {
+func (b *trBundle) claim(t *testing.T, queue, worker string) records.Job {
 	t.Helper()
-	var job store.Job
+	var job records.Job
 	agqtest.Eventually(t, 10*time.Second, func() error {
 		out, err := b.st.JobsClaim(b.ctx, store.JobsClaimParams{Queue: queue, Workers: []string{worker},
 			Capabilities: []string{"t"}, AckTimeout: time.Minute, Lease: time.Minute})
@@ -101,7 +102,7 @@ func (b *trBundle) claim(t *testing.T, queue, worker string) store.Job {
 	return job
 }
 
-func (b *trBundle) get(t *testing.T, id string) store.Job {
+func (b *trBundle) get(t *testing.T, id string) records.Job {
 	t.Helper()
 	j, err := b.st.JobGet(b.ctx, id)
 	if err != nil {
@@ -131,7 +132,7 @@ type delivery struct {
 	token   string
 }
 
-func deliveryOf(j store.Job) delivery {
+func deliveryOf(j records.Job) delivery {
 	d := delivery{attempt: j.Attempt}
 	if j.Delivery != nil {
 		d.token = *j.Delivery
@@ -149,12 +150,12 @@ type reportKind struct {
 
 var (
 	reportProgress      = reportKind{"Progress", "", false, `{"current_task":2,"progress_percent":40}`}
-	reportRunning       = reportKind{"Running", store.StatusRunning, false, `{"status":"running"}`}
-	reportCompleted     = reportKind{"Completed", store.StatusCompleted, false, `{"status":"completed","output":"ok"}`}
-	reportFailed        = reportKind{"FailedRetryable", store.StatusFailed, true, `{"status":"failed","error":"boom","retryable":true}`}
-	reportFailedForGood = reportKind{"FailedNotRetryable", store.StatusFailed, false, `{"status":"failed","error":"boom","retryable":false}`}
-	reportCancelled     = reportKind{"Cancelled", store.StatusCancelled, false, `{"status":"cancelled"}`}
-	reportSnoozed       = reportKind{"Snoozed", store.StatusSnoozed, false, `{"status":"snoozed","seconds":3600}`}
+	reportRunning       = reportKind{"Running", records.StatusRunning, false, `{"status":"running"}`}
+	reportCompleted     = reportKind{"Completed", records.StatusCompleted, false, `{"status":"completed","output":"ok"}`}
+	reportFailed        = reportKind{"FailedRetryable", records.StatusFailed, true, `{"status":"failed","error":"boom","retryable":true}`}
+	reportFailedForGood = reportKind{"FailedNotRetryable", records.StatusFailed, false, `{"status":"failed","error":"boom","retryable":false}`}
+	reportCancelled     = reportKind{"Cancelled", records.StatusCancelled, false, `{"status":"cancelled"}`}
+	reportSnoozed       = reportKind{"Snoozed", records.StatusSnoozed, false, `{"status":"snoozed","seconds":3600}`}
 
 	reportKinds = []reportKind{reportProgress, reportRunning, reportCompleted, reportFailed, reportFailedForGood,
 		reportCancelled, reportSnoozed}
@@ -162,13 +163,13 @@ var (
 
 // grouped reports whether a report of this kind goes in a group (JobsAck
 // or JobsFinish); a snooze takes the careful path only.
-func (k reportKind) grouped() bool { return k.status != store.StatusSnoozed }
+func (k reportKind) grouped() bool { return k.status != records.StatusSnoozed }
 
 // params is the report sent about job id by worker about delivery d.
 func (k reportKind) params(id, worker string, d delivery) store.JobUpdateParams {
 	p := store.JobUpdateParams{ID: id, WorkerID: worker, Status: k.status, Retryable: k.retryable,
 		Attempt: d.attempt, Delivery: d.token, Raw: json.RawMessage(k.raw), SnoozeFor: trSnooze, MaxSnoozes: 100}
-	if k.status == store.StatusFailed {
+	if k.status == records.StatusFailed {
 		p.Error = "boom"
 	}
 	return p
@@ -275,7 +276,7 @@ var (
 	// Cancelled while running: the holder learnt it from its next report.
 	fromCancelledOnRequest = fromState{"CancelledOnRequest", func(t *testing.T, b *trBundle, id string) delivery {
 		d := fromCancelRequested.build(t, b, id)
-		if _, err := b.st.JobUpdate(b.ctx, reportProgress.params(id, holder, d)); !errors.Is(err, store.ErrJobCancelled) {
+		if _, err := b.st.JobUpdate(b.ctx, reportProgress.params(id, holder, d)); !errors.Is(err, records.ErrJobCancelled) {
 			t.Fatalf("the holder's report after a cancel request: %v", err)
 		}
 		return d
@@ -299,12 +300,12 @@ func (k errKind) String() string {
 }
 
 // checkReply checks err is of kind want; before is the job the report found.
-func checkReply(t *testing.T, want errKind, err error, before store.Job) {
+func checkReply(t *testing.T, want errKind, err error, before records.Job) {
 	t.Helper()
-	var owner *store.NotOwnerError
-	var state *store.StateError
-	var stale *store.StaleDeliveryError
-	var snoozes *store.SnoozeLimitError
+	var owner *records.NotOwnerError
+	var state *records.StateError
+	var stale *records.StaleDeliveryError
+	var snoozes *records.SnoozeLimitError
 	ok := false
 	switch want {
 	case replyOK:
@@ -314,7 +315,7 @@ func checkReply(t *testing.T, want errKind, err error, before store.Job) {
 	case errState:
 		ok = errors.As(err, &state)
 	case errCancelled:
-		ok = errors.Is(err, store.ErrJobCancelled)
+		ok = errors.Is(err, records.ErrJobCancelled)
 	case errStale:
 		ok = errors.As(err, &stale) && stale.Attempt == before.Attempt
 	case errSnoozeLimit:
@@ -332,7 +333,7 @@ type errorEntry struct {
 	Error    string `json:"error"`
 }
 
-func errorHistory(t *testing.T, j store.Job) []errorEntry {
+func errorHistory(t *testing.T, j records.Job) []errorEntry {
 	t.Helper()
 	var out []errorEntry
 	if len(j.Errors) > 0 {
@@ -363,7 +364,7 @@ func str(p *string) string {
 }
 
 // checkUntouched fails unless the job's row is what it was.
-func checkUntouched(t *testing.T, before, after store.Job) {
+func checkUntouched(t *testing.T, before, after records.Job) {
 	t.Helper()
 	if !reflect.DeepEqual(before, after) {
 		t.Fatalf("the job changed:\nbefore %+v\nafter  %+v", before, after)
@@ -371,9 +372,9 @@ func checkUntouched(t *testing.T, before, after store.Job) {
 }
 
 // checkFreed fails unless freed counts the job once when left, else nothing.
-func checkFreed(t *testing.T, freed store.Freed, j store.Job, left bool) {
+func checkFreed(t *testing.T, freed records.Freed, j records.Job, left bool) {
 	t.Helper()
-	want := store.Freed{}
+	want := records.Freed{}
 	if left {
 		want.Add(j.Queue, j.Type, 1)
 	}
@@ -384,7 +385,7 @@ func checkFreed(t *testing.T, freed store.Freed, j store.Job, left bool) {
 
 // checkMoved checks the row of a job a report k moved from before to
 // status to, the report sent between start and end.
-func checkMoved(t *testing.T, k reportKind, to string, before, after store.Job, start, end time.Time) {
+func checkMoved(t *testing.T, k reportKind, to string, before, after records.Job, start, end time.Time) {
 	t.Helper()
 	if after.Status != to {
 		t.Fatalf("status %s, want %s", after.Status, to)
@@ -392,7 +393,7 @@ func checkMoved(t *testing.T, k reportKind, to string, before, after store.Job, 
 	history, was := errorHistory(t, after), errorHistory(t, before)
 	failure := errorEntry{Attempt: before.Attempt, WorkerID: str(before.WorkerID), Error: "boom"}
 	wantHistory := was
-	if to == store.StatusRetrying || to == store.StatusFailed && k.status == store.StatusFailed {
+	if to == records.StatusRetrying || to == records.StatusFailed && k.status == records.StatusFailed {
 		wantHistory = append(slices.Clone(was), failure)
 	}
 	if !slices.Equal(history, wantHistory) {
@@ -403,7 +404,7 @@ func checkMoved(t *testing.T, k reportKind, to string, before, after store.Job, 
 	}
 	wantAttempt, wantWorker, wantSnoozes := before.Attempt, str(before.WorkerID), before.Snoozes
 	switch to {
-	case store.StatusRunning:
+	case records.StatusRunning:
 		// An acknowledgement: only the deadline to acknowledge goes, and
 		// progress, when reported, is kept.
 		wantProgress := before.Progress
@@ -415,7 +416,7 @@ func checkMoved(t *testing.T, k reportKind, to string, before, after store.Job, 
 			t.Fatalf("acknowledged: ack_deadline %v, lease %v, deadline %v, progress %s (want %s), finished_at %v",
 				after.AckDeadline, after.LeaseExpiresAt, after.DeadlineAt, after.Progress, wantProgress, after.FinishedAt)
 		}
-	case store.StatusRetrying:
+	case records.StatusRetrying:
 		// Due after backoff × 2^(attempt−1), ±20%.
 		d := time.Duration(before.RetryBackoffSeconds * float64(time.Second) * float64(int(1)<<max(before.Attempt-1, 0)))
 		lo, hi := start.Add(d*8/10), end.Add(d*12/10)
@@ -423,25 +424,25 @@ func checkMoved(t *testing.T, k reportKind, to string, before, after store.Job, 
 			t.Fatalf("retry due at %v, want within [%v, %v]", after.RunAt, lo, hi)
 		}
 		wantWorker = ""
-	case store.StatusScheduled:
+	case records.StatusScheduled:
 		// Snoozed: due later, the attempt given back.
 		if !within(after.RunAt, start.Add(trSnooze), end.Add(trSnooze)) {
 			t.Fatalf("snoozed until %v, want about %v from now", after.RunAt, trSnooze)
 		}
 		wantAttempt, wantWorker, wantSnoozes = before.Attempt-1, "", before.Snoozes+1
-	case store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+	case records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
 		if after.FinishedAt == nil || !within(*after.FinishedAt, start, end) {
 			t.Fatalf("finished_at %v, want the time of the report", after.FinishedAt)
 		}
-		if to == store.StatusCompleted && !jsonEqual(after.Result, json.RawMessage(k.raw)) {
+		if to == records.StatusCompleted && !jsonEqual(after.Result, json.RawMessage(k.raw)) {
 			t.Fatalf("result %s, want %s", after.Result, k.raw)
 		}
 	}
-	if to != store.StatusRunning && (after.AckDeadline != nil || after.LeaseExpiresAt != nil || after.DeadlineAt != nil) {
+	if to != records.StatusRunning && (after.AckDeadline != nil || after.LeaseExpiresAt != nil || after.DeadlineAt != nil) {
 		t.Fatalf("out of running with ack_deadline %v, lease %v, deadline %v",
 			after.AckDeadline, after.LeaseExpiresAt, after.DeadlineAt)
 	}
-	if (to == store.StatusRetrying || to == store.StatusScheduled) && after.FinishedAt != nil {
+	if (to == records.StatusRetrying || to == records.StatusScheduled) && after.FinishedAt != nil {
 		t.Fatalf("waiting again with finished_at %v", after.FinishedAt)
 	}
 	if after.Attempt != wantAttempt || str(after.WorkerID) != wantWorker || after.Snoozes != wantSnoozes {
@@ -461,7 +462,7 @@ type shape struct {
 	Errors                  []errorEntry
 }
 
-func shapeOf(t *testing.T, j store.Job) shape {
+func shapeOf(t *testing.T, j records.Job) shape {
 	t.Helper()
 	return shape{Status: j.Status, Attempt: j.Attempt, Snoozes: j.Snoozes, Worker: str(j.WorkerID),
 		CancelRequested: j.CancelRequested, Acked: j.AckDeadline == nil, Leased: j.LeaseExpiresAt != nil,

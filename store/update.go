@@ -3,36 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
 )
-
-// Errors of job transitions.
-var (
-	// ErrJobCancelled means the job was cancelled; the worker must stop it.
-	ErrJobCancelled = errors.New("job was cancelled")
-)
-
-// NotOwnerError means another worker holds the job.
-type NotOwnerError struct{ Owner string }
-
-func (e *NotOwnerError) Error() string { return "job is owned by " + e.Owner }
-
-// StaleDeliveryError means a report names a delivery that is not the
-// job's latest one.
-type StaleDeliveryError struct{ Attempt int }
-
-func (e *StaleDeliveryError) Error() string {
-	return fmt.Sprintf("delivery is stale: the job was delivered again (attempt %d)", e.Attempt)
-}
-
-// StateError means the job's status does not allow the transition.
-type StateError struct{ Status string }
-
-func (e *StateError) Error() string { return "job is " + e.Status }
 
 // JobUpdateParams is one JOB.UPDATE.
 type JobUpdateParams struct {
@@ -58,13 +35,6 @@ type JobUpdateParams struct {
 	MaxSnoozes int
 }
 
-// SnoozeLimitError means a snooze past the limit: the job failed instead.
-type SnoozeLimitError struct{ Snoozes int }
-
-func (e *SnoozeLimitError) Error() string {
-	return fmt.Sprintf("snoozed %d times, the most allowed: the job failed", e.Snoozes)
-}
-
 // errorEntry is one element of a job's error history.
 type errorEntry struct {
 	Attempt  int       `json:"attempt"`
@@ -79,15 +49,15 @@ type errorEntry struct {
 // claimable again or ended, room freed where it left running — for the
 // caller to publish once it returned; also with a refusal, whose effects
 // are at most a wake-up for the waiting job the report held locked.
-func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, error) {
-	var fx, done Effects // done: what the transaction did, once it committed
-	var freed Freed
+func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (records.Effects, error) {
+	var fx, done records.Effects // done: what the transaction did, once it committed
+	var freed records.Freed
 	if !storable(p.ID) {
-		return fx, ErrNotFound
+		return fx, records.ErrNotFound
 	}
 	var cancelled, left bool
 	var waiting string // the queue of a waiting job the report locked
-	var snoozeLimit *SnoozeLimitError
+	var snoozeLimit *records.SnoozeLimitError
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var cur struct {
 			status          string
@@ -110,24 +80,24 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 			return err
 		}
 		// A waiting job is never changed by a report.
-		if cur.status == StatusQueued {
+		if cur.status == records.StatusQueued {
 			waiting = cur.queue
 		}
-		freed = Freed{}
+		freed = records.Freed{}
 		freed.Add(cur.queue, cur.typ, 1)
 		owner := ""
 		if cur.worker != nil {
 			owner = *cur.worker
 		}
 		switch {
-		case p.Status == StatusSnoozed && cur.status == StatusScheduled && cur.worker == nil && cur.snoozes > 0 &&
+		case p.Status == records.StatusSnoozed && cur.status == records.StatusScheduled && cur.worker == nil && cur.snoozes > 0 &&
 			(p.Delivery != "" && cur.delivery != nil && *cur.delivery == p.Delivery || p.Delivery == "" && p.Attempt == cur.attempt+1):
 			return nil // the same snooze again: the job waits, not yet delivered again
 		case p.Delivery != "" && (cur.delivery == nil || *cur.delivery != p.Delivery) && (p.Attempt == 0 || p.Attempt == cur.attempt):
 			// A report about a delivery that is not the job's latest: the
 			// job was delivered again since, or the claim that made it
 			// was lost in a database crash. It must not touch the job.
-			return &StaleDeliveryError{Attempt: cur.attempt}
+			return &records.StaleDeliveryError{Attempt: cur.attempt}
 		case p.Attempt > 0 && p.Attempt != cur.attempt:
 			// A report about an earlier delivery, re-sent late: it must
 			// not touch the current one. Its own outcome, if recorded, was
@@ -137,41 +107,41 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 					return nil
 				}
 			}
-			return &StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
-		case IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
-			return &NotOwnerError{Owner: owner}
-		case cur.status == StatusCancelled && p.Status == StatusCancelled && !cur.cancelRequested && owner != "":
+			return &records.StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
+		case records.IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
+			return &records.NotOwnerError{Owner: owner}
+		case cur.status == records.StatusCancelled && p.Status == records.StatusCancelled && !cur.cancelRequested && owner != "":
 			// The holder's own cancellation, reported again (a job
 			// JOB.CANCEL ended has its request set, or no holder).
 			return nil
-		case cur.status == StatusCancelled:
+		case cur.status == records.StatusCancelled:
 			cancelled = true
 			return nil
-		case IsTerminal(cur.status):
+		case records.IsTerminal(cur.status):
 			if p.Status == cur.status {
 				return nil // the same final report again
 			}
-			return &StateError{Status: cur.status}
-		case cur.status == StatusRetrying && sameFailure(p) && len(cur.errors) > 0 &&
+			return &records.StateError{Status: cur.status}
+		case cur.status == records.StatusRetrying && sameFailure(p) && len(cur.errors) > 0 &&
 			cur.errors[len(cur.errors)-1].Attempt == cur.attempt && cur.errors[len(cur.errors)-1].WorkerID == p.WorkerID:
 			return nil // the same failure report again
-		case cur.status != StatusRunning:
-			return &StateError{Status: cur.status}
+		case cur.status != records.StatusRunning:
+			return &records.StateError{Status: cur.status}
 		case !p.Admin && owner != p.WorkerID:
-			return &NotOwnerError{Owner: owner}
+			return &records.NotOwnerError{Owner: owner}
 		case cur.cancelRequested:
 			// The holder now knows: the job ends cancelled.
 			cancelled, left = true, true
 			done.Done = []string{p.ID}
-			return finish(ctx, tx, p.ID, StatusCancelled, nil)
+			return finish(ctx, tx, p.ID, records.StatusCancelled, nil)
 		}
 
 		// Past the checks, the job is running for this report: any report
 		// but an acknowledgement or progress takes it out of running. (A
 		// repeat answered above left the row as it was: nothing freed.)
-		left = p.Status != "" && p.Status != StatusRunning
+		left = p.Status != "" && p.Status != records.StatusRunning
 		switch p.Status {
-		case "", StatusRunning:
+		case "", records.StatusRunning:
 			// An acknowledgement or progress lost in an OS crash only
 			// means a redelivery: no need to wait for the WAL flush.
 			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
@@ -185,13 +155,13 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 				UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
 				WHERE id = $1`, p.ID, progress)
 			return err
-		case StatusSnoozed:
+		case records.StatusSnoozed:
 			if cur.snoozes >= p.MaxSnoozes {
-				limit := &SnoozeLimitError{Snoozes: cur.snoozes}
+				limit := &records.SnoozeLimitError{Snoozes: cur.snoozes}
 				if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, limit.Error()); err != nil {
 					return err
 				}
-				if err := finish(ctx, tx, p.ID, StatusFailed, nil); err != nil {
+				if err := finish(ctx, tx, p.ID, records.StatusFailed, nil); err != nil {
 					return err
 				}
 				done.Done = []string{p.ID}
@@ -205,16 +175,16 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 			if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
 				return err
 			}
-			done.Ready = []ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
+			done.Ready = []records.ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
 			return nil
-		case StatusCompleted, StatusCancelled:
+		case records.StatusCompleted, records.StatusCancelled:
 			done.Done = []string{p.ID}
 			return finish(ctx, tx, p.ID, p.Status, p.Raw)
-		case StatusFailed:
+		case records.StatusFailed:
 			// The failure joins the error history and the retry is timed
 			// by the database's clock, like every other time of the job.
 			// Deliveries its steps' failures ended count against the steps.
-			retry, delay, err := s.nextRetry(Failure{Attempt: cur.attempt - cur.stepFailures, MaxAttempts: cur.max,
+			retry, delay, err := s.nextRetry(records.Failure{Attempt: cur.attempt - cur.stepFailures, MaxAttempts: cur.max,
 				BackoffSeconds: cur.backoff, Retryable: p.Retryable})
 			if err != nil {
 				return err
@@ -224,28 +194,31 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 				return err
 			}
 			if retry {
-				done.Ready = []ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
+				done.Ready = []records.ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
 				return nil
 			}
 			done.Done = []string{p.ID}
-			return finish(ctx, tx, p.ID, StatusFailed, p.Raw)
+			return finish(ctx, tx, p.ID, records.StatusFailed, p.Raw)
 		}
 		return fmt.Errorf("unknown status %q", p.Status)
 	})
 	if waiting != "" {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
-		fx.Ready = []ReadyNote{{Queue: waiting, N: 1}}
+		fx.Ready = []records.ReadyNote{{Queue: waiting, N: 1}}
 	}
 	if err != nil {
 		return fx, interpretError(err)
 	}
-	fx.Ready, fx.Done = append(fx.Ready, done.Ready...), done.Done
+	fx.Ready = append(fx.Ready, done.Ready...)
+	for _, id := range done.Done {
+		fx.Ended(id)
+	}
 	if left {
 		fx.Freed, fx.Moved = freed, []string{p.ID}
 	}
 	if cancelled {
-		return fx, ErrJobCancelled
+		return fx, records.ErrJobCancelled
 	}
 	if snoozeLimit != nil {
 		return fx, snoozeLimit
@@ -259,7 +232,7 @@ func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (Effects, erro
 // run again; answering it OK would say it took effect, while the job
 // still retries.
 func sameFailure(p JobUpdateParams) bool {
-	return p.Status == StatusFailed && p.Retryable
+	return p.Status == records.StatusFailed && p.Retryable
 }
 
 // finish moves a job to a final status; its caller counts it Done.
@@ -309,35 +282,36 @@ var (
 // job succeeds; a completed or failed one is a StateError. Its effects
 // name the job Moved when this call changed it (not when it was
 // cancelled, or its cancellation asked, before) and Done when it ended.
-func (s *Store) JobCancel(ctx context.Context, id string) (Effects, error) {
-	var fx Effects
+func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, error) {
+	var fx records.Effects
 	if !storable(id) {
-		return fx, ErrNotFound
+		return fx, records.ErrNotFound
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx = Effects{}
+		fx = records.Effects{}
 		var status string
 		var asked bool
 		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
 			return err
 		}
 		switch {
-		case status == StatusCancelled:
+		case status == records.StatusCancelled:
 			return nil
-		case status == StatusCompleted || status == StatusFailed:
-			return &StateError{Status: status}
-		case status == StatusRunning:
+		case status == records.StatusCompleted || status == records.StatusFailed:
+			return &records.StateError{Status: status}
+		case status == records.StatusRunning:
 			if !asked {
 				fx.Moved = []string{id}
 			}
 			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
 			return err
 		}
-		fx.Moved, fx.Done = []string{id}, []string{id}
-		return finish(ctx, tx, id, StatusCancelled, nil)
+		fx.Moved = []string{id}
+		fx.Ended(id)
+		return finish(ctx, tx, id, records.StatusCancelled, nil)
 	})
 	if err != nil {
-		return Effects{}, interpretError(err)
+		return records.Effects{}, interpretError(err)
 	}
 	return fx, nil
 }
@@ -346,13 +320,13 @@ func (s *Store) JobCancel(ctx context.Context, id string) (Effects, error) {
 // set of attempts; its error history is kept. A job already waiting or
 // running again is left as it is (the retry already happened). Its effects
 // name the job Moved when this call changed it, and Ready when it waits.
-func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
-	var fx Effects
+func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error) {
+	var fx records.Effects
 	if !storable(id) {
-		return fx, ErrNotFound
+		return fx, records.ErrNotFound
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx = Effects{}
+		fx = records.Effects{}
 		var status, queue string
 		var requires []string
 		var inGraph bool
@@ -361,13 +335,13 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 			return err
 		}
 		switch status {
-		case StatusCompleted:
-			return &StateError{Status: status}
-		case StatusFailed, StatusCancelled:
-		case StatusQueued:
+		case records.StatusCompleted:
+			return &records.StateError{Status: status}
+		case records.StatusFailed, records.StatusCancelled:
+		case records.StatusQueued:
 			// Its row was held while claims skip locked rows: a pop woken
 			// for it may have found nothing meanwhile.
-			fx.Ready = []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+			fx.Ready = []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
 			return nil
 		default:
 			return nil
@@ -379,7 +353,7 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 		if err != nil {
 			return err
 		}
-		fx.Moved, fx.Ready = []string{id}, []ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
 		if _, err := tx.Exec(ctx, jobRetryStepsSQL, id); err != nil {
 			return err
 		}
@@ -394,7 +368,7 @@ func (s *Store) JobRetry(ctx context.Context, id string) (Effects, error) {
 		return nil
 	})
 	if err != nil {
-		return Effects{}, interpretError(err)
+		return records.Effects{}, interpretError(err)
 	}
 	return fx, nil
 }

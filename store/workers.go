@@ -8,58 +8,31 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Worker states.
-const (
-	WorkerActive       = "ACTIVE"
-	WorkerDraining     = "DRAINING"
-	WorkerDead         = "DEAD"
-	WorkerUnregistered = "UNREGISTERED"
+	"github.com/agq/agq/records"
 )
 
 // Errors of worker statements.
 var (
-	// ErrWorkerTaken means the worker id belongs to another principal.
-	ErrWorkerTaken = errors.New("worker id is held by another principal")
+
 	// ErrWorkerUnknown means no live worker has the id.
 	ErrWorkerUnknown = errors.New("worker not registered")
 )
-
-// Worker is one row of workers.
-type Worker struct {
-	ID                string
-	Principal         string
-	State             string
-	Hostname          string
-	Platform          string
-	AgwVersion        string
-	Capabilities      []string
-	Metadata          json.RawMessage
-	MaxConcurrentJobs int
-	Stats             json.RawMessage
-	RegisteredAt      time.Time
-	LastHeartbeatAt   time.Time
-	StateChangedAt    time.Time
-	// TimedOutJobs counts jobs this worker let run past their timeout.
-	TimedOutJobs  int
-	LastTimeoutAt *time.Time
-}
 
 const workerColumns = `worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
 	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at, timed_out_jobs, last_timeout_at`
 
 // collectWorkers reads every row of a query of workerColumns.
-func collectWorkers(rows pgx.Rows, err error) ([]Worker, error) {
+func collectWorkers(rows pgx.Rows, err error) ([]records.Worker, error) {
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) { return scanWorker(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.Worker, error) { return scanWorker(r) })
 	return out, interpretError(err)
 }
 
-func scanWorker(row pgx.Row) (Worker, error) {
-	var w Worker
+func scanWorker(row pgx.Row) (records.Worker, error) {
+	var w records.Worker
 	err := row.Scan(&w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
 		&w.Metadata, &w.MaxConcurrentJobs, &w.Stats, &w.RegisteredAt, &w.LastHeartbeatAt, &w.StateChangedAt,
 		&w.TimedOutJobs, &w.LastTimeoutAt)
@@ -82,7 +55,7 @@ func scanWorker(row pgx.Row) (Worker, error) {
 //
 // It answers the jobs it ended (a cancellation asked while held, or no
 // attempt left), whose children's dependencies are to settle.
-func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) (ended []string, err error) {
+func (s *Store) WorkerRegister(ctx context.Context, w records.Worker, lease time.Duration, running []string) (ended []string, err error) {
 	err = againOnDeadlock(ctx, func() (err error) {
 		ended, err = s.workerRegister(ctx, w, lease, running)
 		return err
@@ -90,7 +63,7 @@ func (s *Store) WorkerRegister(ctx context.Context, w Worker, lease time.Duratio
 	return ended, interpretError(err)
 }
 
-func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duration, running []string) (ended []string, err error) {
+func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time.Duration, running []string) (ended []string, err error) {
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var holder string
 		var caps []string
@@ -101,7 +74,7 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 		case err != nil:
 			return err
 		case holder != w.Principal && w.ID != w.Principal:
-			return ErrWorkerTaken
+			return records.ErrWorkerTaken
 		case holder != w.Principal:
 			held, err := s.requeueHeld(ctx, tx, w.ID, false)
 			if err != nil {
@@ -129,7 +102,7 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrWorkerTaken
+			return records.ErrWorkerTaken
 		}
 		if running != nil {
 			lost, err := s.requeueLost(ctx, tx, w.ID, running)
@@ -141,7 +114,7 @@ func (s *Store) workerRegister(ctx context.Context, w Worker, lease time.Duratio
 		if existed && !sameSet(caps, w.Capabilities) {
 			// The worker's pops blocked on any node wait with the old
 			// capabilities: they look again (Moved.Registered).
-			b, _ := json.Marshal(Moved{Registered: w.ID})
+			b, _ := json.Marshal(records.Moved{Registered: w.ID})
 			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
@@ -168,25 +141,19 @@ func againOnDeadlock(ctx context.Context, run func() error) error {
 	}
 }
 
-// HeartbeatResult is what the server tells a worker in its heartbeat reply.
-type HeartbeatResult struct {
-	Drain   bool
-	Cancels []string
-}
-
 // WorkerHeartbeat records a heartbeat, stores the stats when given, and
 // extends the lease of every job the worker holds (jobs_running_worker),
 // returning those it must cancel.
-func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (HeartbeatResult, error) {
-	var res HeartbeatResult
+func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (records.HeartbeatResult, error) {
+	var res records.HeartbeatResult
 	err := againOnDeadlock(ctx, func() error {
-		res = HeartbeatResult{}
+		res = records.HeartbeatResult{}
 		return s.workerHeartbeat(ctx, id, stats, lease, &res)
 	})
 	return res, interpretError(err)
 }
 
-func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration, res *HeartbeatResult) error {
+func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration, res *records.HeartbeatResult) error {
 	return s.asyncCommit(ctx, func(tx pgx.Tx) error {
 		var state string
 		err := tx.QueryRow(ctx, `
@@ -199,7 +166,7 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 		if err != nil {
 			return err
 		}
-		res.Drain = state == WorkerDraining
+		res.Drain = state == records.WorkerDraining
 		// A job whose cancellation was asked for keeps its old lease: if
 		// the worker never confirms, it ends cancelled when that runs out.
 		rows, err := tx.Query(ctx, `
@@ -266,7 +233,7 @@ func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, cou
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+	d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
 	if err != nil || len(d.ids) == 0 {
 		return nil, err
 	}
@@ -299,9 +266,9 @@ var requeueHeldSQL = `
 	RETURNING ` + movedColumns
 
 // WorkerGet returns one worker.
-func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
+func (s *Store) WorkerGet(ctx context.Context, id string) (records.Worker, error) {
 	if !storable(id) {
-		return Worker{}, ErrNotFound
+		return records.Worker{}, records.ErrNotFound
 	}
 	w, err := scanWorker(s.Pool.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers WHERE worker_id = $1`, id))
 	return w, interpretError(err)
@@ -309,9 +276,9 @@ func (s *Store) WorkerGet(ctx context.Context, id string) (Worker, error) {
 
 // WorkerOfPrincipal returns the live worker a principal registered most
 // recently: the identity of its connections that did not register themselves.
-func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error) {
+func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (records.Worker, error) {
 	if !storable(principal) {
-		return Worker{}, ErrNotFound
+		return records.Worker{}, records.ErrNotFound
 	}
 	w, err := scanWorker(s.Pool.QueryRow(ctx, `
 		SELECT `+workerColumns+` FROM workers
@@ -321,7 +288,7 @@ func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (Worker
 }
 
 // WorkerList lists workers, optionally of one state, by id.
-func (s *Store) WorkerList(ctx context.Context, state string) ([]Worker, error) {
+func (s *Store) WorkerList(ctx context.Context, state string) ([]records.Worker, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT `+workerColumns+` FROM workers WHERE $1 = '' OR state = $1 ORDER BY worker_id`, state)
 	return collectWorkers(rows, err)
@@ -354,7 +321,7 @@ func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, run
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.decideRows(rows, Failure{Retryable: true, Lost: true})
+	d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
 	if err != nil || len(d.ids) == 0 {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agq/agq/internal/agqtest"
 	"github.com/agq/agq/internal/clock"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 	"github.com/agq/agq/watchdog"
 )
@@ -27,8 +28,8 @@ func openStore(t *testing.T) *store.Store {
 // submit adds a queued job.
 func submit(t *testing.T, st *store.Store, id string) {
 	t.Helper()
-	job := store.NewJob{ID: id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600}
-	if _, _, err := st.JobsSubmit(context.Background(), []store.NewJob{job}); err != nil {
+	job := records.NewJob{ID: id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600}
+	if _, _, err := st.JobsSubmit(context.Background(), []records.NewJob{job}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -126,9 +127,9 @@ func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
 		{"running-90d", "running", 90 * 24 * time.Hour, true},
 		{"retrying-90d", "retrying", 90 * 24 * time.Hour, true},
 	}
-	var batch []store.NewJob
+	var batch []records.NewJob
 	for _, j := range jobs {
-		batch = append(batch, store.NewJob{ID: j.id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600})
+		batch = append(batch, records.NewJob{ID: j.id, Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600})
 	}
 	if _, _, err := st.JobsSubmit(ctx, batch); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/agq/agq/records"
 )
 
 // Engine is what the wire layer and the dashboard ask of the job engine:
@@ -13,33 +15,33 @@ type Engine interface {
 	Reads
 
 	// Jobs.
-	Submit(ctx context.Context, job NewJob) (SubmitResult, error)
-	SubmitBatch(ctx context.Context, jobs []NewJob) ([]SubmitResult, error)
-	SubmitLater(job NewJob) (wait func(context.Context) (SubmitResult, error))
-	Push(ctx context.Context, queue string, jobs []NewJob) (int64, error)
-	PushDepths(ctx context.Context, queue string, pushes []Pushed) ([]int64, error)
-	Claim(ctx context.Context, w Worker, queues []string, limit int) (string, []Job, error)
-	PopWaiting(ctx context.Context, w Worker, refresh func() (Worker, error), queues []string, limit int, wait Wait) (string, []Job, error)
-	WaitJob(ctx context.Context, id string, wait JobWait) (Job, bool, error)
-	Report(ctx context.Context, p Report) error
-	ReportLater(p Report) (wait func(context.Context) error, ok bool)
+	Submit(ctx context.Context, job records.NewJob) (records.SubmitResult, error)
+	SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error)
+	SubmitLater(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error))
+	Push(ctx context.Context, queue string, jobs []records.NewJob) (int64, error)
+	PushDepths(ctx context.Context, queue string, pushes []records.Pushed) ([]int64, error)
+	Claim(ctx context.Context, w records.Worker, queues []string, limit int) (string, []records.Job, error)
+	PopWaiting(ctx context.Context, w records.Worker, refresh func() (records.Worker, error), queues []string, limit int, wait Wait) (string, []records.Job, error)
+	WaitJob(ctx context.Context, id string, wait JobWait) (records.Job, bool, error)
+	Report(ctx context.Context, p records.Report) error
+	ReportLater(p records.Report) (wait func(context.Context) error, ok bool)
 	CancelJob(ctx context.Context, id string) error
 	RetryJob(ctx context.Context, id string) error
 	AppendLog(ctx context.Context, id, worker, channel string, line []byte) error
-	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]ParentState, next string, err error)
+	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error)
 
 	// Steps.
-	StepBegin(ctx context.Context, p StepBeginParams) (StepBeginResult, error)
-	StepComplete(ctx context.Context, p StepParams, output json.RawMessage) error
-	StepCompleteLater(p StepParams, output json.RawMessage) (wait func(context.Context) error)
-	StepFail(ctx context.Context, p StepFailParams) (StepFailResult, error)
-	StepSleep(ctx context.Context, p StepSleepParams) (StepSleepResult, error)
-	JobSteps(ctx context.Context, p JobStepsParams) ([]Step, error)
+	StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error)
+	StepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) error
+	StepCompleteLater(p records.StepParams, output json.RawMessage) (wait func(context.Context) error)
+	StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error)
+	StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error)
+	JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error)
 
 	// Workers.
-	ParseRegistration(raw []byte) (Worker, []string, error)
-	RegisterWorker(ctx context.Context, w Worker, running []string) error
-	Heartbeat(ctx context.Context, id string, stats []byte) (HeartbeatResult, error)
+	ParseRegistration(raw []byte) (records.Worker, []string, error)
+	RegisterWorker(ctx context.Context, w records.Worker, running []string) error
+	Heartbeat(ctx context.Context, id string, stats []byte) (records.HeartbeatResult, error)
 	UnregisterWorker(ctx context.Context, id string) error
 	DrainWorker(ctx context.Context, id string) error
 	CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error
@@ -47,13 +49,13 @@ type Engine interface {
 
 	// Queues and types.
 	PauseQueue(ctx context.Context, name string, paused bool) error
-	ConfigureQueue(ctx context.Context, name string, change LimitsChange) (Limits, error)
-	ConfigureType(ctx context.Context, name string, change LimitsChange) (Limits, error)
+	ConfigureQueue(ctx context.Context, name string, change records.LimitsChange) (records.Limits, error)
+	ConfigureType(ctx context.Context, name string, change records.LimitsChange) (records.Limits, error)
 
 	// Schedules.
-	ParseCron(text, timezone string) (CronSpec, error)
-	CreateSchedule(ctx context.Context, sc Schedule) error
-	UpdateSchedule(ctx context.Context, name string, change func(*Schedule) error) error
+	ParseCron(text, timezone string) (records.CronSpec, error)
+	CreateSchedule(ctx context.Context, sc records.Schedule) error
+	UpdateSchedule(ctx context.Context, name string, change func(*records.Schedule) error) error
 	DeleteSchedule(ctx context.Context, name string) error
 	PauseSchedule(ctx context.Context, name string) error
 	ResumeSchedule(ctx context.Context, name string, catchup bool) error
@@ -69,41 +71,41 @@ type Engine interface {
 
 // Reads are the queries that change nothing.
 type Reads interface {
-	JobGet(ctx context.Context, id string) (Job, error)
-	JobList(ctx context.Context, p JobListParams) ([]Job, error)
-	JobStates(ctx context.Context, ids []string) ([]JobState, error)
+	JobGet(ctx context.Context, id string) (records.Job, error)
+	JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error)
+	JobStates(ctx context.Context, ids []string) ([]records.JobState, error)
 	JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error)
-	JobChildren(ctx context.Context, id string, limit int) ([]JobState, error)
+	JobChildren(ctx context.Context, id string, limit int) ([]records.JobState, error)
 	JobCounts(ctx context.Context) (map[string]int64, error)
-	RunningJobs(ctx context.Context, limit int) ([]Job, error)
-	FailedJobs(ctx context.Context, p FailedJobsParams) ([]Job, error)
-	FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]MinuteCount, error)
+	RunningJobs(ctx context.Context, limit int) ([]records.Job, error)
+	FailedJobs(ctx context.Context, p records.FailedJobsParams) ([]records.Job, error)
+	FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]records.MinuteCount, error)
 
-	QueueStats(ctx context.Context, name string) ([]Queue, error)
+	QueueStats(ctx context.Context, name string) ([]records.Queue, error)
 	QueueDepth(ctx context.Context, queue string) (int64, error)
-	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]Job, error)
-	QueueJobs(ctx context.Context, p QueueJobsParams) ([]Job, error)
-	QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]QueueSummary, error)
-	QueueLimitsGet(ctx context.Context, name string) (Limits, error)
-	TypeLimitsGet(ctx context.Context, name string) (Limits, error)
+	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]records.Job, error)
+	QueueJobs(ctx context.Context, p records.QueueJobsParams) ([]records.Job, error)
+	QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]records.QueueSummary, error)
+	QueueLimitsGet(ctx context.Context, name string) (records.Limits, error)
+	TypeLimitsGet(ctx context.Context, name string) (records.Limits, error)
 
-	WorkerGet(ctx context.Context, id string) (Worker, error)
-	WorkerOfPrincipal(ctx context.Context, principal string) (Worker, error)
-	WorkerList(ctx context.Context, state string) ([]Worker, error)
-	WorkerPage(ctx context.Context, p WorkerPageParams) ([]Worker, error)
+	WorkerGet(ctx context.Context, id string) (records.Worker, error)
+	WorkerOfPrincipal(ctx context.Context, principal string) (records.Worker, error)
+	WorkerList(ctx context.Context, state string) ([]records.Worker, error)
+	WorkerPage(ctx context.Context, p records.WorkerPageParams) ([]records.Worker, error)
 	WorkerCounts(ctx context.Context) (map[string]int64, error)
 	WorkersHeldJobs(ctx context.Context, workers []string, perWorker int) (map[string][]string, error)
 
-	ScheduleGet(ctx context.Context, name string) (Schedule, error)
-	ScheduleList(ctx context.Context) ([]Schedule, error)
+	ScheduleGet(ctx context.Context, name string) (records.Schedule, error)
+	ScheduleList(ctx context.Context) ([]records.Schedule, error)
 	Leader(ctx context.Context) (string, time.Time, error)
 
-	KeyspaceJobs(ctx context.Context, p KeyspaceJobsParams) ([]KeyspaceJob, error)
-	KeyspaceJobProbe(ctx context.Context, id string) (KeyspaceJob, error)
+	KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) ([]records.KeyspaceJob, error)
+	KeyspaceJobProbe(ctx context.Context, id string) (records.KeyspaceJob, error)
 	KeyspaceJobCounts(ctx context.Context) (jobs, held int64, err error)
 	KeyspaceQueues(ctx context.Context, namePrefix string) ([]string, error)
-	KeyspaceWorker(ctx context.Context, id string) (KeyspaceWorker, error)
-	KeyspaceWorkers(ctx context.Context, idPrefix string) ([]KeyspaceWorker, error)
+	KeyspaceWorker(ctx context.Context, id string) (records.KeyspaceWorker, error)
+	KeyspaceWorkers(ctx context.Context, idPrefix string) ([]records.KeyspaceWorker, error)
 	KeyspaceCapabilityMembers(ctx context.Context, capability string) ([]string, error)
 }
 
@@ -112,7 +114,7 @@ type Reads interface {
 type Wait interface {
 	// Next waits for a note on c (returned), the periodic re-check (nil),
 	// or the end of the wait: done at the timeout, or err.
-	Next(c <-chan ReadyNote) (note *ReadyNote, done bool, err error)
+	Next(c <-chan records.ReadyNote) (note *records.ReadyNote, done bool, err error)
 	// Out waits out the timeout, wake-ups aside.
 	Out() error
 	// Gone reports whether the client was seen leaving.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // chartMinutes is the chart's span: the last hour, minute by minute.
@@ -22,18 +23,18 @@ const chartMinutes = 60
 // again too: a long transaction may commit into it late.)
 type chartCache struct {
 	mu      sync.Mutex
-	minutes map[int64]api.MinuteCount // by Unix minute
-	recent  cached[[]api.MinuteCount]
+	minutes map[int64]records.MinuteCount // by Unix minute
+	recent  cached[[]records.MinuteCount]
 }
 
-func (c *chartCache) get(ctx context.Context, st api.Engine) ([]api.MinuteCount, error) {
+func (c *chartCache) get(ctx context.Context, st api.Engine) ([]records.MinuteCount, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.minutes == nil {
-		c.minutes = map[int64]api.MinuteCount{}
+		c.minutes = map[int64]records.MinuteCount{}
 		c.recent.ttl = 5 * time.Second
 	}
-	return c.recent.get(func() ([]api.MinuteCount, error) {
+	return c.recent.get(func() ([]records.MinuteCount, error) {
 		now := time.Now().Truncate(time.Minute)
 		first := now.Add(-(chartMinutes - 1) * time.Minute)
 		since := first
@@ -52,7 +53,7 @@ func (c *chartCache) get(ctx context.Context, st api.Engine) ([]api.MinuteCount,
 				c.minutes[m.Minute.Unix()/60] = m
 			}
 		}
-		byMinute := map[int64]api.MinuteCount{}
+		byMinute := map[int64]records.MinuteCount{}
 		for k, m := range c.minutes {
 			if k < first.Unix()/60 {
 				delete(c.minutes, k)
@@ -63,7 +64,7 @@ func (c *chartCache) get(ctx context.Context, st api.Engine) ([]api.MinuteCount,
 		for _, m := range fresh {
 			byMinute[m.Minute.Unix()/60] = m
 		}
-		out := make([]api.MinuteCount, chartMinutes)
+		out := make([]records.MinuteCount, chartMinutes)
 		for i := range out {
 			m := first.Add(time.Duration(i) * time.Minute)
 			out[i] = byMinute[m.Unix()/60]
@@ -76,7 +77,7 @@ func (c *chartCache) get(ctx context.Context, st api.Engine) ([]api.MinuteCount,
 // chartSVG draws the minutes as bars, completed (green) under failed
 // (red), on the server: no script and no chart library. Only numbers go
 // into the markup.
-func chartSVG(minutes []api.MinuteCount) template.HTML {
+func chartSVG(minutes []records.MinuteCount) template.HTML {
 	const w, h, top = 600, 120, 14
 	peak := int64(1)
 	for _, m := range minutes {

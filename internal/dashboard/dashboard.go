@@ -22,6 +22,7 @@ import (
 
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 )
 
 //go:embed templates/*.html
@@ -58,7 +59,7 @@ type Dashboard struct {
 	pages     map[string]*template.Template
 	mux       *http.ServeMux
 	overview  cached[overviewData]
-	summaries cached[[]api.QueueSummary]
+	summaries cached[[]records.QueueSummary]
 	chart     chartCache
 	log       zerolog.Logger
 }
@@ -100,7 +101,7 @@ func New(ctx context.Context, cfg Config, st api.Engine, keys auth.Keys) (*Dashb
 		keyCheck:  &keyCheck{keys: keys, seen: map[string]time.Time{}},
 		log:       cfg.Logger,
 		overview:  cached[overviewData]{ttl: 2 * time.Second},
-		summaries: cached[[]api.QueueSummary]{ttl: 2 * time.Second},
+		summaries: cached[[]records.QueueSummary]{ttl: 2 * time.Second},
 	}
 	if d.pages, err = parsePages(d.funcs()); err != nil {
 		return nil, err

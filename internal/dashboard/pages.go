@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // pageSize is the rows of one page of jobs or workers.
@@ -18,14 +18,14 @@ const pageSize = 50
 
 // queueRow is one queue on the overview.
 type queueRow struct {
-	api.QueueSummary
+	records.QueueSummary
 	Waiting int64 // queued and scheduled
 }
 
 type overviewData struct {
 	Queues   []queueRow
 	Workers  map[string]int64
-	Running  []api.Job
+	Running  []records.Job
 	Leader   string
 	Since    time.Time
 	IsLeader bool
@@ -46,7 +46,7 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 			return o, err
 		}
 		for _, q := range qs {
-			o.Queues = append(o.Queues, queueRow{QueueSummary: q, Waiting: min(countCap, q.Counts[api.StatusQueued]+q.Counts[api.StatusScheduled])})
+			o.Queues = append(o.Queues, queueRow{QueueSummary: q, Waiting: min(countCap, q.Counts[records.StatusQueued]+q.Counts[records.StatusScheduled])})
 		}
 		if o.Workers, err = d.eng.WorkerCounts(r.Context()); err != nil {
 			return o, err
@@ -55,7 +55,7 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 			return o, err
 		}
 		o.Leader, o.Since, err = d.eng.Leader(r.Context())
-		if err != nil && !errors.Is(err, api.ErrNotFound) {
+		if err != nil && !errors.Is(err, records.ErrNotFound) {
 			return o, err
 		}
 		o.NodeID, o.IsLeader = d.cfg.NodeID, d.cfg.IsLeader()
@@ -79,15 +79,15 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 
 // queueSummaries are every queue's capped counts, shared by the overview
 // and the queue pages for a couple of seconds.
-func (d *Dashboard) queueSummaries(r *http.Request) ([]api.QueueSummary, error) {
-	return d.summaries.get(func() ([]api.QueueSummary, error) {
+func (d *Dashboard) queueSummaries(r *http.Request) ([]records.QueueSummary, error) {
+	return d.summaries.get(func() ([]records.QueueSummary, error) {
 		return d.eng.QueueSummaries(r.Context(), 500, countCap)
 	})
 }
 
 // queueStatuses are the queue page's tabs.
-var queueStatuses = []string{api.StatusQueued, api.StatusScheduled, api.StatusRunning, api.StatusRetrying,
-	api.StatusCompleted, api.StatusFailed, api.StatusCancelled}
+var queueStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
+	records.StatusCompleted, records.StatusFailed, records.StatusCancelled}
 
 type queueData struct {
 	Name     string
@@ -96,7 +96,7 @@ type queueData struct {
 	Counts   map[string]int64
 	Statuses []string
 	Status   string
-	Jobs     []api.Job
+	Jobs     []records.Job
 	Before   string
 	Next     string // the cursor of the next page, "" on the last
 }
@@ -105,7 +105,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 	q := r.URL.Query()
 	data := queueData{Name: q.Get("name"), Status: q.Get("status"), Before: q.Get("before"), Statuses: queueStatuses}
 	if data.Status == "" {
-		data.Status = api.StatusQueued
+		data.Status = records.StatusQueued
 	}
 	known := false
 	for _, s := range queueStatuses {
@@ -129,7 +129,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such queue", Data: "queue " + data.Name})
 		return
 	}
-	data.Jobs, err = d.eng.QueueJobs(r.Context(), api.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
+	data.Jobs, err = d.eng.QueueJobs(r.Context(), records.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
 	if err != nil {
 		d.fail(w, "queue", err)
 		return
@@ -152,10 +152,10 @@ type jobError struct {
 }
 
 type jobData struct {
-	Job      api.Job
+	Job      records.Job
 	Errors   []jobError
 	Logs     []string
-	Steps    []api.Step
+	Steps    []records.Step
 	More     bool // the job has more steps than the page lists
 	Parents  []relative
 	Children []relative
@@ -201,7 +201,7 @@ func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
 		return
 	}
 	data.MoreChildren = len(kids) > jobRelativesShown
-	slices.SortFunc(kids, func(a, b api.JobState) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(kids, func(a, b records.JobState) int { return strings.Compare(a.ID, b.ID) })
 	for _, k := range kids[:min(len(kids), jobRelativesShown)] {
 		data.Children = append(data.Children, relative{ID: k.ID, Status: k.Status})
 	}
@@ -210,7 +210,7 @@ func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
 	j, err := d.eng.JobGet(r.Context(), id)
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such job", Data: "job " + id})
 		return
 	}
@@ -218,13 +218,13 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 		d.fail(w, "job", err)
 		return
 	}
-	data := jobData{Job: j, Terminal: api.IsTerminal(j.Status),
-		Retry: j.Status == api.StatusFailed || j.Status == api.StatusCancelled}
+	data := jobData{Job: j, Terminal: records.IsTerminal(j.Status),
+		Retry: j.Status == records.StatusFailed || j.Status == records.StatusCancelled}
 	_ = json.Unmarshal(j.Errors, &data.Errors)
 	if logs, _, err := d.eng.JobLogs(r.Context(), id, 0); err == nil {
 		data.Logs = logs
 	}
-	if steps, err := d.eng.JobSteps(r.Context(), api.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
+	if steps, err := d.eng.JobSteps(r.Context(), records.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
 		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
 	}
 	d.relatives(r.Context(), &data)
@@ -236,7 +236,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 }
 
 type failedData struct {
-	Jobs      []api.Job
+	Jobs      []records.Job
 	NextT     string
 	NextID    string
 	FirstPage bool
@@ -244,7 +244,7 @@ type failedData struct {
 
 func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess session) {
 	q := r.URL.Query()
-	p := api.FailedJobsParams{BeforeID: q.Get("before_id"), Limit: pageSize}
+	p := records.FailedJobsParams{BeforeID: q.Get("before_id"), Limit: pageSize}
 	if t := q.Get("before_t"); t != "" {
 		var err error
 		if p.BeforeFinished, err = time.Parse(time.RFC3339Nano, t); err != nil {
@@ -266,7 +266,7 @@ func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess sess
 }
 
 type workerRow struct {
-	api.Worker
+	records.Worker
 	Stats map[string]any
 	Jobs  []string
 }
@@ -283,12 +283,12 @@ type workersData struct {
 func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess session) {
 	q := r.URL.Query()
 	data := workersData{State: q.Get("state"), After: q.Get("after"),
-		States: []string{"live", api.WorkerDead, api.WorkerUnregistered, "all"}}
-	p := api.WorkerPageParams{After: data.After, Limit: pageSize}
+		States: []string{"live", records.WorkerDead, records.WorkerUnregistered, "all"}}
+	p := records.WorkerPageParams{After: data.After, Limit: pageSize}
 	switch data.State {
 	case "", "live":
 		data.State, p.Live = "live", true
-	case api.WorkerDead, api.WorkerUnregistered:
+	case records.WorkerDead, records.WorkerUnregistered:
 		p.State = data.State
 	case "all":
 	default:
@@ -337,7 +337,7 @@ func (d *Dashboard) search(w http.ResponseWriter, r *http.Request, sess session)
 	if _, err := d.eng.JobGet(r.Context(), id); err == nil {
 		http.Redirect(w, r, d.prefix+"job"+query("id", id), http.StatusSeeOther)
 		return
-	} else if !errors.Is(err, api.ErrNotFound) {
+	} else if !errors.Is(err, records.ErrNotFound) {
 		d.fail(w, "search", err)
 		return
 	}

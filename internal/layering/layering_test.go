@@ -65,12 +65,42 @@ func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
 			}
 		}
 	}
-	// The bottom layers import no package of agq.
-	for _, pkg := range []string{"store", "resp", "migrations", "internal/names", "engine/api"} {
+	// The bottom layers import no package of agq but the records, which
+	// import none, nor any driver.
+	for pkg, allowed := range map[string]string{"records": "", "resp": "", "migrations": "", "internal/names": "",
+		"store": "records", "engine/api": "records"} {
 		for _, imp := range all[pkg] {
-			if strings.HasPrefix(imp, module) {
+			if strings.HasPrefix(imp, module) && imp != module+allowed {
 				t.Errorf("%s imports %s", pkg, strings.TrimPrefix(imp, module))
 			}
+			if pkg == "records" && isPgx(imp) {
+				t.Errorf("records imports %s", imp)
+			}
+		}
+	}
+}
+
+// Every exported type of the server is declared once: no package keeps a
+// copy of another's records.
+func TestNoExportedTypeIsDeclaredInTwoServerPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}}`, module+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	where := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module)
+		if !server(pkg) {
+			continue
+		}
+		for _, name := range exportedTypes(t, f[1]) {
+			where[name] = append(where[name], pkg)
+		}
+	}
+	for name, pkgs := range where {
+		if len(pkgs) > 1 && !sameNameOtherThing[name] {
+			t.Errorf("type %s is declared in %v", name, pkgs)
 		}
 	}
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/service"
+	"github.com/agq/agq/records"
 )
 
 const maxTimers = 100000
@@ -61,9 +61,9 @@ type Hub struct {
 	timerSig chan struct{}
 
 	outMu    sync.Mutex
-	outReady []api.ReadyNote
+	outReady []records.ReadyNote
 	outDone  []string
-	outFreed api.Freed
+	outFreed records.Freed
 	outMsgs  []Message
 	// outInterest asks the next notice to say what this node's subscribers
 	// listen to;
@@ -113,7 +113,7 @@ type Waiter struct {
 	h      *Hub
 	queues []string
 	caps   []string
-	c      chan api.ReadyNote
+	c      chan records.ReadyNote
 	onWake func()
 	// worker is who a job may be handed to ("" takes no hand-offs).
 	worker string
@@ -121,12 +121,12 @@ type Waiter struct {
 	// wake-ups pass it by), the wake-up it missed meanwhile (N 0: none),
 	// closed, and the job handed over and not yet picked up.
 	taken, closed bool
-	missed        api.ReadyNote
-	handed        *api.Job
+	missed        records.ReadyNote
+	handed        *records.Job
 }
 
 // C receives a note when a job the waiter can run may be claimable.
-func (w *Waiter) C() <-chan api.ReadyNote { return w.c }
+func (w *Waiter) C() <-chan records.ReadyNote { return w.c }
 
 // NewWaiter registers a waiter. Register before checking the database, so
 // a job committed between the check and the wait still wakes it. onWake,
@@ -139,7 +139,7 @@ func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
 // NewWorkerWaiter registers a waiter that jobs may also be handed to
 // directly, as worker's (TakeWaiter).
 func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func()) *Waiter {
-	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan api.ReadyNote, 1), onWake: onWake, worker: worker}
+	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan records.ReadyNote, 1), onWake: onWake, worker: worker}
 	h.mu.Lock()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], w)
@@ -155,7 +155,7 @@ func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func(
 //
 // A job handed over and not picked up stays for Handed; none is handed
 // after Close.
-func (w *Waiter) Close(unused ...api.ReadyNote) {
+func (w *Waiter) Close(unused ...records.ReadyNote) {
 	h := w.h
 	h.mu.Lock()
 	w.closed = true
@@ -210,7 +210,7 @@ func (w *Waiter) Worker() string { return w.worker }
 // closed meanwhile (the job is the caller's to give back). A waiter handed
 // a job waits no more: it leaves its queues' lists, and a wake-up it
 // missed goes to another.
-func (w *Waiter) Hand(job *api.Job) bool {
+func (w *Waiter) Hand(job *records.Job) bool {
 	h := w.h
 	h.mu.Lock()
 	if w.closed {
@@ -220,10 +220,10 @@ func (w *Waiter) Hand(job *api.Job) bool {
 	w.handed, w.taken = job, false
 	h.unlist(w)
 	missed := w.missed
-	w.missed = api.ReadyNote{}
+	w.missed = records.ReadyNote{}
 	h.mu.Unlock()
 	select {
-	case w.c <- api.ReadyNote{N: 0}:
+	case w.c <- records.ReadyNote{N: 0}:
 	default: // a note is pending: it wakes the waiter as well
 	}
 	w.wake()
@@ -235,7 +235,7 @@ func (w *Waiter) Hand(job *api.Job) bool {
 }
 
 // Handed picks up the job handed to the waiter, if any.
-func (w *Waiter) Handed() (*api.Job, bool) {
+func (w *Waiter) Handed() (*records.Job, bool) {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -255,7 +255,7 @@ func (w *Waiter) Untake() {
 	}
 	w.taken = false
 	missed := w.missed
-	w.missed = api.ReadyNote{}
+	w.missed = records.ReadyNote{}
 	if missed.N > 0 {
 		select {
 		case w.c <- missed:
@@ -271,7 +271,7 @@ func (w *Waiter) Untake() {
 // RetryTimed re-arms a note that came due but whose job a waiter could not
 // claim yet: the database clock, which decides, may run slightly behind
 // ours. A few retries 50 ms apart cover any sane clock skew.
-func (h *Hub) RetryTimed(note api.ReadyNote) {
+func (h *Hub) RetryTimed(note records.ReadyNote) {
 	if !note.Timed || note.Tries >= 5 {
 		return
 	}
@@ -282,7 +282,7 @@ func (h *Hub) RetryTimed(note api.ReadyNote) {
 
 // deliver wakes up to note.N idle waiters of the queue able to run jobs
 // needing note.Requires, oldest first; a future note is kept for its time.
-func (h *Hub) deliver(note api.ReadyNote) {
+func (h *Hub) deliver(note records.ReadyNote) {
 	if note.At > time.Now().UnixMilli() {
 		h.mu.Lock()
 		// Past this many pending due times, blocked pops' periodic re-check
@@ -342,11 +342,11 @@ func (h *Hub) wakeAll() {
 	for q, ws := range h.byQueue {
 		for _, w := range ws {
 			if w.taken {
-				w.missed = api.ReadyNote{Queue: q, N: 1}
+				w.missed = records.ReadyNote{Queue: q, N: 1}
 				continue
 			}
 			select {
-			case w.c <- api.ReadyNote{Queue: q, N: 1}:
+			case w.c <- records.ReadyNote{Queue: q, N: 1}:
 				w.wake()
 			default:
 			}
@@ -371,7 +371,7 @@ func (h *Hub) WakeWorker(worker string) {
 				continue // a taken waiter's hand-off is checked by the database
 			}
 			select {
-			case w.c <- api.ReadyNote{N: 0}: // as a hand-off's signal: no note to pass on
+			case w.c <- records.ReadyNote{N: 0}: // as a hand-off's signal: no note to pass on
 				w.wake()
 			default: // a note is pending: it wakes the waiter as well
 			}
@@ -447,10 +447,10 @@ func (h *Hub) timerLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		h.mu.Lock()
-		var due []api.ReadyNote
+		var due []records.ReadyNote
 		now := time.Now().UnixMilli()
 		for h.timers.Len() > 0 && h.timers[0].At <= now {
-			due = append(due, heap.Pop(&h.timers).(api.ReadyNote))
+			due = append(due, heap.Pop(&h.timers).(records.ReadyNote))
 		}
 		wait := time.Hour
 		if h.timers.Len() > 0 {
@@ -479,12 +479,12 @@ func (h *Hub) timerLoop(ctx context.Context) {
 }
 
 // dueHeap orders future notes by time.
-type dueHeap []api.ReadyNote
+type dueHeap []records.ReadyNote
 
 func (d dueHeap) Len() int           { return len(d) }
 func (d dueHeap) Less(i, j int) bool { return d[i].At < d[j].At }
 func (d dueHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
-func (d *dueHeap) Push(x any)        { *d = append(*d, x.(api.ReadyNote)) }
+func (d *dueHeap) Push(x any)        { *d = append(*d, x.(records.ReadyNote)) }
 func (d *dueHeap) Pop() any {
 	old := *d
 	x := old[len(old)-1]

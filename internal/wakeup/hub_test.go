@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
-func received(w *Waiter) (api.ReadyNote, bool) {
+func received(w *Waiter) (records.ReadyNote, bool) {
 	select {
 	case n := <-w.C():
 		return n, true
 	case <-time.After(100 * time.Millisecond):
-		return api.ReadyNote{}, false
+		return records.ReadyNote{}, false
 	}
 }
 
@@ -23,12 +23,12 @@ func TestWakeUps(t *testing.T) {
 		h := New(Config{})
 		w1 := h.NewWaiter([]string{"q"}, nil, nil)
 		w2 := h.NewWaiter([]string{"q"}, nil, nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 1}) // job A
+		h.deliver(records.ReadyNote{Queue: "q", N: 1}) // job A
 		if _, ok := received(w1); !ok {
 			t.Fatal("the oldest waiter was not woken")
 		}
-		h.deliver(api.ReadyNote{Queue: "q", N: 1}) // job B, while w1 claims A
-		w1.Close()                                 // w1 took A and leaves
+		h.deliver(records.ReadyNote{Queue: "q", N: 1}) // job B, while w1 claims A
+		w1.Close()                                     // w1 took A and leaves
 		if _, ok := received(w2); !ok {
 			t.Fatal("job B's wake-up was lost with the waiter that took job A")
 		}
@@ -38,7 +38,7 @@ func TestWakeUps(t *testing.T) {
 		h := New(Config{})
 		both := h.NewWaiter([]string{"a", "b"}, nil, nil)
 		onlyB := h.NewWaiter([]string{"b"}, nil, nil)
-		h.deliver(api.ReadyNote{Queue: "b", N: 1})
+		h.deliver(records.ReadyNote{Queue: "b", N: 1})
 		note, ok := received(both)
 		if !ok {
 			t.Fatal("not woken")
@@ -55,7 +55,7 @@ func TestWakeUps(t *testing.T) {
 		can1 := h.NewWaiter([]string{"q"}, []string{"sort", "uniq"}, nil)
 		can2 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
 		can3 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}})
+		h.deliver(records.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}})
 		if _, ok := received(cannot); ok {
 			t.Fatal("a waiter without the capability was woken")
 		}
@@ -75,7 +75,7 @@ func TestWakeUps(t *testing.T) {
 		w := h.NewWaiter([]string{"q"}, nil, nil)
 		defer w.Close()
 		at := time.Now().Add(150 * time.Millisecond)
-		h.deliver(api.ReadyNote{Queue: "q", N: 1, At: at.UnixMilli() + 1})
+		h.deliver(records.ReadyNote{Queue: "q", N: 1, At: at.UnixMilli() + 1})
 		select {
 		case n := <-w.C():
 			if time.Now().Before(at) || !n.Timed {
@@ -89,17 +89,17 @@ func TestWakeUps(t *testing.T) {
 		// Node a finished jobs of many types; node b holds a pop that
 		// type-77's cap held back, and hears of it through a's notices.
 		a := New(Config{NodeID: "a"})
-		var asked []api.Freed
+		var asked []records.Freed
 		b := New(Config{NodeID: "b"})
-		Listen(b, Freed, func(f api.Freed) {
+		Listen(b, Freed, func(f records.Freed) {
 			asked = append(asked, f)
 			if n := f.Types["type-77"]; n > 0 {
-				b.Wake(api.ReadyNote{Queue: "held", N: n})
+				b.Wake(records.ReadyNote{Queue: "held", N: n})
 			}
 		})
 		w := b.NewWaiter([]string{"held"}, nil, nil)
 		defer w.Close()
-		var freed api.Freed
+		var freed records.Freed
 		for i := range 2000 {
 			freed.Add("q", fmt.Sprintf("type-%d", i), 1)
 		}
@@ -138,7 +138,7 @@ func TestHandOffs(t *testing.T) {
 		cannot := h.NewWorkerWaiter("w1", []string{"q"}, []string{"grep"}, nil)
 		woken := h.NewWorkerWaiter("w2", []string{"q"}, []string{"sort"}, nil)
 		idle := h.NewWorkerWaiter("w3", []string{"q"}, []string{"sort"}, nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}}) // plain and woken
+		h.deliver(records.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}}) // plain and woken
 		if got := h.TakeWaiter("q", []string{"sort"}); got != idle {
 			t.Fatalf("took %+v, want the idle worker's waiter", got)
 		}
@@ -155,7 +155,7 @@ func TestHandOffs(t *testing.T) {
 		if h.TakeWaiter("q", nil) != w {
 			t.Fatal("not taken")
 		}
-		h.deliver(api.ReadyNote{Queue: "q", N: 1})
+		h.deliver(records.ReadyNote{Queue: "q", N: 1})
 		if n, ok := received(w); ok {
 			t.Fatalf("a taken waiter heard %+v", n)
 		}
@@ -177,12 +177,12 @@ func TestHandOffs(t *testing.T) {
 		h := New(Config{})
 		w := h.NewWorkerWaiter("w", []string{"a", "b"}, nil, nil)
 		h.TakeWaiter("b", nil)
-		h.deliver(api.ReadyNote{Queue: "a", N: 1})
+		h.deliver(records.ReadyNote{Queue: "a", N: 1})
 		w.Untake()
 		if n, ok := received(w); !ok || n.Queue != "a" || n.N != 1 {
 			t.Fatalf("put back without the wake-up it missed: %+v %v", n, ok)
 		}
-		h.deliver(api.ReadyNote{Queue: "b", N: 1})
+		h.deliver(records.ReadyNote{Queue: "b", N: 1})
 		if _, ok := received(w); !ok {
 			t.Fatal("a waiter put back no longer hears its queues")
 		}
@@ -193,7 +193,7 @@ func TestHandOffs(t *testing.T) {
 		taken := h.NewWorkerWaiter("w1", []string{"q"}, nil, nil)
 		idle := h.NewWorkerWaiter("w2", []string{"q"}, nil, nil)
 		h.TakeWaiter("q", nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 1})
+		h.deliver(records.ReadyNote{Queue: "q", N: 1})
 		if _, ok := received(idle); !ok {
 			t.Fatal("the idle waiter was not woken")
 		}
@@ -208,7 +208,7 @@ func TestHandOffs(t *testing.T) {
 		h := New(Config{})
 		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
 		h.TakeWaiter("q", nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 1})
+		h.deliver(records.ReadyNote{Queue: "q", N: 1})
 		next := h.NewWaiter([]string{"q"}, nil, nil)
 		w.Close()
 		if _, ok := received(next); !ok {
@@ -220,7 +220,7 @@ func TestHandOffs(t *testing.T) {
 		h := New(Config{})
 		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
 		h.TakeWaiter("q", nil)
-		h.deliver(api.ReadyNote{Queue: "q", N: 1})
+		h.deliver(records.ReadyNote{Queue: "q", N: 1})
 		next := h.NewWaiter([]string{"q"}, nil, nil)
 		w.Hand(testJob)
 		if _, ok := received(next); !ok {
@@ -263,4 +263,4 @@ func TestHandOffs(t *testing.T) {
 }
 
 // testJob is the job tests hand to waiters.
-var testJob = &api.Job{ID: "job"}
+var testJob = &records.Job{ID: "job"}

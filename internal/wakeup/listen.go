@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // A Conn is the hub's connection to the database's notifications: what
@@ -17,9 +17,9 @@ type Conn interface {
 	Next(ctx context.Context) (Notice, error)
 	// ClaimableNotes are notes for the jobs claimable now in queues, at
 	// most perQueue of each.
-	ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]api.ReadyNote, error)
+	ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]records.ReadyNote, error)
 	// FutureReadyNotes are notes for the jobs due later, soonest first.
-	FutureReadyNotes(ctx context.Context, limit int) ([]api.ReadyNote, error)
+	FutureReadyNotes(ctx context.Context, limit int) ([]records.ReadyNote, error)
 	// Ping checks the connection.
 	Ping(ctx context.Context) error
 	Close()
@@ -115,7 +115,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		}
 		switch n.Kind {
 		case NoticeJobs:
-			var note api.ReadyNote
+			var note records.ReadyNote
 			if err := json.Unmarshal([]byte(n.Payload), &note); err != nil || note.Queue == "" {
 				h.cfg.Logger.Warn().Str("payload", n.Payload).Msg("malformed job notification")
 				continue
@@ -126,7 +126,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 		case NoticeEvents:
 			h.receiveEvent(n.Payload)
 		case NoticeMoved:
-			var m api.Moved
+			var m records.Moved
 			if json.Unmarshal([]byte(n.Payload), &m) != nil {
 				continue
 			}
@@ -137,7 +137,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 			if m.ID != "" {
 				// A job left running (the watchdog, a worker's
 				// registration): room for the pops limits held back.
-				var f api.Freed
+				var f records.Freed
 				f.Add(m.Queue, m.Type, 1)
 				emit(h, Freed, f)
 			}

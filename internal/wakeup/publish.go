@@ -6,17 +6,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // event is what one node tells the others on NoticeEvents: jobs that
 // became claimable and jobs that finished, coalesced.
 type event struct {
-	From  string          `json:"f"`
-	Ready []api.ReadyNote `json:"r,omitempty"`
-	Done  []string        `json:"d,omitempty"`
+	From  string              `json:"f"`
+	Ready []records.ReadyNote `json:"r,omitempty"`
+	Done  []string            `json:"d,omitempty"`
 	// Freed counts the jobs that left running, for pops limits held.
-	Freed *api.Freed `json:"x,omitempty"`
+	Freed *records.Freed `json:"x,omitempty"`
 	// Msgs are pub/sub messages; Interest says the sender has subscribers,
 	// and Narrow that none of them follows a job's status or a queue's
 	// events (a node that does not know Narrow sends them all the same).
@@ -29,7 +29,7 @@ type event struct {
 // once those of this node, in process, and the other nodes' through one
 // coalesced notice sent in the background, so that no commit waits on
 // PostgreSQL's notification queue. Call it after the commit returned.
-func (h *Hub) Publish(ready []api.ReadyNote, done []string) {
+func (h *Hub) Publish(ready []records.ReadyNote, done []string) {
 	if len(ready) == 0 && len(done) == 0 {
 		return
 	}
@@ -55,7 +55,7 @@ func (h *Hub) Publish(ready []api.ReadyNote, done []string) {
 // Free tells every node's pops held back by a queue's or a type's limits
 // that jobs left running: this node's at once, the others' with the next
 // notice. Call it after the commit returned.
-func (h *Hub) Free(f api.Freed) {
+func (h *Hub) Free(f records.Freed) {
 	if f.Empty() || !listened(h, Freed) {
 		return
 	}
@@ -86,7 +86,7 @@ func (h *Hub) sendLoop(ctx context.Context) {
 		}
 		h.outMu.Lock()
 		ready, done, freed, msgs, interested := h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest
-		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, api.Freed{}, nil, NoInterest
+		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, records.Freed{}, nil, NoInterest
 		// Awaiting the echo before sending: it may come back before Send
 		// returns.
 		h.interestEcho = append(h.interestEcho, h.interestSent...)
@@ -121,13 +121,13 @@ func (h *Hub) sendLoop(ctx context.Context) {
 const sendPause = 500 * time.Microsecond
 
 // coalesce merges notes for the same queue, requirements and due time.
-func coalesce(notes []api.ReadyNote) []api.ReadyNote {
+func coalesce(notes []records.ReadyNote) []records.ReadyNote {
 	type key struct {
 		queue, requires string
 		at              int64
 	}
 	idx := map[key]int{}
-	var out []api.ReadyNote
+	var out []records.ReadyNote
 	for _, n := range notes {
 		k := key{n.Queue, string(mustJSON(n.Requires)), n.At}
 		if i, ok := idx[k]; ok {
@@ -143,7 +143,7 @@ func coalesce(notes []api.ReadyNote) []api.ReadyNote {
 // eventPayloads splits notes, ids, freed counts and messages into events
 // that each fit in one NOTIFY payload; the first says whether this node has
 // subscribers.
-func (h *Hub) eventPayloads(ready []api.ReadyNote, done []string, freed api.Freed, msgs []Message, interested Interest) []string {
+func (h *Hub) eventPayloads(ready []records.ReadyNote, done []string, freed records.Freed, msgs []Message, interested Interest) []string {
 	var out []string
 	cur := event{From: h.cfg.NodeID, Interest: interested > NoInterest, Narrow: interested == SomeInterest}
 	size := 0
@@ -181,7 +181,7 @@ func (h *Hub) eventPayloads(ready []api.ReadyNote, done []string, freed api.Free
 			flush()
 		}
 		if cur.Freed == nil {
-			cur.Freed = &api.Freed{}
+			cur.Freed = &records.Freed{}
 		}
 		cur.Freed.Add(queue, typ, n)
 		size += len(queue) + len(typ) + 16

@@ -3,7 +3,7 @@ package wakeup
 import (
 	"sync"
 
-	"github.com/agq/agq/engine/api"
+	"github.com/agq/agq/records"
 )
 
 // A Topic is something the hub tells those who listen to it: what one
@@ -26,10 +26,10 @@ var (
 	// Moved: a job moved out of running by the watchdog or a worker's
 	// (re-)registration on any node, or a worker declared dead; heard
 	// only while this node has subscribers.
-	Moved = Topic[api.Moved]{"moved"}
+	Moved = Topic[records.Moved]{"moved"}
 	// Freed: jobs left running, on this node or another: room for the
 	// pops that limits held back.
-	Freed = Topic[api.Freed]{"freed"}
+	Freed = Topic[records.Freed]{"freed"}
 )
 
 // listeners holds the functions listening to each topic.
@@ -68,4 +68,4 @@ func listened[T any](h *Hub, topic Topic[T]) bool {
 
 // Wake wakes this node's pops for note, as a note heard from the database
 // would: for a listener that found room for pops limits held back.
-func (h *Hub) Wake(note api.ReadyNote) { h.deliver(note) }
+func (h *Hub) Wake(note records.ReadyNote) { h.deliver(note) }

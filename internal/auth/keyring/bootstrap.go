@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/store"
+	"github.com/agq/agq/records"
 )
 
 // AdminKeyFile is the name of the generated admin key inside the data dir.
@@ -32,7 +32,7 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 		// Stored only into a database that never had an admin principal
 		// (a new database): a revoked admin key must stay revoked.
 		d := auth.Digest(key)
-		if _, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
+		if _, err := k.store.PrincipalPutIfAbsent(ctx, records.Key{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, false); err != nil {
 			return "", fmt.Errorf("storing admin key: %w", err)
 		}
 		exists, err := k.store.AdminExists(ctx)
@@ -52,7 +52,7 @@ func (k *Keyring) EnsureAdmin(ctx context.Context, dataDir string) (written stri
 	}
 	key := auth.GenerateKey()
 	d := auth.Digest(key)
-	created, err := k.store.PrincipalPutIfAbsent(ctx, store.Principal{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, true)
+	created, err := k.store.PrincipalPutIfAbsent(ctx, records.Key{Name: "admin", Role: auth.RoleAdmin, KeyDigest: d[:], Source: "generated"}, true)
 	if err != nil {
 		return "", fmt.Errorf("storing admin key: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/names"
-	"github.com/agq/agq/internal/storeerr"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -95,11 +95,11 @@ func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (auth.Principal, 
 		}
 	}
 	row, err := k.store.PrincipalByDigest(ctx, digest[:])
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return auth.Principal{}, auth.ErrBadCredentials
 	}
 	if err != nil {
-		return auth.Principal{}, storeerr.ToAPI(fmt.Errorf("looking up key: %w", err))
+		return auth.Principal{}, fmt.Errorf("looking up key: %w", err)
 	}
 	// The row was found by its digest; compare again in constant time so the
 	// decision never rests on a variable-time comparison.
@@ -123,8 +123,8 @@ func (k *Keyring) Create(ctx context.Context, role, name string) (string, error)
 	}
 	key := auth.GenerateKey()
 	d := auth.Digest(key)
-	if err := k.store.PrincipalPut(ctx, store.Principal{Name: name, Role: role, KeyDigest: d[:], Source: "minted"}); err != nil {
-		return "", storeerr.ToAPI(fmt.Errorf("storing key: %w", err))
+	if err := k.store.PrincipalPut(ctx, records.Key{Name: name, Role: role, KeyDigest: d[:], Source: "minted"}); err != nil {
+		return "", fmt.Errorf("storing key: %w", err)
 	}
 	return key, nil
 }
@@ -136,19 +136,19 @@ func (k *Keyring) Revoke(ctx context.Context, name string) error {
 	}
 	err := k.store.PrincipalRevoke(ctx, name, k.HasStaticAdmin())
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, records.ErrNotFound):
 		return auth.ErrUnknownPrincipal
 	case errors.Is(err, store.ErrLastAdmin):
 		return auth.ErrLastAdmin
 	}
-	return storeerr.ToAPI(err)
+	return err
 }
 
 // List returns every live principal, static ones included.
 func (k *Keyring) List(ctx context.Context) ([]auth.Entry, error) {
 	rows, err := k.store.PrincipalList(ctx)
 	if err != nil {
-		return nil, storeerr.ToAPI(err)
+		return nil, err
 	}
 	out := make([]auth.Entry, 0, len(rows)+len(k.static))
 	for _, s := range k.static {
@@ -179,11 +179,11 @@ func (k *Keyring) StillValid(ctx context.Context, p auth.Principal) (bool, error
 		}
 	}
 	row, err := k.store.PrincipalByDigest(ctx, p.Digest[:])
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, records.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, storeerr.ToAPI(err)
+		return false, err
 	}
 	return row.Name == p.Name, nil
 }
@@ -195,5 +195,5 @@ func (k *Keyring) IsPrincipal(ctx context.Context, name string) (bool, error) {
 		return true, nil
 	}
 	ok, err := k.store.PrincipalExists(ctx, name)
-	return ok, storeerr.ToAPI(err)
+	return ok, err
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
@@ -67,12 +67,12 @@ func (c *conn) Next(ctx context.Context) (wakeup.Notice, error) {
 	}
 }
 
-func (c *conn) ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]api.ReadyNote, error) {
+func (c *conn) ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]records.ReadyNote, error) {
 	notes, err := store.ClaimableNotes(ctx, c.c, queues, perQueue)
 	return readyNotes(notes), err
 }
 
-func (c *conn) FutureReadyNotes(ctx context.Context, limit int) ([]api.ReadyNote, error) {
+func (c *conn) FutureReadyNotes(ctx context.Context, limit int) ([]records.ReadyNote, error) {
 	notes, err := store.FutureReadyNotes(ctx, c.c, limit)
 	return readyNotes(notes), err
 }
@@ -81,13 +81,13 @@ func (c *conn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
 
 func (c *conn) Close() { c.c.Close(context.Background()) }
 
-func readyNotes(notes []store.ReadyNote) []api.ReadyNote {
+func readyNotes(notes []records.ReadyNote) []records.ReadyNote {
 	if notes == nil {
 		return nil
 	}
-	out := make([]api.ReadyNote, len(notes))
+	out := make([]records.ReadyNote, len(notes))
 	for i, n := range notes {
-		out[i] = api.ReadyNote(n)
+		out[i] = n
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package api
+package records
 
 import (
 	"encoding/json"

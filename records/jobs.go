@@ -1,4 +1,4 @@
-package api
+package records
 
 import (
 	"encoding/json"
@@ -44,7 +44,8 @@ const (
 // MaxLogLines bounds the lines kept of one attempt's log.
 const MaxLogLines = 1000
 
-// MaxGroup is the most requests one statement serves together.
+// MaxGroup is the most requests one statement serves together: a group's
+// arrays and its reply fan-out (for pops, the jobs they ask for).
 const MaxGroup = 500
 
 // Job is a job as stored.
@@ -128,6 +129,21 @@ type NewJob struct {
 	// stored with; not part of its contents (a re-sent job with another
 	// one is the same job).
 	TraceParent, TraceState string
+	// Hand, when set, offers the job to a worker blocked in a pop: the
+	// engine's to set, never the caller's.
+	Hand *Handoff
+}
+
+// Handoff offers a job due now to a worker waiting for one: the job is
+// inserted running for it, as a claim would leave it, when the worker may
+// take it there and then — ACTIVE, able to run it, the queue holding no
+// job claimable before it, no limits on the queue or on the job's type, the
+// queue not paused. Otherwise the job is inserted as usual. One
+// transaction instead of an insert and a claim.
+type Handoff struct {
+	Worker     string
+	AckTimeout time.Duration
+	Lease      time.Duration
 }
 
 // SubmitResult is the outcome of one submitted job.

@@ -1,4 +1,4 @@
-package api
+package records
 
 import (
 	"encoding/json"
@@ -63,4 +63,14 @@ type Moved struct {
 	// Registered is a worker that registered again with other
 	// capabilities: no job moved.
 	Registered string `json:"rw,omitempty"`
+}
+
+// Key is a stored key: the principal it authenticates, allowed to
+// connect, with its role.
+type Key struct {
+	Name      string
+	Role      string
+	KeyDigest []byte
+	Source    string
+	CreatedAt time.Time
 }

@@ -1,4 +1,4 @@
-package api
+package records
 
 import (
 	"errors"
@@ -18,9 +18,9 @@ var (
 	// ErrInvalidInput: PostgreSQL refused a value of the request (text it
 	// cannot store).
 	ErrInvalidInput = errors.New("invalid input")
-	// ErrSubmitConflict: a submission met a job submitted concurrently
+	// ErrConflict: a submission met a job submitted concurrently
 	// with the same id or unique key; sending it again settles it.
-	ErrSubmitConflict = errors.New("conflict")
+	ErrConflict = errors.New("conflict")
 	// ErrUniqueKeyHeld: a job cannot be queued again while another
 	// unfinished job holds its unique key.
 	ErrUniqueKeyHeld = errors.New("its unique_key is held by another unfinished job")
