@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/commands/keyspace"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/resp"
@@ -73,7 +74,7 @@ type subscriber struct {
 	wmu sync.Mutex
 	// Under b.mu:
 	channels map[string]struct{}
-	patterns map[string]*glob
+	patterns map[string]*keyspace.Glob
 	out      chan wakeup.Message
 	gone     chan struct{}
 	once     sync.Once
@@ -103,7 +104,7 @@ func (b *broker) receivers(channel string) int {
 	n := len(b.channels[channel])
 	for sub := range b.patterns {
 		for _, g := range sub.patterns {
-			if g.match(channel) {
+			if g.Match(channel) {
 				n++
 			}
 		}
@@ -121,7 +122,7 @@ func (b *broker) deliver(m wakeup.Message) {
 	}
 	for sub := range b.patterns {
 		for p, g := range sub.patterns {
-			if g.match(m.Channel) {
+			if g.Match(m.Channel) {
 				sub.push(wakeup.Message{Channel: m.Channel, Payload: m.Payload, Pattern: p})
 			}
 		}
@@ -228,7 +229,7 @@ func (s *Server) subscriberOf(sess *Session) (sub *subscriber, fresh bool) {
 		return sess.sub, false
 	}
 	dconn := sess.conn.Detach()
-	sub = &subscriber{b: s.broker, sess: sess, conn: dconn, channels: map[string]struct{}{}, patterns: map[string]*glob{},
+	sub = &subscriber{b: s.broker, sess: sess, conn: dconn, channels: map[string]struct{}{}, patterns: map[string]*keyspace.Glob{},
 		out: make(chan wakeup.Message, subscriberQueue), gone: make(chan struct{})}
 	sess.sub = sub
 	sess.conn = dconn
@@ -318,7 +319,7 @@ func (b *broker) drop(sub *subscriber) {
 		b.counted(p, true, -1)
 	}
 	delete(b.patterns, sub)
-	sub.patterns = map[string]*glob{}
+	sub.patterns = map[string]*keyspace.Glob{}
 	if had {
 		b.active--
 		b.s.hub.SetSubscribed(b.interest())
@@ -361,7 +362,7 @@ func (s *Server) cmdSubscribe(pattern bool) Handler {
 				if _, ok := sub.patterns[name]; !ok {
 					b.counted(name, true, +1)
 				}
-				sub.patterns[name] = compileGlob(name)
+				sub.patterns[name] = keyspace.CompileGlob(name)
 				b.patterns[sub] = struct{}{}
 			} else {
 				if _, ok := sub.channels[name]; !ok {

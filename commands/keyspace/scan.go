@@ -1,12 +1,10 @@
-package commands
+package keyspace
 
 import (
 	"context"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"unicode/utf8"
 
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
@@ -24,16 +22,6 @@ import (
 // is read by offset, and if jobs were deleted meanwhile that page may skip
 // as many: SCAN's guarantees are Redis's, short of that case.
 
-type keyRegion int
-
-const (
-	regionCapabilities keyRegion = iota // from workers
-	regionWorkers
-	regionQueues
-	regionJobs
-	regionCount
-)
-
 // regionStride separates the regions in a cursor; it keeps cursors readable
 // (3000000000000020 is row 20 of jobs).
 const regionStride = 1_000_000_000_000_000
@@ -43,77 +31,6 @@ const keysReplyLimit = 100_000
 
 // keysBatch is how many rows KEYS reads per statement.
 const keysBatch = 10_000
-
-// maxPatternLen bounds a pattern, which is compiled before use; no key is
-// a tenth as long.
-const maxPatternLen = 4096
-
-var regionKinds = [regionCount][]keyKind{
-	regionCapabilities: {kindCapability},
-	regionWorkers:      {kindWorkerAlive, kindWorkerMetadata, kindWorkerStats},
-	regionQueues:       {kindQueue},
-	regionJobs:         {kindJob, kindJobWorker},
-}
-
-// keyQuery is a KEYS or SCAN request: the pattern, and which families it
-// (and SCAN's TYPE) can match.
-type keyQuery struct {
-	glob     *glob
-	possible [kindCount]bool
-}
-
-func newKeyQuery(pattern, typ string) (*keyQuery, error) {
-	if len(pattern) > maxPatternLen {
-		return nil, resp.Errorf("pattern is longer than %d bytes", maxPatternLen)
-	}
-	q := &keyQuery{glob: compileGlob(pattern)}
-	if !utf8.ValidString(pattern) || strings.ContainsRune(pattern, 0) {
-		return q, nil // no stored key has such bytes: it matches nothing
-	}
-	for kind, f := range keyFamilies {
-		q.possible[kind] = (typ == "" || resp.Is([]byte(typ), f.typ)) && q.glob.canMatchShape(f.head, f.tail, f.nameBytes())
-	}
-	return q, nil
-}
-
-func (q *keyQuery) wants(r keyRegion) bool {
-	return slices.ContainsFunc(regionKinds[r], func(k keyKind) bool { return q.possible[k] })
-}
-
-// namePrefix is a prefix of every name of the region's keys the query can
-// match, for SQL to start from: what the pattern's literal prefix says of
-// the names after the head ("job:01J*" gives "01J"; names hold no ':', so
-// it stops there), or, when the region's keys can only be head + name and
-// the pattern's literal suffix holds a ':', the name itself: that ':' can
-// only be the head's, so "*:alive" matches no job but job:alive.
-func (q *keyQuery) namePrefix(r keyRegion) string {
-	head := keyFamilies[regionKinds[r][0]].head
-	untailed := true
-	for _, kind := range regionKinds[r] {
-		untailed = untailed && (!q.possible[kind] || keyFamilies[kind].tail == "")
-	}
-	if i := strings.LastIndexByte(q.glob.suffix, ':'); untailed && i >= 0 {
-		return q.glob.suffix[i+1:]
-	}
-	rest, ok := strings.CutPrefix(q.glob.prefix, head)
-	if !ok {
-		return ""
-	}
-	rest, _, _ = strings.Cut(rest, ":")
-	return rest
-}
-
-// add appends the key of the given kind and name when the query takes it.
-func (q *keyQuery) add(keys []string, kind keyKind, name string) []string {
-	if !q.possible[kind] {
-		return keys
-	}
-	f := keyFamilies[kind]
-	if key := f.head + name + f.tail; q.glob.match(key) {
-		keys = append(keys, key)
-	}
-	return keys
-}
 
 // regionPage is one page of a region: the matching keys of the rows read.
 type regionPage struct {
@@ -127,7 +44,7 @@ type regionPage struct {
 
 // page reads up to limit rows of a region from row pos on (after the
 // name after, when it is known) and returns the matching keys they hold.
-func (ks *keyspace) page(ctx context.Context, q *keyQuery, r keyRegion, pos int64, after string, limit int) (regionPage, error) {
+func (ks *Keyspace) page(ctx context.Context, q *keyQuery, r keyRegion, pos int64, after string, limit int) (regionPage, error) {
 	if r == regionJobs {
 		return ks.jobsPage(ctx, q, pos, after, limit)
 	}
@@ -155,8 +72,8 @@ type regionRow struct {
 
 // smallRegion lists every row of the capabilities, workers or queues region
 // in name order; these tables hold one row per worker or queue.
-func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) ([]regionRow, error) {
-	st := ks.s.eng
+func (ks *Keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) ([]regionRow, error) {
+	st := ks.eng
 	switch r {
 	case regionQueues:
 		names, err := st.KeyspaceQueues(ctx, q.namePrefix(regionQueues))
@@ -196,8 +113,8 @@ func (ks *keyspace) smallRegion(ctx context.Context, q *keyQuery, r keyRegion) (
 
 // jobsPage reads a page of job ids: only running jobs when the query can
 // match nothing but job:<id>:worker keys.
-func (ks *keyspace) jobsPage(ctx context.Context, q *keyQuery, pos int64, after string, limit int) (regionPage, error) {
-	jobs, err := ks.s.eng.KeyspaceJobs(ctx, records.KeyspaceJobsParams{
+func (ks *Keyspace) jobsPage(ctx context.Context, q *keyQuery, pos int64, after string, limit int) (regionPage, error) {
+	jobs, err := ks.eng.KeyspaceJobs(ctx, records.KeyspaceJobsParams{
 		IDPrefix: q.namePrefix(regionJobs), RunningOnly: !q.possible[kindJob],
 		After: after, Offset: pos, Limit: limit + 1,
 	})
@@ -221,8 +138,8 @@ func (ks *keyspace) jobsPage(ctx context.Context, q *keyQuery, pos int64, after 
 
 // KEYS pattern — every matching key, sorted; more than keysReplyLimit is
 // an error that points to SCAN.
-func (ks *keyspace) cmdKeys(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	q, err := newKeyQuery(string(args[1]), "")
+func (ks *Keyspace) Keys(ctx context.Context, pattern string) (resp.Reply, error) {
+	q, err := newKeyQuery(pattern, "")
 	if err != nil {
 		return nil, err
 	}
@@ -251,52 +168,35 @@ func (ks *keyspace) cmdKeys(ctx context.Context, _ *Session, args [][]byte) (res
 	return resp.StringArray(keys), nil
 }
 
-// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] — COUNT rows are
-// read per call (10 by default), across regions.
-func (ks *keyspace) cmdScan(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
-	if err != nil {
-		return nil, resp.Errorf("invalid cursor")
-	}
-	pattern, typ, count := "*", "", int64(10)
-	for i := 2; i < len(args); i += 2 {
-		if i+1 >= len(args) {
-			return nil, resp.ErrSyntax
-		}
-		switch v := string(args[i+1]); resp.Lower(args[i]) {
-		case "match":
-			pattern = v
-		case "type":
-			typ = v
-		case "count":
-			if count, err = resp.ParseInt(args[i+1]); err != nil {
-				return nil, resp.ErrNotInteger
-			}
-			if count < 1 {
-				return nil, resp.ErrSyntax
-			}
-		default:
-			return nil, resp.ErrSyntax
-		}
-	}
-	q, err := newKeyQuery(pattern, typ)
+// ScanArgs are a SCAN's arguments, parsed.
+type ScanArgs struct {
+	// Cursor is 0 or a cursor a SCAN answered.
+	Cursor uint64
+	// Match is the pattern; "*" takes every key.
+	Match string
+	// Type keeps the keys of one type ("string", "list", "set"), in any
+	// case; "" keeps all.
+	Type string
+	// Count is how many rows to read, at least 1.
+	Count int64
+}
+
+// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] — Count rows are
+// read per call, across regions.
+func (ks *Keyspace) Scan(ctx context.Context, a ScanArgs) (resp.Reply, error) {
+	q, err := newKeyQuery(a.Match, a.Type)
 	if err != nil {
 		return nil, err
 	}
-	r, pos := keyRegion(min(cursor/regionStride, uint64(regionCount))), int64(cursor%regionStride)
-	budget := int(min(count, keysBatch))
+	r, pos := keyRegion(min(a.Cursor/regionStride, uint64(regionCount))), int64(a.Cursor%regionStride)
+	budget := int(min(a.Count, keysBatch))
 	keys := []string{}
 	for r < regionCount && budget > 0 {
 		if !q.wants(r) {
 			r, pos = r+1, 0
 			continue
 		}
-		resume := resumeKey{pos: pos, prefix: q.namePrefix(regionJobs), runningOnly: !q.possible[kindJob]}
-		after := ""
-		if r == regionJobs && pos > 0 {
-			after = ks.resume.get(resume)
-		}
-		p, err := ks.page(ctx, q, r, pos, after, budget)
+		p, err := ks.scanPage(ctx, q, r, pos, budget)
 		if err != nil {
 			return nil, err
 		}
@@ -307,10 +207,6 @@ func (ks *keyspace) cmdScan(ctx context.Context, _ *Session, args [][]byte) (res
 			continue
 		}
 		pos += int64(p.rows)
-		if r == regionJobs {
-			resume.pos = pos
-			ks.resume.put(resume, p.last)
-		}
 	}
 	for r < regionCount && !q.wants(r) {
 		r, pos = r+1, 0
@@ -322,8 +218,25 @@ func (ks *keyspace) cmdScan(ctx context.Context, _ *Session, args [][]byte) (res
 	return resp.Array{resp.BulkString(strconv.FormatUint(next, 10)), resp.StringArray(keys)}, nil
 }
 
+// scanPage reads a SCAN's page of a region; in the jobs region it reads
+// from the id remembered for the cursor and remembers the next one.
+func (ks *Keyspace) scanPage(ctx context.Context, q *keyQuery, r keyRegion, pos int64, limit int) (regionPage, error) {
+	resume := resumeKey{pos: pos, prefix: q.namePrefix(regionJobs), runningOnly: !q.possible[kindJob]}
+	after := ""
+	if r == regionJobs && pos > 0 {
+		after = ks.resume.get(resume)
+	}
+	p, err := ks.page(ctx, q, r, pos, after, limit)
+	if err != nil || p.done || r != regionJobs {
+		return p, err
+	}
+	resume.pos = pos + int64(p.rows)
+	ks.resume.put(resume, p.last)
+	return p, nil
+}
+
 // DBSIZE — how many keys there are. It counts the jobs table.
-func (ks *keyspace) cmdDBSize(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
+func (ks *Keyspace) DBSize(ctx context.Context) (resp.Reply, error) {
 	all, _ := newKeyQuery("*", "")
 	n := 0
 	for r := range regionJobs {
@@ -335,48 +248,9 @@ func (ks *keyspace) cmdDBSize(ctx context.Context, _ *Session, _ [][]byte) (resp
 			n += len(row.kinds)
 		}
 	}
-	jobs, held, err := ks.s.eng.KeyspaceJobCounts(ctx)
+	jobs, held, err := ks.eng.KeyspaceJobCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Int(int64(n) + jobs + held), nil
-}
-
-// resumeMemo remembers the last job id read before each SCAN cursor this
-// node handed out in the jobs region, so that the next page is read from
-// that id on.
-type resumeMemo struct {
-	mu   sync.Mutex
-	max  int
-	last map[resumeKey]string
-}
-
-// resumeKey is a cursor position of a listing: the prefix and the running
-// filter make the listing what it is.
-type resumeKey struct {
-	pos         int64
-	prefix      string
-	runningOnly bool
-}
-
-func newResumeMemo(size int) *resumeMemo {
-	return &resumeMemo{max: size, last: map[resumeKey]string{}}
-}
-
-func (m *resumeMemo) get(k resumeKey) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.last[k]
-}
-
-func (m *resumeMemo) put(k resumeKey, id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.last) >= m.max {
-		for old := range m.last { // forget any one: a forgotten cursor still works
-			delete(m.last, old)
-			break
-		}
-	}
-	m.last[k] = id
 }

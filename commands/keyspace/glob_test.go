@@ -1,4 +1,4 @@
-package commands
+package keyspace
 
 import (
 	"testing"
@@ -26,40 +26,8 @@ func redisMatch(pattern, s string) bool {
 		case '?':
 			s = s[1:]
 		case '[':
-			pattern = pattern[1:]
-			not := len(pattern) > 0 && pattern[0] == '^'
-			if not {
-				pattern = pattern[1:]
-			}
-			match := false
-			for {
-				if len(pattern) >= 2 && pattern[0] == '\\' {
-					pattern = pattern[1:]
-					if pattern[0] == s[0] {
-						match = true
-					}
-				} else if len(pattern) == 0 {
-					break
-				} else if pattern[0] == ']' {
-					break
-				} else if len(pattern) >= 3 && pattern[1] == '-' {
-					lo, hi := pattern[0], pattern[2]
-					if lo > hi {
-						lo, hi = hi, lo
-					}
-					pattern = pattern[2:]
-					if s[0] >= lo && s[0] <= hi {
-						match = true
-					}
-				} else if pattern[0] == s[0] {
-					match = true
-				}
-				pattern = pattern[1:]
-			}
-			if not {
-				match = !match
-			}
-			if !match {
+			var match bool
+			if pattern, match = redisClass(pattern[1:], s[0]); !match {
 				return false
 			}
 			s = s[1:]
@@ -86,6 +54,41 @@ func redisMatch(pattern, s string) bool {
 		}
 	}
 	return len(pattern) == 0 && len(s) == 0
+}
+
+// redisClass is stringmatchlen's class: it matches c against the class
+// after a '[' and returns the pattern left at its ']' or end.
+func redisClass(pattern string, c byte) (string, bool) {
+	not := len(pattern) > 0 && pattern[0] == '^'
+	if not {
+		pattern = pattern[1:]
+	}
+	match := false
+	for {
+		if len(pattern) >= 2 && pattern[0] == '\\' {
+			pattern = pattern[1:]
+			if pattern[0] == c {
+				match = true
+			}
+		} else if len(pattern) == 0 {
+			break
+		} else if pattern[0] == ']' {
+			break
+		} else if len(pattern) >= 3 && pattern[1] == '-' {
+			lo, hi := pattern[0], pattern[2]
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			pattern = pattern[2:]
+			if c >= lo && c <= hi {
+				match = true
+			}
+		} else if pattern[0] == c {
+			match = true
+		}
+		pattern = pattern[1:]
+	}
+	return pattern, match != not
 }
 
 func TestGlobMatchesLikeRedis(t *testing.T) {
@@ -117,7 +120,7 @@ func TestGlobMatchesLikeRedis(t *testing.T) {
 		{"trailing\\", "trailing\\", true},
 	}
 	for _, tc := range tests {
-		if got := compileGlob(tc.pattern).match(tc.s); got != tc.want {
+		if got := CompileGlob(tc.pattern).Match(tc.s); got != tc.want {
 			t.Errorf("glob %q match %q = %v, want %v", tc.pattern, tc.s, got, tc.want)
 		}
 		if got := redisMatch(tc.pattern, tc.s); got != tc.want {
@@ -139,7 +142,7 @@ func TestGlobPrefixAndSuffix(t *testing.T) {
 		"job:abc":       {"job:abc", "job:abc"},
 		"capability:?x": {"capability:", "x"},
 	} {
-		g := compileGlob(pattern)
+		g := CompileGlob(pattern)
 		if got := [2]string{g.prefix, g.suffix}; got != want {
 			t.Errorf("prefix and suffix of %q = %q, want %q", pattern, got, want)
 		}
@@ -184,7 +187,7 @@ func TestGlobCanMatchShape(t *testing.T) {
 	}
 	for _, tc := range tests {
 		f := keyFamilies[tc.kind]
-		if got := compileGlob(tc.pattern).canMatchShape(f.head, f.tail, f.nameBytes()); got != tc.want {
+		if got := CompileGlob(tc.pattern).canMatchShape(f.head, f.tail, f.nameBytes()); got != tc.want {
 			t.Errorf("%q can match %s…%s: %v, want %v", tc.pattern, f.head, f.tail, got, tc.want)
 		}
 	}
@@ -203,8 +206,8 @@ func FuzzGlob(f *testing.F) {
 		if len(pattern) > 64 || len(name) > 64 {
 			return // the reference backtracks exponentially
 		}
-		g := compileGlob(pattern)
-		if got, want := g.match(name), redisMatch(pattern, name); got != want {
+		g := CompileGlob(pattern)
+		if got, want := g.Match(name), redisMatch(pattern, name); got != want {
 			t.Fatalf("glob %q match %q = %v, Redis says %v", pattern, name, got, want)
 		}
 		if name == "" {
@@ -215,7 +218,7 @@ func FuzzGlob(f *testing.F) {
 				continue
 			}
 			key := fam.head + name + fam.tail
-			if g.match(key) && !g.canMatchShape(fam.head, fam.tail, fam.nameBytes()) {
+			if g.Match(key) && !g.canMatchShape(fam.head, fam.tail, fam.nameBytes()) {
 				t.Fatalf("%q matches %q but canMatchShape rules out kind %d", pattern, key, kind)
 			}
 		}
@@ -229,50 +232,4 @@ func containsByte(s string, c byte) bool {
 		}
 	}
 	return false
-}
-
-func TestKeyQueryNarrowsTheTables(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		pattern, typ string
-		region       keyRegion
-		wants        bool
-		prefix       string
-		runningOnly  bool
-	}{
-		{"worker:*:alive", "", regionJobs, false, "", false},
-		{"worker:*:alive", "", regionWorkers, true, "", false},
-		{"worker:w-1*", "", regionWorkers, true, "w-1", false},
-		{"worker:w-1:stats", "", regionWorkers, true, "w-1", false},
-		{"job:*", "", regionJobs, true, "", false},
-		{"job:01J*", "", regionJobs, true, "01J", false},
-		{"job:*:worker", "", regionJobs, true, "", true},
-		{"job:*", "", regionQueues, false, "", false},
-		{"*:alive", "", regionJobs, true, "alive", false},
-		{"*:alive", "", regionQueues, true, "alive", false},
-		{"*", "", regionJobs, true, "", false},
-		{"*", "set", regionJobs, false, "", false},
-		{"*", "set", regionCapabilities, true, "", false},
-		{"*", "list", regionQueues, true, "", false},
-		{"queue:em*", "", regionQueues, true, "em", false},
-	}
-	for _, tc := range tests {
-		q, err := newKeyQuery(tc.pattern, tc.typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := q.wants(tc.region); got != tc.wants {
-			t.Errorf("%q TYPE %q wants region %d: %v, want %v", tc.pattern, tc.typ, tc.region, got, tc.wants)
-			continue
-		}
-		if !tc.wants {
-			continue
-		}
-		if got := q.namePrefix(tc.region); got != tc.prefix {
-			t.Errorf("%q: name prefix in region %d = %q, want %q", tc.pattern, tc.region, got, tc.prefix)
-		}
-		if tc.region == regionJobs && !q.possible[kindJob] != tc.runningOnly {
-			t.Errorf("%q: running only = %v, want %v", tc.pattern, !q.possible[kindJob], tc.runningOnly)
-		}
-	}
 }

@@ -1,13 +1,13 @@
-package commands
+package keyspace
 
-// glob is a Redis glob pattern (KEYS, SCAN MATCH) compiled to tokens. It
-// follows Redis's stringmatchlen byte for byte: '*' matches any run of
-// bytes, '?' one byte, '[…]' one byte of a class ('^' first negates, 'a-z'
-// is a range, '\' escapes, an unclosed class ends with the pattern), and
-// '\x' the byte x. github.com/tidwall/match was the obvious library, but it
-// knows no classes and matches runes, so 'job:[ab]*' would not mean what it
-// means to Redis.
-type glob struct {
+// Glob is a Redis glob pattern (KEYS, SCAN MATCH, PSUBSCRIBE) compiled to
+// tokens. It follows Redis's stringmatchlen byte for byte: '*' matches any
+// run of bytes, '?' one byte, '[…]' one byte of a class ('^' first negates,
+// 'a-z' is a range, '\' escapes, an unclosed class ends with the pattern),
+// and '\x' the byte x. github.com/tidwall/match was the obvious library,
+// but it knows no classes and matches runes, so 'job:[ab]*' would not mean
+// what it means to Redis.
+type Glob struct {
 	tokens []globToken
 	// prefix and suffix are the literal text every match starts and ends
 	// with.
@@ -41,8 +41,9 @@ func allBytesBut(except ...byte) byteSet {
 	return b
 }
 
-func compileGlob(p string) *glob {
-	g := &glob{}
+// CompileGlob compiles a pattern; every pattern compiles, as in Redis.
+func CompileGlob(p string) *Glob {
+	g := &Glob{}
 	literal := true // still reading the literal prefix
 	var prefix []byte
 	for i := 0; i < len(p); {
@@ -132,9 +133,9 @@ func finishClass(set byteSet, negate bool) byteSet {
 	return set
 }
 
-// match reports whether s matches. Every token but '*' matches exactly one
+// Match reports whether s matches. Every token but '*' matches exactly one
 // byte, so backtracking to the last '*' is enough: O(len(s)·len(tokens)).
-func (g *glob) match(s string) bool {
+func (g *Glob) Match(s string) bool {
 	if s == "" {
 		return len(g.tokens) == 0 // even "*": Redis's quirk, kept
 	}
@@ -170,7 +171,7 @@ func (g *glob) match(s string) bool {
 // wildcard: positions are the head's bytes, the name (not entered yet, or
 // at least one byte in), the tail's bytes and the end, at most 64 of them,
 // held in a bit mask of the positions reachable after each token.
-func (g *glob) canMatchShape(head, tail string, nameBytes *byteSet) bool {
+func (g *Glob) canMatchShape(head, tail string, nameBytes *byteSet) bool {
 	hole := len(head)  // in the name, nothing consumed yet
 	inName := hole + 1 // in the name, one byte or more consumed
 	end := hole + 2 + len(tail)
