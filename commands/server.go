@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/commands/pubsub"
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/wakeup"
@@ -54,7 +55,7 @@ type Server struct {
 	metrics *metrics
 	table   map[string]*Command
 	started time.Time
-	broker  *broker
+	broker  *pubsub.Broker
 	// authLimit slows failed AUTHs per source address.
 	authLimit *authLimiter
 	admission admission // under mu
@@ -88,7 +89,7 @@ func New(opts Options, eng api.Engine, keys auth.Keys, hub *wakeup.Hub, log zero
 		sessions: map[int64]*Session{},
 	}
 	s.table = s.buildTable()
-	s.broker = newBroker(s)
+	s.broker = pubsub.NewBroker(hub, s.metrics.slowSubscribers)
 	s.authLimit = newAuthLimiter(log)
 	s.admission = newAdmission(opts.MaxClients, opts.MaxUnauthenticated, opts.MaxUnauthenticatedPerAddress, opts.AuthTimeout)
 	s.listen()
@@ -216,7 +217,7 @@ func (s *Server) ctxForCommand(sess *Session) (context.Context, context.CancelFu
 // sessions, and a LISTEN connection restored, after which revocations may
 // have been missed.
 func (s *Server) listen() {
-	wakeup.Listen(s.hub, wakeup.Messages, s.Deliver)
+	wakeup.Listen(s.hub, wakeup.Messages, s.broker.Deliver)
 	wakeup.Listen(s.hub, wakeup.KeyRevoked, func(note string) {
 		principal, liveDigest, _ := strings.Cut(note, " ")
 		s.RevokeSessions(principal, liveDigest)

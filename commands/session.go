@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/agq/agq/commands/pubsub"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
@@ -49,7 +50,7 @@ type Session struct {
 	unauth unauthState // under Server.mu
 	// sub is the connection's pub/sub side once it subscribed (under mu);
 	// conn is then the detached connection.
-	sub *subscriber
+	sub *pubsub.Subscriber
 }
 
 func newSession(id int64, conn redcon.Conn) *Session {
@@ -111,12 +112,7 @@ func (s *Session) subscribed() bool {
 	s.mu.Lock()
 	sub := s.sub
 	s.mu.Unlock()
-	if sub == nil {
-		return false
-	}
-	sub.b.mu.Lock()
-	defer sub.b.mu.Unlock()
-	return sub.count() > 0
+	return sub != nil && sub.Count() > 0
 }
 
 // revoke ends the session's authentication at its next command, and its

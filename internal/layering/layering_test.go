@@ -46,6 +46,7 @@ func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
 		// alone.
 		"commands":           {"store"},
 		"commands/keyspace":  {"store", "commands"},
+		"commands/pubsub":    {"store", "commands"},
 		"internal/dashboard": {"store", "commands"},
 		// The engine returns domain errors, never replies.
 		"engine": {"commands", "resp", "internal/dashboard"},
@@ -109,7 +110,7 @@ func TestNoExportedTypeIsDeclaredInTwoServerPackages(t *testing.T) {
 // The wire layer and the dashboard depend on the engine's API alone: no
 // path from them, direct or not, reaches store or pgx.
 func TestTheWireLayerDependsOnNeitherStoreNorPgx(t *testing.T) {
-	for _, pkg := range []string{"commands", "commands/keyspace", "internal/dashboard"} {
+	for _, pkg := range []string{"commands", "commands/keyspace", "commands/pubsub", "internal/dashboard"} {
 		for _, d := range deps(t, pkg) {
 			if d == module+"store" || isPgx(d) {
 				t.Errorf("%s depends on %s", pkg, d)
