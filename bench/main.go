@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),python,continuous,submit,batches,latency,idle,dashboard,workflows (default all; submit includes batches)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark process's CPU profile of the workers rows to this file")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
 	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
@@ -192,6 +192,11 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	if want("workers") || want("client") || want("agw") {
 		rows := workerRowsOf{client: want("workers") || want("client"), agw: want("workers") || want("agw")}
 		if err := workerRows(ctx, o, rows, cl, s, rv, tmp, r, say); err != nil {
+			return r, err
+		}
+	}
+	if want("python") {
+		if err := pythonRows(ctx, o, cl, s, r, say); err != nil {
 			return r, err
 		}
 	}
