@@ -45,7 +45,7 @@ func setupWith(t *testing.T, configure func(*engine.Config)) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: engine.RetryPolicy{}})
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Rules: engine.Decisions{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // agq keeps their outputs so that a later delivery resumes after the last
 // completed one. Each call is durable when answered. Begins and
 // completions share commits in groups, as final reports do; the other
-// calls take the careful path alone.
+// calls take the locked path alone.
 
 // checkStep refuses a step id that breaks its rule.
 func checkStep(p records.StepParams) error {

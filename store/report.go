@@ -15,12 +15,12 @@ import (
 // applies every report that finds its job running, held by the reporter at
 // that delivery and not asked to cancel — the usual case — so the group
 // shares one WAL flush. Each other report (a re-send, a stale delivery,
-// another owner, a cancelled job) takes the careful path on its own, and
+// another owner, a cancelled job) takes the locked path on its own, and
 // its refusal is its own error.
-func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
+func (s *Store) JobsFinish(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
 	errs := make([]error, len(reports))
 	var fx records.Effects
-	applied, err := s.finishMany(ctx, reports, &fx)
+	applied, err := s.finishGrouped(ctx, reports, &fx)
 	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
 		for i := range errs {
 			errs[i] = interpretError(err)
@@ -31,7 +31,7 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 		if applied[i] {
 			continue
 		}
-		// The rare path: a re-sent report, another owner, a stale
+		// The locked path: a re-sent report, another owner, a stale
 		// delivery, a cancelled job.
 		one, err := s.JobUpdate(ctx, p)
 		errs[i] = err
@@ -40,11 +40,11 @@ func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]er
 	return errs, fx
 }
 
-// finishMany is the set-based part of JobsFinish. A group without failures
+// finishGrouped is the grouped statement of JobsFinish. A group without failures
 // is one statement in one round trip. A group holding failures first locks
 // the failing jobs to read what the retry policy decides on, then applies
 // every report with the policy's per-report decisions, in one transaction.
-func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *records.Effects) ([]bool, error) {
+func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx *records.Effects) ([]bool, error) {
 	applied := make([]bool, len(reports))
 	n := len(reports)
 	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
@@ -90,7 +90,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *r
 	args := []any{ids, workers, statuses, attempts, deliveries, results, errTexts, retries, delays, ords}
 	var err error
 	if len(failing) == 0 {
-		err = s.hotQuery(ctx, false, nil, scan, finishManySQL, args...)
+		err = s.hotQuery(ctx, false, nil, scan, finishGroupedSQL, args...)
 	} else {
 		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 			locked := map[string]records.Failure{}
@@ -122,7 +122,7 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *r
 				}
 				retries[i], delays[i] = retry, delay.Seconds()
 			}
-			return txRunner(tx)(ctx, scan, finishManySQL, args...)
+			return txRunner(tx)(ctx, scan, finishGroupedSQL, args...)
 		})
 	}
 	if err != nil {
@@ -152,16 +152,16 @@ const lockFailingSQL = `
 	WHERE j.id = ANY($1::text[]) AND j.status = 'running'
 	ORDER BY j.id FOR UPDATE`
 
-// finishManySQL applies a group of final reports, each carrying the retry
+// finishGroupedSQL applies a group of final reports, each carrying the retry
 // policy's decision when it is a failure (retry, delay seconds).
-var finishManySQL = `
+var finishGroupedSQL = `
 	WITH u AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::bool[], $9::float8[], $10::int[])
 			AS u(id, worker, status, attempt, delivery, result, error, retry, delay, ord)
 	), r AS (
 		-- A report sent twice in one group is applied once; the
-		-- other copy finds it done on the careful path.
+		-- other copy finds it done on the locked path.
 		SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
 	)
 	UPDATE jobs j SET
@@ -173,10 +173,7 @@ var finishManySQL = `
 		finished_at = CASE WHEN r.retry THEN NULL ELSE now() END,
 		` + clearRunning + `, updated_at = now()
 	FROM r
-	WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
-	  AND (r.worker = '' OR j.worker_id = r.worker)
-	  AND (r.attempt = 0 OR j.attempt = r.attempt)
-	  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
+	WHERE j.id = r.id AND ` + heldBy("r.worker", "r.attempt", "r.delivery") + `
 	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at, j.has_children`
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
@@ -184,10 +181,10 @@ var finishManySQL = `
 // over arrays, committed without waiting for the WAL flush, since losing
 // one in a crash only means a redelivery. A report it does not apply — the
 // job is not running for this delivery, or its cancellation was asked —
-// takes the careful path on its own, which says why; a job whose
+// takes the locked path on its own, which says why; a job whose
 // cancellation it finds leaves running, ended, and is counted in the
 // effects.
-func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
+func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
 	var fx records.Effects
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
@@ -216,7 +213,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 	}, `
 		WITH r AS (
 			-- The last report of a job in the group names the delivery
-			-- tested (reports of another take the careful path); the
+			-- tested (reports of another take the locked path); the
 			-- progress kept is the last that delivery gave, since an
 			-- acknowledgement after it carries none.
 			SELECT DISTINCT ON (id) id, worker, attempt, delivery,
@@ -229,10 +226,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		)
 		UPDATE jobs j SET ack_deadline = NULL, progress = coalesce(r.progress::jsonb, j.progress), updated_at = now()
 		FROM r
-		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
-		  AND (r.worker = '' OR j.worker_id = r.worker)
-		  AND (r.attempt = 0 OR j.attempt = r.attempt)
-		  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
+		WHERE j.id = r.id AND `+heldBy("r.worker", "r.attempt", "r.delivery")+`
 		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
 	if err == nil {
 		// Every report of an applied job matched it: the statement's
@@ -262,7 +256,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 
 // sameDelivery reports whether report i names the same worker and delivery
 // as the last report of its job in the group, the one the statement tested.
-func sameDelivery(p JobUpdateParams, reports []JobUpdateParams, i int) bool {
+func sameDelivery(p records.Report, reports []records.Report, i int) bool {
 	for k := len(reports) - 1; k > i; k-- {
 		q := reports[k]
 		if q.ID == p.ID {

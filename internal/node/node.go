@@ -216,7 +216,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	if n.tracer != nil {
 		n.log.Info().Msg("tracing: exporting spans over OTLP as the OTEL_* variables say")
 	}
-	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Retry: engine.RetryPolicy{},
+	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Rules: engine.Decisions{},
 		Recovered: engine.RecoveryTracer(n.tracer)})
 	if err != nil {
 		return nil, err
