@@ -101,7 +101,7 @@ func newJob(id string) records.NewJob {
 
 func (b *testBundle) submit(t *testing.T, job records.NewJob) records.SubmitResult {
 	t.Helper()
-	res, err := b.engine.Submit(b.ctx, job)
+	res, err := b.engine.Submit(job)(b.ctx)
 	if err != nil {
 		t.Fatalf("submitting %s: %v", job.ID, err)
 	}
