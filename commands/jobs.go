@@ -61,14 +61,36 @@ func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]record
 	return jobs, nil
 }
 
+// errUndecoded: a batch one decoder could not read.
+var errUndecoded = errors.New("undecoded")
+
+// batchJobs reads a batch with one decoder and takes each of its jobs
+// through the engine's rules, naming the first refused; errUndecoded when
+// the batch must be read document by document to word what is wrong.
+func (s *Server) batchJobs(body []byte) ([]records.NewJob, error) {
+	specs, ok := s.decodeBatch(body)
+	if !ok {
+		return nil, errUndecoded
+	}
+	jobs := make([]records.NewJob, len(specs))
+	for i, spec := range specs {
+		j, err := s.eng.NewJob(spec, "ready")
+		if err != nil {
+			return nil, resp.Errorf("job %d: %s", i, err)
+		}
+		jobs[i] = j
+	}
+	return jobs, nil
+}
+
 // JOB.SUBMIT json — one job object, or an array of them submitted together.
 func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	body := bytes.TrimSpace(args[1])
 	if len(body) > 0 && body[0] == '[' {
 		// One decoding of a valid batch; an invalid one is read again,
 		// document by document, to say what is wrong with it.
-		jobs, ok := s.parseBatch(body)
-		if !ok {
+		jobs, err := s.batchJobs(body)
+		if err == errUndecoded {
 			var docs []json.RawMessage
 			if err := json.Unmarshal(body, &docs); err != nil {
 				return nil, resp.Errorf("invalid job batch: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -83,10 +105,11 @@ func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte)
 			for i, d := range docs {
 				raw[i] = d
 			}
-			var err error
 			if jobs, err = s.parseJobs(raw, "", true); err != nil {
 				return nil, err
 			}
+		} else if err != nil {
+			return nil, err
 		}
 		if err := checkAfterTotal(jobs); err != nil {
 			return nil, err

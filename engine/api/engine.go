@@ -15,6 +15,7 @@ type Engine interface {
 	Reads
 
 	// Jobs.
+	NewJob(spec records.JobSpec, defaultQueue string) (records.NewJob, error)
 	SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error)
 	// Submit, Report and StepComplete join their groups at once and
 	// answer how to await their outcomes, so that a pipeline of them
