@@ -97,7 +97,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
 	// pops that limits held back.
-	wakeup.Listen(hub, wakeup.Freed, func(f records.Freed) {
+	wakeup.Listen(hub, wakeup.RoomFreed, func(f records.Room) {
 		for _, note := range e.RoomNotes(f) {
 			hub.Wake(note)
 		}

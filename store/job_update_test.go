@@ -125,15 +125,15 @@ var updateCases = []struct {
 // reports), answering its reply, what it freed and the group's effects.
 type reportPath struct {
 	name  string
-	apply func(b *trBundle, p records.Report) (records.Freed, records.Effects, error)
+	apply func(b *trBundle, p records.Report) (records.Room, records.Effects, error)
 }
 
 var (
-	lockedPath = reportPath{"Locked", func(b *trBundle, p records.Report) (records.Freed, records.Effects, error) {
+	lockedPath = reportPath{"Locked", func(b *trBundle, p records.Report) (records.Room, records.Effects, error) {
 		fx, err := b.st.JobUpdate(b.ctx, p)
 		return fx.Freed, fx, err
 	}}
-	groupedPath = reportPath{"Grouped", func(b *trBundle, p records.Report) (records.Freed, records.Effects, error) {
+	groupedPath = reportPath{"Grouped", func(b *trBundle, p records.Report) (records.Room, records.Effects, error) {
 		errs, fx := b.group([]records.Report{p})
 		return fx.Freed, fx, errs[0]
 	}}
@@ -353,7 +353,7 @@ func TestJobUpdateSnoozeLimit(t *testing.T) {
 			t.Parallel()
 			id := fmt.Sprintf("snoozes-%d", maxSnoozes)
 			b.submit(t, trJob(id, 2, trBackoff))
-			snooze := func(d delivery) (records.Freed, error) {
+			snooze := func(d delivery) (records.Room, error) {
 				p := reportSnoozed.params(id, holder, d)
 				p.SnoozeFor, p.MaxSnoozes = time.Millisecond, maxSnoozes
 				fx, err := b.st.JobUpdate(b.ctx, p)
@@ -520,7 +520,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 	wants := []outcome{moves(records.StatusCompleted), moves(records.StatusRetrying), moves(records.StatusFailed),
 		moves(records.StatusCancelled), cancels, refused(errNotOwner)}
 	allKinds := append(kinds, reportCompleted, reportCompleted)
-	var wantFreed records.Freed
+	var wantFreed records.Room
 	var wantDone []string
 	for i, want := range wants {
 		after := b.get(t, reports[i].ID)

@@ -372,9 +372,9 @@ func checkUntouched(t *testing.T, before, after records.Job) {
 }
 
 // checkFreed fails unless freed counts the job once when left, else nothing.
-func checkFreed(t *testing.T, freed records.Freed, j records.Job, left bool) {
+func checkFreed(t *testing.T, freed records.Room, j records.Job, left bool) {
 	t.Helper()
-	want := records.Freed{}
+	want := records.Room{}
 	if left {
 		want.Add(j.Queue, j.Type, 1)
 	}
