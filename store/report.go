@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,26 +17,19 @@ import (
 // another owner, a cancelled job) takes the locked path on its own, and
 // its refusal is its own error.
 func (s *Store) JobsFinish(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
-	errs := make([]error, len(reports))
 	var fx records.Effects
 	applied, err := s.finishGrouped(ctx, reports, &fx)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range errs {
-			errs[i] = interpretError(err)
-		}
-		return errs, fx
-	}
-	for i, p := range reports {
-		if applied[i] {
-			continue
-		}
-		// The locked path: a re-sent report, another owner, a stale
-		// delivery, a cancelled job.
-		one, err := s.JobUpdate(ctx, p)
-		errs[i] = err
-		fx.Merge(one)
-	}
+	_, errs, rest := lockedRest(reports, err, appliedIn(applied), s.updateAlone(ctx))
+	fx.Merge(rest)
 	return errs, fx
+}
+
+// updateAlone is JobUpdate for lockedRest.
+func (s *Store) updateAlone(ctx context.Context) func(records.Report) (noResult, records.Effects, error) {
+	return func(p records.Report) (noResult, records.Effects, error) {
+		fx, err := s.JobUpdate(ctx, p)
+		return noResult{}, fx, err
+	}
 }
 
 // finishGrouped is the grouped statement of JobsFinish. A group without failures
@@ -185,7 +177,6 @@ var finishGroupedSQL = `
 // cancellation it finds leaves running, ended, and is counted in the
 // effects.
 func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
-	var fx records.Effects
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
@@ -235,22 +226,9 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 			applied[i] = done[p.ID] && sameDelivery(p, reports, i)
 		}
 	}
-	errs := make([]error, n)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range errs {
-			errs[i] = interpretError(err)
-		}
-		return errs, fx
-	}
-	for i, p := range reports {
-		if !applied[i] {
-			// An acknowledgement leaves the job running: no effect,
-			// unless it found the job's cancellation asked.
-			var one records.Effects
-			one, errs[i] = s.JobUpdate(ctx, p)
-			fx.Merge(one)
-		}
-	}
+	// An acknowledgement the statement did not apply leaves the job
+	// running: no effect, unless it found the job's cancellation asked.
+	_, errs, fx := lockedRest(reports, err, appliedIn(applied), s.updateAlone(ctx))
 	return errs, fx
 }
 

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,23 +26,16 @@ type StepBeginOutcome struct {
 // attempts, a sleep's id, a job at MaxSteps) takes the locked path
 // (StepBegin) on its own, which says why.
 func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams) ([]StepBeginOutcome, records.Effects) {
-	out := make([]StepBeginOutcome, len(calls))
-	var fx records.Effects
 	served, err := s.beginStepsGrouped(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range out {
-			out[i].Err = interpretError(err)
-		}
-		return out, fx
-	}
-	for i, c := range calls {
-		if r, ok := served[i]; ok {
-			out[i].Result = r
-			continue
-		}
-		var one records.Effects
-		out[i].Result, one, out[i].Err = s.StepBegin(ctx, c)
-		fx.Merge(one)
+	res, errs, fx := lockedRest(calls, err, func(i int) (records.StepBeginResult, bool) {
+		r, ok := served[i]
+		return r, ok
+	}, func(c records.StepBeginParams) (records.StepBeginResult, records.Effects, error) {
+		return s.StepBegin(ctx, c)
+	})
+	out := make([]StepBeginOutcome, len(calls))
+	for i := range out {
+		out[i] = StepBeginOutcome{Result: res[i], Err: errs[i]}
 	}
 	return out, fx
 }

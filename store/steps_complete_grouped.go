@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,23 +29,15 @@ type StepCompleteResult struct {
 // shares one WAL flush. Each other call (a re-send, a refusal, a step not
 // begun, a sleep) takes the locked path (StepComplete) on its own.
 func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, records.Effects) {
-	out := make([]StepCompleteResult, len(calls))
-	var fx records.Effects
 	applied, err := s.completeStepsGrouped(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range out {
-			out[i].Err = interpretError(err)
-		}
-		return out, fx
-	}
-	for i, c := range calls {
-		if applied[i] {
-			out[i].Changed = true
-			continue
-		}
-		var one records.Effects
-		one, out[i].Changed, out[i].Err = s.stepComplete(ctx, c.StepParams, c.Output)
-		fx.Merge(one)
+	changed, errs, fx := lockedRest(calls, err, func(i int) (bool, bool) { return true, i < len(applied) && applied[i] },
+		func(c StepCompletion) (bool, records.Effects, error) {
+			fx, changed, err := s.stepComplete(ctx, c.StepParams, c.Output)
+			return changed, fx, err
+		})
+	out := make([]StepCompleteResult, len(calls))
+	for i := range out {
+		out[i] = StepCompleteResult{Changed: changed[i], Err: errs[i]}
 	}
 	return out, fx
 }
