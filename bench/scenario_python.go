@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -35,43 +33,10 @@ func agqBurnDownPython(ctx context.Context, cl *cluster, s *agqServer, kind stri
 	if err != nil {
 		return measure{}, err
 	}
-	var out strings.Builder
 	cmd := exec.CommandContext(ctx, pythonInterpreter, "python_burn.py", kind)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkg, "AGQ_ADDR="+s.addr, "AGQ_WORKER_ID="+id, "AGQ_KEY="+key,
 		"BENCH_QUEUE="+queue, fmt.Sprintf("PYTHON_SLOTS=%d", pythonSlots))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	exited := make(chan struct{})
-	var waitErr error
-	m, err := cl.measure(ctx, "agq", s.pid(), n, func() error {
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		go func() {
-			waitErr = cmd.Wait()
-			close(exited)
-		}()
-		return s.waitWorked(ctx, queue, 20*time.Millisecond, func() error {
-			select {
-			case <-exited:
-				return fmt.Errorf("the Python worker exited: %v", waitErr)
-			default:
-				return nil
-			}
-		})
-	})
-	if cmd.Process != nil {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	}
-	if err != nil {
-		return m, fmt.Errorf("%w\n%s", err, out.String())
-	}
-	return m, nil
+	return burnDownByProcess(ctx, cl, s, cmd, "the Python worker", queue, n, 20*time.Millisecond)
 }
 
 // pythonRows measures a Python worker of the package beside the
