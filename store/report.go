@@ -38,83 +38,26 @@ func (s *Store) updateAlone(ctx context.Context) func(records.Report) (noResult,
 // every report with the policy's per-report decisions, in one transaction.
 func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx *records.Effects) ([]bool, error) {
 	applied := make([]bool, len(reports))
-	n := len(reports)
-	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
-		make([]string, n), make([]*string, n), make([]string, n), make([]*string, n)
-	attempts, ords := make([]int32, n), make([]int32, n)
-	retries, delays := make([]bool, n), make([]float64, n)
-	var failing []string
-	for i, p := range reports {
-		ids[i], statuses[i], errTexts[i] = p.ID, p.Status, p.Error
-		if !p.Admin {
-			workers[i] = p.WorkerID
-		}
-		if len(p.Raw) > 0 {
-			raw := string(p.Raw)
-			results[i] = &raw
-		}
-		if p.Delivery != "" {
-			d := p.Delivery
-			deliveries[i] = &d
-		}
-		attempts[i], ords[i] = int32(p.Attempt), int32(i)
-		if p.Status == records.StatusFailed {
-			failing = append(failing, p.ID)
-		}
-	}
+	a, failing := finishArraysOf(reports)
 	// What the rows say counts only once the transaction committed.
-	type finished struct {
-		ord                    int32
-		id, status, queue, typ string
-		requires               []string
-		runAt                  time.Time
-		hasChildren            bool
-	}
-	done := make([]finished, 0, n)
+	done := make([]finishedRow, 0, len(reports))
 	scan := func(rows pgx.Rows) error {
-		var f finished
+		var f finishedRow
 		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt, &f.hasChildren); err != nil {
 			return err
 		}
 		done = append(done, f)
 		return nil
 	}
-	args := []any{ids, workers, statuses, attempts, deliveries, results, errTexts, retries, delays, ords}
 	var err error
 	if len(failing) == 0 {
-		err = s.hotQuery(ctx, false, nil, scan, finishGroupedSQL, args...)
+		err = s.hotQuery(ctx, false, nil, scan, finishGroupedSQL, a.args()...)
 	} else {
 		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			locked := map[string]records.Failure{}
-			b := &pgx.Batch{}
-			b.Queue(genericPlan)
-			b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var id string
-					var f records.Failure
-					if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
-						return err
-					}
-					locked[id] = f
-				}
-				return rows.Err()
-			})
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := s.decideFailures(ctx, tx, reports, failing, &a); err != nil {
 				return err
 			}
-			for i, p := range reports {
-				f, ok := locked[p.ID]
-				if p.Status != records.StatusFailed || !ok {
-					continue // not a failure, or a report the statement will not apply
-				}
-				f.Retryable = p.Retryable
-				retry, delay, err := s.nextRetry(f)
-				if err != nil {
-					return err
-				}
-				retries[i], delays[i] = retry, delay.Seconds()
-			}
-			return txRunner(tx)(ctx, scan, finishGroupedSQL, args...)
+			return txRunner(tx)(ctx, scan, finishGroupedSQL, a.args()...)
 		})
 	}
 	if err != nil {
@@ -122,18 +65,109 @@ func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx 
 	}
 	for _, f := range done {
 		applied[f.ord] = true
-		fx.Moved = append(fx.Moved, f.id)
-		fx.Freed.Add(f.queue, f.typ, 1)
-		if f.status == records.StatusRetrying {
-			fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
-		} else {
-			fx.Done = append(fx.Done, f.id)
-			if f.hasChildren {
-				fx.Parents = append(fx.Parents, f.id)
-			}
-		}
+		f.effects(fx)
 	}
 	return applied, nil
+}
+
+// finishArrays are the arrays finishGroupedSQL unnests, one element a
+// report; retries and delays are filled in for failures by decideFailures.
+type finishArrays struct {
+	ids, workers, statuses, errTexts []string
+	results, deliveries              []*string
+	attempts, ords                   []int32
+	retries                          []bool
+	delays                           []float64
+}
+
+// finishArraysOf lays out reports, and names the jobs they fail.
+func finishArraysOf(reports []records.Report) (a finishArrays, failing []string) {
+	n := len(reports)
+	a = finishArrays{ids: make([]string, n), workers: make([]string, n), statuses: make([]string, n),
+		errTexts: make([]string, n), results: make([]*string, n), deliveries: make([]*string, n),
+		attempts: make([]int32, n), ords: make([]int32, n), retries: make([]bool, n), delays: make([]float64, n)}
+	for i, p := range reports {
+		a.ids[i], a.statuses[i], a.errTexts[i] = p.ID, p.Status, p.Error
+		if !p.Admin {
+			a.workers[i] = p.WorkerID
+		}
+		if len(p.Raw) > 0 {
+			raw := string(p.Raw)
+			a.results[i] = &raw
+		}
+		if p.Delivery != "" {
+			d := p.Delivery
+			a.deliveries[i] = &d
+		}
+		a.attempts[i], a.ords[i] = int32(p.Attempt), int32(i)
+		if p.Status == records.StatusFailed {
+			failing = append(failing, p.ID)
+		}
+	}
+	return a, failing
+}
+
+func (a *finishArrays) args() []any {
+	return []any{a.ids, a.workers, a.statuses, a.attempts, a.deliveries, a.results, a.errTexts, a.retries, a.delays, a.ords}
+}
+
+// decideFailures locks the running jobs the group fails and asks the rules
+// whether each failure runs again, and when.
+func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records.Report, failing []string, a *finishArrays) error {
+	locked := map[string]records.Failure{}
+	b := &pgx.Batch{}
+	b.Queue(genericPlan)
+	b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			var f records.Failure
+			if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
+				return err
+			}
+			locked[id] = f
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	for i, p := range reports {
+		f, ok := locked[p.ID]
+		if p.Status != records.StatusFailed || !ok {
+			continue // not a failure, or a report the statement will not apply
+		}
+		f.Retryable = p.Retryable
+		retry, delay, err := s.nextRetry(f)
+		if err != nil {
+			return err
+		}
+		a.retries[i], a.delays[i] = retry, delay.Seconds()
+	}
+	return nil
+}
+
+// finishedRow is a job finishGroupedSQL moved out of running.
+type finishedRow struct {
+	ord                    int32
+	id, status, queue, typ string
+	requires               []string
+	runAt                  time.Time
+	hasChildren            bool
+}
+
+// effects adds what moving f means to fx: a retry is ready again, an end
+// done, with its children to settle when it has any.
+func (f finishedRow) effects(fx *records.Effects) {
+	fx.Moved = append(fx.Moved, f.id)
+	fx.Freed.Add(f.queue, f.typ, 1)
+	if f.status == records.StatusRetrying {
+		fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
+		return
+	}
+	fx.Done = append(fx.Done, f.id)
+	if f.hasChildren {
+		fx.Parents = append(fx.Parents, f.id)
+	}
 }
 
 // lockFailingSQL locks the running jobs a group of final reports fails, by
