@@ -32,6 +32,7 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 	for _, want := range []string{"burn-down, 300 jobs", "with JOB.UPDATE running", "write transactions per job",
 		"BLMPOP COUNT 20 + pipelined JOB.UPDATE completed", "burn-down batched: CPU per job",
 		"JOB.UPDATE completed + the next RPOP in one pipeline", "burn-down, client package worker", "burn-down, agw",
+		"burn-down, Python package worker", "hand-written redis-py loop",
 		"continuous: completed", "single jobs, 4 producers", "submit: redis-cli --pipe", "one connection, pipeline of 100", "batches of 1,000", "pickup latency, idle worker p99",
 		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99",
 		"dashboard over 3000 jobs: overview", "fan-in of 200: last parent's completion to the child's pickup",

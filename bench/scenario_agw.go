@@ -27,10 +27,18 @@ func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, 
 	if err != nil {
 		return measure{}, err
 	}
-	var out strings.Builder
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = append(os.Environ(), "AGQ_ADDR="+s.addr, "AGQ_WORKER_ID="+id, "AGQ_KEY="+key, "AGW_QUEUES="+queue,
 		fmt.Sprintf("AGW_CONCURRENCY=%d", agwConcurrency), "AGW_TOOLS=true", "AGW_LOG_LEVEL=warn", "AGW_SHUTDOWN_TIMEOUT=10s")
+	return burnDownByProcess(ctx, cl, s, cmd, "agw", queue, n, 50*time.Millisecond)
+}
+
+// burnDownByProcess measures the worker process cmd working off the n jobs
+// of queue, polling every interval, and stops it with SIGTERM (SIGKILL
+// after 15 s) once they are done.
+func burnDownByProcess(ctx context.Context, cl *cluster, s *agqServer, cmd *exec.Cmd, name, queue string, n int,
+	interval time.Duration) (measure, error) {
+	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	exited := make(chan struct{})
 	var waitErr error
@@ -42,10 +50,10 @@ func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, 
 			waitErr = cmd.Wait()
 			close(exited)
 		}()
-		return s.waitWorked(ctx, queue, 50*time.Millisecond, func() error {
+		return s.waitWorked(ctx, queue, interval, func() error {
 			select {
 			case <-exited:
-				return fmt.Errorf("agw exited: %v", waitErr)
+				return fmt.Errorf("%s exited: %v", name, waitErr)
 			default:
 				return nil
 			}

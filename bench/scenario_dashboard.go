@@ -58,16 +58,8 @@ func dashboardPages(ctx context.Context, cl *cluster, bin string, jobs, samples 
 	base := "http://" + httpAddr + "/"
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, Timeout: time.Minute}
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if res, err := client.Get(base + "readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Since(start) > time.Minute {
-			return nil, fmt.Errorf("agq's side port did not answer (log in %s)", log.Name())
-		}
+	if err := waitSidePort(client, base, log.Name()); err != nil {
+		return nil, err
 	}
 	progress("dashboard: filling %d jobs", jobs)
 	conn, err := pgx.Connect(ctx, cl.url("agqdash"))
@@ -75,21 +67,58 @@ func dashboardPages(ctx context.Context, cl *cluster, bin string, jobs, samples 
 		return nil, err
 	}
 	defer conn.Close(ctx)
+	if err := fillDashboard(ctx, conn, jobs); err != nil {
+		return nil, err
+	}
+	if err := signIn(client, base, adminKey); err != nil {
+		return nil, err
+	}
+	return timePages(client, base, jobs, samples)
+}
+
+// waitSidePort waits up to a minute for agq's /readyz to answer 200.
+func waitSidePort(client *http.Client, base, logName string) error {
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if res, err := client.Get(base + "readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Since(start) > time.Minute {
+			return fmt.Errorf("agq's side port did not answer (log in %s)", logName)
+		}
+	}
+}
+
+// fillDashboard writes the month of jobs and analyzes them, so that the
+// planner sees the tables as they are.
+func fillDashboard(ctx context.Context, conn *pgx.Conn, jobs int) error {
 	if _, err := conn.Exec(ctx, fillJobs, jobs); err != nil {
-		return nil, fmt.Errorf("filling: %w", err)
+		return fmt.Errorf("filling: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// signIn signs the client's cookie jar in as admin.
+func signIn(client *http.Client, base, adminKey string) error {
 	res, err := client.PostForm(base+"login", url.Values{"key": {adminKey}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Body.Close()
 	if res.Request.URL.Path != "/" {
-		return nil, fmt.Errorf("signing in ended on %s", res.Request.URL)
+		return fmt.Errorf("signing in ended on %s", res.Request.URL)
 	}
+	return nil
+}
 
+// timePages requests each page samples times and keeps the first and best
+// response times.
+func timePages(client *http.Client, base string, jobs, samples int) ([]pageTiming, error) {
 	// A job in the middle of the month, and the middle of the failed list.
 	mid := fmt.Sprintf("j%08d", jobs/2)
 	midFinished := time.Now().Add(-15 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
@@ -111,16 +140,9 @@ func dashboardPages(ctx context.Context, cl *cluster, bin string, jobs, samples 
 			if samples > 1 {
 				time.Sleep(2100 * time.Millisecond) // past the dashboard's cache
 			}
-			start := time.Now()
-			res, err := client.Get(base + p.path)
+			d, err := timeGet(client, base+p.path)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", p.name, err)
-			}
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			d := time.Since(start)
-			if res.StatusCode != http.StatusOK {
-				return nil, fmt.Errorf("%s: HTTP %d", p.name, res.StatusCode)
 			}
 			if i == 0 {
 				t.first, t.best = d, d
@@ -130,6 +152,22 @@ func dashboardPages(ctx context.Context, cl *cluster, bin string, jobs, samples 
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// timeGet is how long GET u takes, reading the whole body.
+func timeGet(client *http.Client, u string) (time.Duration, error) {
+	start := time.Now()
+	res, err := client.Get(u)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	d := time.Since(start)
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("HTTP %d", res.StatusCode)
+	}
+	return d, nil
 }
 
 // fillJobs writes $1 jobs as a month of steady work leaves them (the

@@ -332,7 +332,7 @@ func TestLeadersSweepReleasesWhatNoReportSettled(t *testing.T) {
 	}
 	_, d, _ := w.pop(t, "2", "sq")
 	// A cancellation asked of the running parent ends it through the
-	// worker's report on the careful path, which leaves the settling to
+	// worker's report on the locked path, which leaves the settling to
 	// the leader's sweep.
 	if err := admin.Do(ctx, "JOB.CANCEL", "sp").Err(); err != nil {
 		t.Fatal(err)
@@ -369,6 +369,9 @@ func TestAParentTheWatchdogEndsReleasesItsChildPromptly(t *testing.T) {
 				return
 			case <-time.After(300 * time.Millisecond):
 				holder.c.Do(ctx, "WORKER.HEARTBEAT", "wd-holder")
+				// The waiter too, on another connection of its pool than
+				// its blocked pop's: alive however long the sweep takes.
+				waiter.c.Do(ctx, "WORKER.HEARTBEAT", "wd-waiter")
 			}
 		}
 	}()

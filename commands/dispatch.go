@@ -43,6 +43,10 @@ type Command struct {
 	// Blocking commands manage their own deadline (their timeout argument).
 	Blocking bool
 	Handler  Handler
+	// Prepare, for a write a pipeline sends before the replies of those
+	// before it are due, reads and checks one without sending it
+	// (pipeline.go); nil for every other command.
+	Prepare Preparer
 
 	doc  commandDoc // from commandDocs
 	args []docArg   // doc.syntax parsed

@@ -22,13 +22,13 @@ func (s *Server) jobCommands() []*Command {
 	producer := roleProducer | roleAdmin
 	worker := roleWorker | roleAdmin
 	return []*Command{
-		{Name: "job.submit", Arity: 2, Roles: producer, Handler: s.cmdJobSubmit},
-		{Name: "lpush", Arity: -3, Roles: producer, Handler: s.cmdLPush},
+		{Name: "job.submit", Arity: 2, Roles: producer, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
+		{Name: "lpush", Arity: -3, Roles: producer, Handler: s.cmdLPush, Prepare: s.prepareSubmission},
 		{Name: "brpop", Arity: -3, Roles: worker, Blocking: true, Handler: s.cmdBRPop},
 		{Name: "rpop", Arity: -2, Roles: worker, Handler: s.cmdRPop},
 		{Name: "blmpop", Arity: -5, Roles: worker, Blocking: true, Handler: s.cmdBLMPop},
 		{Name: "lmpop", Arity: -4, Roles: worker, Handler: s.cmdLMPop},
-		{Name: "job.update", Arity: 3, Roles: worker, Handler: s.cmdJobUpdate},
+		{Name: "job.update", Arity: 3, Roles: worker, Handler: sendNow(s.prepareReport), Prepare: s.prepareReport},
 		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
 		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
@@ -36,25 +36,6 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: worker, Handler: s.cmdJobParents},
 	}
-}
-
-// submit validates every job, then stores them: several in one
-// transaction (a bad element rejects the whole batch, naming its index),
-// a single one with the node's next group of submissions. keyQueue is the
-// queue of LPUSH's key, "" for JOB.SUBMIT.
-func (s *Server) submit(ctx context.Context, docs [][]byte, keyQueue string, batch bool) ([]records.SubmitResult, error) {
-	jobs, err := s.parseJobs(docs, keyQueue, batch)
-	if err != nil {
-		return nil, err
-	}
-	if batch {
-		return s.eng.SubmitBatch(ctx, jobs)
-	}
-	r, err := s.eng.Submit(ctx, jobs[0])
-	if err != nil {
-		return nil, err
-	}
-	return []records.SubmitResult{r}, nil
 }
 
 // parseJobs validates the documents, naming the first that is not a valid
@@ -80,14 +61,36 @@ func (s *Server) parseJobs(docs [][]byte, keyQueue string, batch bool) ([]record
 	return jobs, nil
 }
 
+// errUndecoded: a batch one decoder could not read.
+var errUndecoded = errors.New("undecoded")
+
+// batchJobs reads a batch with one decoder and takes each of its jobs
+// through the engine's rules, naming the first refused; errUndecoded when
+// the batch must be read document by document to word what is wrong.
+func (s *Server) batchJobs(body []byte) ([]records.NewJob, error) {
+	specs, ok := s.decodeBatch(body)
+	if !ok {
+		return nil, errUndecoded
+	}
+	jobs := make([]records.NewJob, len(specs))
+	for i, spec := range specs {
+		j, err := s.eng.NewJob(spec, "ready")
+		if err != nil {
+			return nil, resp.Errorf("job %d: %s", i, err)
+		}
+		jobs[i] = j
+	}
+	return jobs, nil
+}
+
 // JOB.SUBMIT json — one job object, or an array of them submitted together.
-func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	body := bytes.TrimSpace(args[1])
 	if len(body) > 0 && body[0] == '[' {
 		// One decoding of a valid batch; an invalid one is read again,
 		// document by document, to say what is wrong with it.
-		jobs, ok := s.parseBatch(body)
-		if !ok {
+		jobs, err := s.batchJobs(body)
+		if err == errUndecoded {
 			var docs []json.RawMessage
 			if err := json.Unmarshal(body, &docs); err != nil {
 				return nil, resp.Errorf("invalid job batch: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -102,10 +105,11 @@ func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (r
 			for i, d := range docs {
 				raw[i] = d
 			}
-			var err error
 			if jobs, err = s.parseJobs(raw, "", true); err != nil {
 				return nil, err
 			}
+		} else if err != nil {
+			return nil, err
 		}
 		if err := checkAfterTotal(jobs); err != nil {
 			return nil, err
@@ -120,11 +124,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, _ *Session, args [][]byte) (r
 		}
 		return resp.StringArray(ids), nil
 	}
-	res, err := s.submit(ctx, [][]byte{body}, "", false)
-	if err != nil {
-		return nil, err
-	}
-	return resp.BulkString(res[0].ID), nil
+	return sendNow(s.prepareSubmission)(ctx, sess, args)
 }
 
 // maxBatch bounds the jobs of one JOB.SUBMIT.
@@ -182,15 +182,14 @@ func decodeUpdateDoc(raw []byte, doc *updateDoc) error {
 const maxSnooze = 366 * 24 * time.Hour
 
 // JOB.UPDATE job_id json
-func (s *Server) cmdJobUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) prepareReport(ctx context.Context, sess *Session, args [][]byte) (write, error) {
 	r, err := s.readReport(ctx, sess, args)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
-	if err := s.eng.Report(ctx, r); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return write{keys: []string{"job:" + r.ID}, send: func() func(context.Context) (resp.Reply, error) {
+		return okOnNil(s.eng.Report(r))
+	}}, nil
 }
 
 // readReport reads and checks a JOB.UPDATE's arguments and finds the

@@ -762,7 +762,7 @@ func TestALateReportNeverTouchesTheNextAttempt(t *testing.T) {
 
 // A delivery token names its delivery in any form uuid parsing accepts:
 // upper case, braces, urn:uuid:. An acknowledgement, a final report in a
-// group and the same report re-sent (the careful path) all recognise it.
+// group and the same report re-sent (the locked path) all recognise it.
 func TestADeliveryTokenInAnyFormNamesItsDelivery(t *testing.T) {
 	t.Parallel()
 	a := agqtest.Start(t)

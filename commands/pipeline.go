@@ -126,15 +126,57 @@ type pipelined struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	keys   []string
-	// send adds the write to its group and sets await; nil for a command
-	// that runs alone when its reply is due (refused, a snooze).
-	send  func()
+	// w is the write as prepared; err its refusal, or its outcome's.
+	w     write
 	await func(context.Context) (resp.Reply, error)
 	reply resp.Reply
 	err   error
-	// An LPUSH's jobs, once stored: its reply is counted as the run ends.
-	queue  string
-	pushed *records.Pushed
+	// alone: its preparation panicked, and it runs as any other command
+	// when its reply is due, which reports the panic.
+	alone bool
+}
+
+// A Preparer reads and checks one write of a pipeline, without sending it.
+type Preparer func(ctx context.Context, sess *Session, args [][]byte) (write, error)
+
+// write is a write read and checked, not yet sent.
+type write struct {
+	// keys are the job ids and unique keys it writes: a run ends before a
+	// second write of one of them.
+	keys []string
+	// send adds it to its engine group and answers how to await its
+	// reply.
+	send func() (await func(context.Context) (resp.Reply, error))
+	// push is an LPUSH's: its reply is the queue's depth, counted once the
+	// run's jobs are stored.
+	push *pushed
+}
+
+// pushed is an LPUSH of one job in a pipeline, its job stored.
+type pushed struct {
+	queue string
+	jobs  *records.Pushed
+}
+
+// sendNow is the handler of a write served alone: prepared, sent, awaited.
+func sendNow(prepare Preparer) Handler {
+	return func(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+		w, err := prepare(ctx, sess, args)
+		if err != nil {
+			return nil, err
+		}
+		return w.send()(ctx)
+	}
+}
+
+// okOnNil answers OK for a write whose outcome is only its error.
+func okOnNil(wait func(context.Context) error) func(context.Context) (resp.Reply, error) {
+	return func(ctx context.Context) (resp.Reply, error) {
+		if err := wait(ctx); err != nil {
+			return nil, err
+		}
+		return resp.OK, nil
+	}
 }
 
 // add adds a write to the run, ending the run first when it is full or
@@ -144,8 +186,8 @@ func (r *pipelineRun) add(cmd redcon.Command) {
 	if len(r.entries) >= records.MaxGroup || r.holdsAny(e.keys) {
 		r.end()
 	}
-	if e.send != nil {
-		e.send()
+	if e.err == nil && !e.alone {
+		e.await = e.w.send()
 	}
 	for _, k := range e.keys {
 		r.keys[k] = struct{}{}
@@ -208,14 +250,14 @@ func (r *pipelineRun) end() {
 func (r *pipelineRun) countPushes() {
 	byQueue := map[string][]*pipelined{}
 	for _, e := range r.entries {
-		if e.pushed != nil && e.err == nil {
-			byQueue[e.queue] = append(byQueue[e.queue], e)
+		if p := e.w.push; p != nil && p.jobs != nil && e.err == nil {
+			byQueue[p.queue] = append(byQueue[p.queue], e)
 		}
 	}
 	for queue, es := range byQueue {
 		pushes := make([]records.Pushed, len(es))
 		for i, e := range es {
-			pushes[i] = *e.pushed
+			pushes[i] = *e.w.push.jobs
 		}
 		ctx, cancel := r.s.ctxForCommand(r.sess)
 		depths, err := r.s.eng.PushDepths(ctx, queue, pushes)
@@ -236,14 +278,22 @@ func (e *pipelined) wait() {
 	}
 }
 
-// pipelinedReply encodes a write's reply. A write that runs alone, and one
-// whose group failed before reaching the database, run as any other
-// command — but not an LPUSH whose jobs are stored, which would store
-// them again.
+// pipelinedReply encodes a write's reply. One whose preparation panicked
+// runs as any other command; one whose group failed before reaching the
+// database is sent once more, on a fresh connection, as run does for any
+// command — but not an LPUSH whose job is stored, which would store it
+// again.
 func (s *Server) pipelinedReply(sess *Session, e *pipelined) []byte {
-	if e.await == nil || (e.pushed == nil && e.err != nil && records.SafeToRetry(e.err) && e.ctx.Err() == nil) {
+	retry := e.await != nil && e.err != nil && records.SafeToRetry(e.err) && e.ctx.Err() == nil
+	if e.alone || retry && e.w.push != nil && e.w.push.jobs == nil {
+		// (An LPUSH sent again is answered with its own count.)
 		reply, _, _ := s.execute(sess, e.cmd)
 		return reply
+	}
+	if retry && e.w.push == nil {
+		s.metrics.retried.Inc()
+		s.eng.DropIdleConns()
+		e.reply, e.err = e.w.send()(e.ctx)
 	}
 	out, err := e.reply, e.err
 	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {
@@ -262,84 +312,55 @@ func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) 
 	e = &pipelined{cmd: cmd, start: time.Now()}
 	e.c, e.name = s.begin(sess, cmd, e.start)
 	e.ctx, e.cancel = s.ctxForCommand(sess)
-	if s.admit(sess, e.c, e.name, cmd.Args) != nil {
+	if e.err = s.admit(sess, e.c, e.name, cmd.Args); e.err != nil {
 		return e
 	}
 	if e.c.Name == "job.update" || e.c.Name == "step.complete" {
-		// Known before reading: a report that then runs alone keeps its
-		// place among the writes about its job.
+		// Known before reading: a report refused keeps its place among
+		// the writes about its job.
 		e.keys = []string{"job:" + string(cmd.Args[1])}
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			e.send = nil // it runs alone, where run reports the panic
+			e.alone, e.err = true, nil
 		}
 	}()
-	switch e.c.Name {
-	case "job.update":
-		s.prepareReport(sess, e)
-	case "step.complete":
-		s.prepareStepComplete(sess, e)
-	case "lpush", "job.submit":
-		s.prepareSubmission(e)
+	e.w, e.err = e.c.Prepare(e.ctx, sess, cmd.Args)
+	if len(e.w.keys) > 0 {
+		e.keys = e.w.keys
 	}
 	return e
 }
 
-func (s *Server) prepareReport(sess *Session, e *pipelined) {
-	r, err := s.readReport(e.ctx, sess, e.cmd.Args)
+// prepareSubmission prepares a JOB.SUBMIT of one object or an LPUSH of
+// one job.
+func (s *Server) prepareSubmission(_ context.Context, _ *Session, args [][]byte) (write, error) {
+	job, queue, err := s.readSubmission(args)
 	if err != nil {
-		return
+		return write{}, err
 	}
-	e.send = func() {
-		wait, ok := s.eng.ReportLater(r)
-		if !ok {
-			return // a snooze: alone
-		}
-		e.await = func(ctx context.Context) (resp.Reply, error) { return resp.OK, wait(ctx) }
-	}
-}
-
-func (s *Server) prepareStepComplete(sess *Session, e *pipelined) {
-	p, output, err := s.readStepComplete(e.ctx, sess, e.cmd.Args)
-	if err != nil {
-		return
-	}
-	e.send = func() {
-		wait := s.eng.StepCompleteLater(p, output)
-		e.await = func(ctx context.Context) (resp.Reply, error) {
-			if err := wait(ctx); err != nil {
-				return nil, err
-			}
-			return resp.OK, nil
-		}
-	}
-}
-
-func (s *Server) prepareSubmission(e *pipelined) {
-	job, queue, err := s.readSubmission(e.cmd.Args)
-	if err != nil {
-		return // refused: its handler says why
-	}
-	e.keys = []string{"job:" + job.ID}
+	w := write{keys: []string{"job:" + job.ID}}
 	if job.UniqueKey != "" {
-		e.keys = append(e.keys, "unique:"+job.UniqueKey)
+		w.keys = append(w.keys, "unique:"+job.UniqueKey)
 	}
-	e.send = func() {
-		wait := s.eng.SubmitLater(job)
-		e.await = func(ctx context.Context) (resp.Reply, error) {
+	if queue != "" {
+		w.push = &pushed{queue: queue}
+	}
+	w.send = func() func(context.Context) (resp.Reply, error) {
+		wait := s.eng.Submit(job)
+		return func(ctx context.Context) (resp.Reply, error) {
 			res, err := wait(ctx)
 			if err != nil {
 				return nil, err
 			}
-			if queue == "" {
+			if w.push == nil {
 				return resp.BulkString(res.ID), nil
 			}
-			e.queue = queue
-			e.pushed = &records.Pushed{Jobs: []records.NewJob{job}, Results: []records.SubmitResult{res}}
+			w.push.jobs = &records.Pushed{Jobs: []records.NewJob{job}, Results: []records.SubmitResult{res}}
 			return nil, nil
 		}
 	}
+	return w, nil
 }
 
 // readSubmission reads the job of a JOB.SUBMIT of one object or an LPUSH

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/names"
 	"github.com/agq/agq/records"
@@ -13,8 +14,12 @@ import (
 )
 
 // cronParser is the engine as far as applying a schedule document asks it:
-// it parses cron texts as the engine does.
+// it parses cron texts and reads jobs as the engine does.
 type cronParser struct{ api.Engine }
+
+func (cronParser) NewJob(spec records.JobSpec, defaultQueue string) (records.NewJob, error) {
+	return engine.JobRules{MaxAttempts: 3, JobTimeout: time.Hour}.NewJob(spec, defaultQueue)
+}
 
 func (cronParser) ParseCron(text, timezone string) (records.CronSpec, error) {
 	spec, err := scheduler.Parse(text, timezone)
@@ -39,7 +44,7 @@ func FuzzScheduleDoc(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := &Server{eng: cronParser{}, opts: Options{MaxPayload: 1 << 16, MaxAttempts: 3, JobTimeout: time.Hour}}
+	s := &Server{eng: cronParser{}, opts: Options{MaxPayload: 1 << 16}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	existing := records.Schedule{Name: "existing", Cron: "@hourly", Timezone: "UTC", Queue: "ready", Enabled: true,
 		MaxCatchup: 100, Job: records.JobTemplate{Type: "x", Requires: []string{"x"}, MaxAttempts: 3, TimeoutSeconds: 60}}

@@ -28,11 +28,9 @@ const Version = "0.1.0"
 
 // Options configure the front door.
 type Options struct {
-	NodeID      string
-	JobTimeout  time.Duration
-	MaxPayload  int64
-	MaxAttempts int
-	MaxClients  int
+	NodeID     string
+	MaxPayload int64
+	MaxClients int
 	// MaxUnauthenticated and MaxUnauthenticatedPerAddress cap the
 	// connections that have not authenticated yet (0: the defaults).
 	MaxUnauthenticated           int

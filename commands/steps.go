@@ -21,7 +21,7 @@ func (s *Server) stepCommands() []*Command {
 	worker := roleWorker | roleAdmin
 	return []*Command{
 		{Name: "step.begin", Arity: -3, Roles: worker, Handler: s.cmdStepBegin},
-		{Name: "step.complete", Arity: -3, Roles: worker, Handler: s.cmdStepComplete},
+		{Name: "step.complete", Arity: -3, Roles: worker, Handler: sendNow(s.prepareStepComplete), Prepare: s.prepareStepComplete},
 		{Name: "step.fail", Arity: -4, Roles: worker, Handler: s.cmdStepFail},
 		{Name: "step.sleep", Arity: -4, Roles: worker, Handler: s.cmdStepSleep},
 		{Name: "job.steps", Arity: -2, Roles: readers | roleWorker, Handler: s.cmdJobSteps},
@@ -80,15 +80,14 @@ func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte)
 }
 
 // STEP.COMPLETE job_id step_id [output_json] [DELIVERY token]
-func (s *Server) cmdStepComplete(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) prepareStepComplete(ctx context.Context, sess *Session, args [][]byte) (write, error) {
 	p, output, err := s.readStepComplete(ctx, sess, args)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
-	if err := s.eng.StepComplete(ctx, p, output); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return write{keys: []string{"job:" + p.JobID}, send: func() func(context.Context) (resp.Reply, error) {
+		return okOnNil(s.eng.StepComplete(p, output))
+	}}, nil
 }
 
 // readStepComplete reads a STEP.COMPLETE: the call and its output, nil for

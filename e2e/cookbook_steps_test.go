@@ -102,14 +102,35 @@ func TestCookbookStepsWorkerRunsAsPrinted(t *testing.T) {
 	}
 }
 
-// TestCookbookPythonStepsWorkerRunsAsPrinted runs the cookbook's redis-py
-// worker, as printed, with Debian's python3-redis, and kills it (SIGKILL)
-// while it books the courier: the next worker finds the charge done and
-// does not make it again, runs the interrupted ship step as its second
-// attempt, and mails once.
+// TestCookbookPythonStepsWorkerRunsAsPrinted runs the cookbook's Python
+// workers, as printed, with Debian's python3-redis: the one written with
+// agq's Python package and the one in bare redis-py. Each is killed
+// (SIGKILL) while it books the courier: the next worker finds the charge
+// done and does not make it again, runs the interrupted ship step as its
+// second attempt, and mails once.
 func TestCookbookPythonStepsWorkerRunsAsPrinted(t *testing.T) {
-	script := filepath.Join(t.TempDir(), "steps-worker.py")
-	if err := os.WriteFile(script, []byte(fencedBlock(t, readPage(t, "cookbook.md"), "```python title=\"steps-worker.py\"")), 0o644); err != nil {
+	for _, c := range []struct {
+		title      string
+		pythonPath bool // the script imports agq
+	}{
+		{"steps-worker.py", true},
+		{"steps-worker-redis-py.py", false},
+	} {
+		t.Run(c.title, func(t *testing.T) {
+			var env []string
+			if c.pythonPath {
+				env = append(env, "PYTHONPATH="+pythonPackage(t))
+			}
+			testPythonStepsWorker(t, c.title, env)
+		})
+	}
+}
+
+// testPythonStepsWorker runs the cookbook's script of that title, with env
+// added to its environment, through an order whose worker is killed.
+func testPythonStepsWorker(t *testing.T, title string, env []string) {
+	script := filepath.Join(t.TempDir(), title)
+	if err := os.WriteFile(script, []byte(fencedBlock(t, readPage(t, "cookbook.md"), "```python title=\""+title+"\"")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a := agqtest.Start(t, heartbeatEvery(time.Second))
@@ -117,8 +138,9 @@ func TestCookbookPythonStepsWorkerRunsAsPrinted(t *testing.T) {
 	ctx := context.Background()
 	worker := func(id string) *process {
 		t.Helper()
-		cmd := exec.Command("/usr/bin/python3", script)
+		cmd := exec.Command(python, script)
 		cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID="+id, "AGQ_KEY="+a.CreateKey(t, "worker", id))
+		cmd.Env = append(cmd.Env, env...)
 		return startProcess(t, id, cmd)
 	}
 	steps := func() map[string]stepView {

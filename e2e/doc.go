@@ -11,7 +11,10 @@
 // refusals, timeouts and cancellations that kill whole process groups,
 // draining on SIGTERM, and surviving a restart of agq. They also run the
 // documentation as printed: the commands of docs/quickstart.md, and the
-// go-redis workers and the shell scripts of docs/cookbook.md.
+// go-redis workers, the Python workers and the shell scripts of
+// docs/cookbook.md, and the first worker and producer of docs/python.md.
+// python_test.go runs the Python package's own tests (python/tests) with
+// Debian's /usr/bin/python3 against an in-process agq.
 //
 // The tests look for left-over processes in /proc, so they run on Linux.
 package e2e

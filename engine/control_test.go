@@ -74,7 +74,7 @@ func TestRetryJob(t *testing.T) {
 			end: func(t *testing.T, b *testBundle, held records.Job) {
 				r := report(held, "w1", records.StatusFailed)
 				r.Error = "boom"
-				if err := b.engine.Report(b.ctx, r); err != nil {
+				if err := b.engine.Report(r)(b.ctx); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -82,7 +82,7 @@ func TestRetryJob(t *testing.T) {
 		{
 			name: "ACancelledJobGoesBackToQueuedWithNoAttemptSpent",
 			end: func(t *testing.T, b *testBundle, held records.Job) {
-				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCancelled)); err != nil {
+				if err := b.engine.Report(report(held, "w1", records.StatusCancelled))(b.ctx); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -90,7 +90,7 @@ func TestRetryJob(t *testing.T) {
 		{
 			name: "ACompletedJobIsAStateError",
 			end: func(t *testing.T, b *testBundle, held records.Job) {
-				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+				if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -143,7 +143,7 @@ func TestRetryJobWhoseUniqueKeyIsHeld(t *testing.T) {
 	held := b.submitAndClaim(t, first)
 	r := report(held, "w1", records.StatusFailed)
 	r.Error = "boom"
-	if err := b.engine.Report(b.ctx, r); err != nil {
+	if err := b.engine.Report(r)(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	second := newJob("j2")
@@ -183,7 +183,7 @@ func TestLimits(t *testing.T) {
 
 		// The pop the limit holds back is woken when the running job ends.
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		p := receive(t, "the pop's job", popped)
@@ -205,7 +205,7 @@ func TestLimits(t *testing.T) {
 		held := b.claimOne(t, b.worker)
 		w2 := b.registerWorker(t, "w2")
 		popped := b.startPop(t, w2, newWait(5*time.Second))
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		p := receive(t, "the pop's job", popped)
@@ -281,7 +281,7 @@ func TestWorkers(t *testing.T) {
 		if got.Status != records.StatusRunning || *got.WorkerID != "w1" || *got.Delivery != *held.Delivery {
 			t.Fatalf("status %s worker %v; want still running for w1", got.Status, got.WorkerID)
 		}
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -35,6 +35,10 @@ type Config struct {
 	AckTimeout time.Duration
 	// MaxSnoozes is how often a job may be snoozed; the next snooze fails it.
 	MaxSnoozes int
+	// MaxAttempts and JobTimeout are a job's when its submission gives
+	// none.
+	MaxAttempts int
+	JobTimeout  time.Duration
 	// CommandTimeout bounds the database work of one transition run off a
 	// client's path (a group, a give-back).
 	CommandTimeout time.Duration
@@ -76,6 +80,8 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
 	cfg.MaxSnoozes = cmp.Or(cfg.MaxSnoozes, 100)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 3)
+	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, time.Hour)
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
 	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
 	e := &Engine{
@@ -91,7 +97,7 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
 	// pops that limits held back.
-	wakeup.Listen(hub, wakeup.Freed, func(f records.Freed) {
+	wakeup.Listen(hub, wakeup.RoomFreed, func(f records.Room) {
 		for _, note := range e.RoomNotes(f) {
 			hub.Wake(note)
 		}

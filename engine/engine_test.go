@@ -45,7 +45,7 @@ func setupWith(t *testing.T, configure func(*engine.Config)) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: engine.RetryPolicy{}})
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Rules: engine.Decisions{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func newJob(id string) records.NewJob {
 
 func (b *testBundle) submit(t *testing.T, job records.NewJob) records.SubmitResult {
 	t.Helper()
-	res, err := b.engine.Submit(b.ctx, job)
+	res, err := b.engine.Submit(job)(b.ctx)
 	if err != nil {
 		t.Fatalf("submitting %s: %v", job.ID, err)
 	}

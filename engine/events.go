@@ -92,7 +92,7 @@ type queueEvent struct {
 // flow nothing.
 func (e *Engine) publish(ctx context.Context, fx effects) {
 	e.hub.Publish(fx.Ready, fx.Done)
-	e.hub.Free(fx.Freed)
+	e.hub.PublishRoom(fx.Freed)
 	if len(fx.Parents) > 0 {
 		defer e.settle(ctx, fx.Parents)
 	}

@@ -26,7 +26,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setupSubscribed(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "completed")
@@ -64,7 +64,7 @@ func TestEvents(t *testing.T) {
 		held := b.submitAndClaim(t, newJob("j1"))
 		r := report(held, "w1", records.StatusFailed)
 		r.Error, r.Retryable = "boom", true
-		if err := b.engine.Report(b.ctx, r); err != nil {
+		if err := b.engine.Report(r)(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		b.messages.waitEvents(t, "job.j1.status", "j1", "submitted", "started", "retrying")
@@ -89,7 +89,7 @@ func TestEvents(t *testing.T) {
 		held := b.submitAndClaim(t, newJob("j1"))
 		r := report(held, "w1", records.StatusFailed)
 		r.Error = "boom"
-		if err := b.engine.Report(b.ctx, r); err != nil {
+		if err := b.engine.Report(r)(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.engine.RetryJob(b.ctx, "j1"); err != nil {
@@ -106,12 +106,12 @@ func TestEvents(t *testing.T) {
 		events []string
 	}{
 		{"TheSameCompletedReport", func(b *testBundle, held records.Job) error {
-			return b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted))
+			return b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx)
 		}, []string{"submitted", "started", "completed"}},
 		{"TheSameFailedReport", func(b *testBundle, held records.Job) error {
 			r := report(held, "w1", records.StatusFailed)
 			r.Error = "boom"
-			return b.engine.Report(b.ctx, r)
+			return b.engine.Report(r)(b.ctx)
 		}, []string{"submitted", "started", "failed"}},
 		{"TheSameCancellation", func(b *testBundle, _ records.Job) error {
 			return b.engine.CancelJob(b.ctx, "j1")
@@ -149,7 +149,7 @@ func TestEvents(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.messages.on("job.j1.status"); len(got) != 0 {
@@ -162,7 +162,7 @@ func TestEvents(t *testing.T) {
 		b := setup(t)
 		receive(t, "the hub's notice of interest", b.hub.SetSubscribed(wakeup.SomeInterest))
 		held := b.submitAndClaim(t, newJob("j1"))
-		if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+		if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		b.submitAndClaim(t, newJob("j2"))

@@ -12,8 +12,8 @@ import (
 // connections share commits; acknowledgements and pops share statements.
 type groups struct {
 	submits  *group.Runner[records.NewJob, submitOutcome]
-	finishes *group.Runner[store.JobUpdateParams, error]
-	acks     *group.Runner[store.JobUpdateParams, error]
+	finishes *group.Runner[records.Report, error]
+	acks     *group.Runner[records.Report, error]
 	// stepCompletes are STEP.COMPLETEs, sharing commits as final reports do.
 	stepCompletes *group.Runner[store.StepCompletion, store.StepCompleteResult]
 	// stepBegins are STEP.BEGINs, sharing commits likewise.
@@ -42,9 +42,9 @@ func (e *Engine) newGroups() groups {
 			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("submit"),
 			Run: e.runSubmits,
 		}),
-		finishes: group.New(group.Config[store.JobUpdateParams, error]{
+		finishes: group.New(group.Config[records.Report, error]{
 			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
-			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+			Run: func(ctx context.Context, reports []records.Report) []error {
 				traces := e.attemptTraces(ctx, reportIDs(reports))
 				errs, rfx := e.store.JobsFinish(ctx, reports)
 				e.traceReports(traces, reports, errs, rfx.Moved)
@@ -52,9 +52,9 @@ func (e *Engine) newGroups() groups {
 				return errs
 			},
 		}),
-		acks: group.New(group.Config[store.JobUpdateParams, error]{
+		acks: group.New(group.Config[records.Report, error]{
 			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
-			Run: func(ctx context.Context, reports []store.JobUpdateParams) []error {
+			Run: func(ctx context.Context, reports []records.Report) []error {
 				errs, afx := e.store.JobsAck(ctx, reports)
 				// An acknowledgement moves its job only when it finds the
 				// job's cancellation asked: the job ends cancelled.
@@ -104,7 +104,7 @@ func (e *Engine) runSubmits(ctx context.Context, jobs []records.NewJob) []submit
 }
 
 // reportIDs are the ids of the jobs reports are about.
-func reportIDs(reports []store.JobUpdateParams) []string {
+func reportIDs(reports []records.Report) []string {
 	ids := make([]string, len(reports))
 	for i, r := range reports {
 		ids[i] = r.ID

@@ -68,12 +68,12 @@ func forgetOld(seen map[string]time.Time, now time.Time) {
 
 // RoomNotes wakes, for each queue whose pops limits held back, as many
 // pops as jobs of the queue, or of the type holding it, left running.
-func (e *Engine) RoomNotes(f records.Freed) []records.ReadyNote {
+func (e *Engine) RoomNotes(f records.Room) []records.ReadyNote {
 	return e.limited.room(f, e.clock.Now())
 }
 
 // room is RoomNotes at now.
-func (l *limitedPops) room(f records.Freed, now time.Time) []records.ReadyNote {
+func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var notes []records.ReadyNote
@@ -109,7 +109,7 @@ func (e *Engine) ConfigureType(ctx context.Context, name string, change records.
 		}
 		// Loosened limits may leave room at once: wake, on every node,
 		// the pops the type held back.
-		return effects{Effects: records.Effects{Freed: records.Freed{Types: map[string]int{name: 1_000_000}}}}, nil
+		return effects{Effects: records.Effects{Freed: records.Room{Types: map[string]int{name: 1_000_000}}}}, nil
 	})
 	return limits, err
 }

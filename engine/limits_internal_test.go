@@ -15,7 +15,7 @@ func TestRoomIsForQueuesWhoseLimitsHeldPops(t *testing.T) {
 	var l limitedPops
 	l.sawQueue("capped", start)
 	l.sawType("slow", "mixed", start)
-	freed := records.Freed{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
+	freed := records.Room{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
 
 	notes := l.room(freed, start.Add(time.Minute))
 	want := map[string]int{"capped": 2, "mixed": 1}

@@ -7,11 +7,13 @@ import (
 	"github.com/agq/agq/records"
 )
 
-// SubmitLater adds one job to the node's next group of single submissions
-// at once and answers how to await its outcome, so that a pipeline of
-// submissions joins one group instead of waiting for a commit each, as
-// ReportLater does for reports.
-func (e *Engine) SubmitLater(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error)) {
+// Submit stores one job with the node's next group of single
+// submissions: it joins the group at once and answers how to await its
+// outcome, so that a pipeline of submissions shares one commit instead of
+// waiting for one each. The job is handed straight to a waiting pop when
+// one can run it; a job whose id exists with the same contents is the
+// existing job, not a second one.
+func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error)) {
 	sj := job
 	if err := checkAfter([]records.NewJob{sj}); err != nil {
 		return func(context.Context) (records.SubmitResult, error) { return records.SubmitResult{}, err }

@@ -5,30 +5,20 @@ import (
 	"context"
 
 	"github.com/agq/agq/records"
-	"github.com/agq/agq/store"
 )
 
-// Report applies a worker's report. A final one shares the commit of the
-// node's next group of final reports, an acknowledgement or progress the
-// statement of the next group of those; a snooze takes the careful path
-// alone. Re-sending a report that took effect succeeds and changes nothing.
-func (e *Engine) Report(ctx context.Context, p records.Report) error {
-	if wait, ok := e.ReportLater(p); ok {
-		return wait(ctx)
-	}
-	return e.snooze(ctx, store.JobUpdateParams(p))
-}
-
-// ReportLater adds a report to its group at once and answers how to await
-// its outcome, so that a pipeline of reports joins one group; false for a
-// snooze, which Report applies alone.
-func (e *Engine) ReportLater(r records.Report) (wait func(context.Context) error, ok bool) {
-	p := store.JobUpdateParams(r)
+// Report applies a worker's report: it joins its group at once and answers
+// how to await its outcome, so that a pipeline of reports shares one group.
+// A final one shares the commit of the node's next group of final reports,
+// an acknowledgement or progress the statement of the next group of
+// those; a snooze takes the locked path alone, once awaited. Re-sending a
+// report that took effect succeeds and changes nothing.
+func (e *Engine) Report(p records.Report) (wait func(context.Context) error) {
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	var g = e.groups.finishes
 	switch p.Status {
 	case records.StatusSnoozed:
-		return nil, false
+		return func(ctx context.Context) error { return e.snooze(ctx, p) }
 	case "", records.StatusRunning:
 		g = e.groups.acks
 	}
@@ -36,18 +26,17 @@ func (e *Engine) ReportLater(r records.Report) (wait func(context.Context) error
 	return func(ctx context.Context) error {
 		err, gerr := pending.Wait(ctx)
 		return jobError(p.ID, cmp.Or(gerr, err))
-	}, true
+	}
 }
 
 // snooze puts a running job back to wait for p.SnoozeFor, its attempt
 // given back; past the snooze limit the job fails instead.
-func (e *Engine) snooze(ctx context.Context, p store.JobUpdateParams) error {
-	p.MaxSnoozes = e.cfg.MaxSnoozes
+func (e *Engine) snooze(ctx context.Context, p records.Report) error {
 	traces := e.attemptTraces(ctx, []string{p.ID})
 	return e.transition(ctx, func() (effects, error) {
 		sfx, err := e.store.JobUpdate(ctx, p)
 		if err == nil {
-			e.traceReports(traces, []store.JobUpdateParams{p}, nil, sfx.Moved)
+			e.traceReports(traces, []records.Report{p}, nil, sfx.Moved)
 		}
 		// The snooze, or the job's end: failed past the limit, or
 		// cancelled when its cancellation was asked.

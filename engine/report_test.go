@@ -114,7 +114,7 @@ func TestReport(t *testing.T) {
 			waited := b.startWaitJob(t, "j1", wait)
 			r := report(claimed, "w1", "")
 			tt.report(&r)
-			if err := b.engine.Report(b.ctx, r); err != nil {
+			if err := b.engine.Report(r)(b.ctx); err != nil {
 				t.Fatalf("report: %v", err)
 			}
 			if tt.ended == "" {
@@ -147,7 +147,7 @@ func TestReport(t *testing.T) {
 		popped := b.startPop(t, w2, newWait(5*time.Second))
 		r := report(claimed, "w1", records.StatusFailed)
 		r.Error, r.Retryable = "boom", true
-		if err := b.engine.Report(b.ctx, r); err != nil {
+		if err := b.engine.Report(r)(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		p := receive(t, "the pop's job", popped)
@@ -168,10 +168,7 @@ func TestReport(t *testing.T) {
 		}
 		var waits []func() error
 		for _, j := range jobs {
-			wait, ok := b.engine.ReportLater(report(j, "w1", records.StatusCompleted))
-			if !ok {
-				t.Fatal("a final report was not grouped")
-			}
+			wait := b.engine.Report(report(j, "w1", records.StatusCompleted))
 			waits = append(waits, func() error { return wait(b.ctx) })
 		}
 		for _, wait := range waits {
@@ -183,9 +180,6 @@ func TestReport(t *testing.T) {
 			if got := b.get(t, id); got.Status != records.StatusCompleted {
 				t.Fatalf("%s is %s", id, got.Status)
 			}
-		}
-		if _, ok := b.engine.ReportLater(records.Report{ID: "j1", Status: records.StatusSnoozed}); ok {
-			t.Fatal("a snooze was grouped")
 		}
 	})
 }
@@ -263,7 +257,7 @@ func TestReportRefusals(t *testing.T) {
 		{
 			name: "AnotherStatusAboutACompletedJobIsAStateError",
 			report: func(t *testing.T, b *testBundle, held records.Job) records.Report {
-				if err := b.engine.Report(b.ctx, report(held, "w1", records.StatusCompleted)); err != nil {
+				if err := b.engine.Report(report(held, "w1", records.StatusCompleted))(b.ctx); err != nil {
 					t.Fatal(err)
 				}
 				r := report(held, "w1", records.StatusFailed)
@@ -284,7 +278,7 @@ func TestReportRefusals(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			held := b.submitAndClaim(t, newJob("j1"))
-			err := b.engine.Report(b.ctx, tt.report(t, b, held))
+			err := b.engine.Report(tt.report(t, b, held))(b.ctx)
 			requireJobError(t, err, "j1")
 			tt.check(t, err)
 			if got := b.get(t, "j1"); got.Status != tt.status {
@@ -298,11 +292,11 @@ func TestReportRefusals(t *testing.T) {
 		b := setupWith(t, func(cfg *engine.Config) { cfg.MaxSnoozes = 1 })
 		held := b.submitAndClaim(t, newJob("j1"))
 		r := report(held, "w1", records.StatusSnoozed) // due again at once
-		if err := b.engine.Report(b.ctx, r); err != nil {
+		if err := b.engine.Report(r)(b.ctx); err != nil {
 			t.Fatalf("first snooze: %v", err)
 		}
 		held = b.claimOne(t, b.worker)
-		err := b.engine.Report(b.ctx, report(held, "w1", records.StatusSnoozed))
+		err := b.engine.Report(report(held, "w1", records.StatusSnoozed))(b.ctx)
 		requireJobError(t, err, "j1")
 		var limit *records.SnoozeLimitError
 		if !errors.As(err, &limit) || limit.Snoozes != 1 {
@@ -317,7 +311,7 @@ func TestReportRefusals(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for _, status := range []string{"", records.StatusRunning, records.StatusCompleted, records.StatusSnoozed} {
-			err := b.engine.Report(b.ctx, records.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})
+			err := b.engine.Report(records.Report{ID: "missing", WorkerID: "w1", Status: status, SnoozeFor: time.Second})(b.ctx)
 			requireJobError(t, err, "missing")
 			if !errors.Is(err, records.ErrNotFound) {
 				t.Fatalf("status %q: got %v, want ErrNotFound", status, err)
@@ -344,11 +338,11 @@ func TestReportTheSameFinalReportTwice(t *testing.T) {
 			held := b.submitAndClaim(t, newJob("j1"))
 			r := report(held, "w1", tt.status)
 			r.Error = "boom" // not retryable
-			if err := b.engine.Report(b.ctx, r); err != nil {
+			if err := b.engine.Report(r)(b.ctx); err != nil {
 				t.Fatalf("first report: %v", err)
 			}
 			first := b.get(t, "j1")
-			if err := b.engine.Report(b.ctx, r); err != nil {
+			if err := b.engine.Report(r)(b.ctx); err != nil {
 				t.Fatalf("second report: %v", err)
 			}
 			second := b.get(t, "j1")

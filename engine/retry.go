@@ -33,7 +33,6 @@ type RetryPolicy struct {
 	Rand func() float64
 }
 
-var _ records.RetryRule = RetryPolicy{}
 
 // NextRetry decides whether the failed attempt f runs again, and after how
 // long.

@@ -15,7 +15,7 @@ import (
 // agq keeps their outputs so that a later delivery resumes after the last
 // completed one. Each call is durable when answered. Begins and
 // completions share commits in groups, as final reports do; the other
-// calls take the careful path alone.
+// calls take the locked path alone.
 
 // checkStep refuses a step id that breaks its rule.
 func checkStep(p records.StepParams) error {
@@ -59,15 +59,10 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginPar
 	return res
 }
 
-// StepComplete is STEP.COMPLETE: the step's output is kept. It shares the
-// commit of the next group of completions.
-func (e *Engine) StepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) error {
-	return e.StepCompleteLater(p, output)(ctx)
-}
-
-// StepCompleteLater adds a STEP.COMPLETE to its group at once and answers
-// how to await its outcome, as ReportLater does for reports.
-func (e *Engine) StepCompleteLater(p records.StepParams, output json.RawMessage) (wait func(context.Context) error) {
+// StepComplete is STEP.COMPLETE: the step's output is kept. It joins the
+// next group of completions at once, sharing its commit, and answers how
+// to await its outcome, as Report does.
+func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wait func(context.Context) error) {
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}

@@ -6,26 +6,6 @@ import (
 	"github.com/agq/agq/records"
 )
 
-// Submit stores one job with the node's next group of single
-// submissions, sharing its commit; it is handed straight to a waiting pop
-// when one can run it. A job whose id exists with the same contents is the
-// existing job, not a second one.
-func (e *Engine) Submit(ctx context.Context, job records.NewJob) (records.SubmitResult, error) {
-	res, err := e.submitOne(ctx, job)
-	return res, err
-}
-
-func (e *Engine) submitOne(ctx context.Context, job records.NewJob) (records.SubmitResult, error) {
-	if err := checkAfter([]records.NewJob{job}); err != nil {
-		return records.SubmitResult{}, err
-	}
-	out, err := e.groups.submits.Do(ctx, job)
-	if err != nil {
-		return records.SubmitResult{}, err
-	}
-	return out.res, out.err
-}
-
 // SubmitBatch stores jobs in one transaction of their own: a bad one
 // stores none.
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error) {
@@ -59,7 +39,7 @@ func (e *Engine) submit(ctx context.Context, jobs []records.NewJob) ([]records.S
 	if len(jobs) > 1 {
 		return e.SubmitBatch(ctx, jobs)
 	}
-	r, err := e.Submit(ctx, jobs[0])
+	r, err := e.Submit(jobs[0])(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -112,7 +112,7 @@ func TestSubmitTheSameID(t *testing.T) {
 					res = all[0]
 				}
 			} else {
-				res, err = b.engine.Submit(b.ctx, tt.again)
+				res, err = b.engine.Submit(tt.again)(b.ctx)
 			}
 			if tt.exists {
 				var exists *records.JobExistsError

@@ -78,7 +78,7 @@ func (e *Engine) attemptTraces(ctx context.Context, ids []string) map[string]sto
 
 // traceReports records the attempts that reports ended: those in moved,
 // whose report was taken.
-func (e *Engine) traceReports(traces map[string]store.AttemptTrace, reports []store.JobUpdateParams, errs []error, moved []string) {
+func (e *Engine) traceReports(traces map[string]store.AttemptTrace, reports []records.Report, errs []error, moved []string) {
 	if len(traces) == 0 {
 		return
 	}

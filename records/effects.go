@@ -13,7 +13,7 @@ type Effects struct {
 	// Done are jobs that ended: JOB.WAIT waiters to wake.
 	Done []string
 	// Freed counts the jobs that left running: pops that limits held back.
-	Freed Freed
+	Freed Room
 	// Moved are the jobs moved out of running, in the order of the
 	// requests: a request re-sent, which changes nothing, is not here, so
 	// that nothing is announced twice.

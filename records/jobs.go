@@ -223,3 +223,28 @@ type MinuteCount struct {
 	Completed int64
 	Failed    int64
 }
+
+// JobSpec is a job as a submission asks for it: the JOB.SUBMIT document,
+// its fields not yet checked, nil where it leaves the default.
+type JobSpec struct {
+	JobID               string          `json:"job_id"`
+	Queue               string          `json:"queue"`
+	Type                string          `json:"type"`
+	Requires            *[]string       `json:"requires"`
+	Plan                json.RawMessage `json:"plan"`
+	Inputs              json.RawMessage `json:"inputs"`
+	Payload             json.RawMessage `json:"payload"`
+	Priority            int             `json:"priority"`
+	MaxAttempts         *int            `json:"max_attempts"`
+	RetryBackoffSeconds *float64        `json:"retry_backoff_seconds"`
+	TimeoutSeconds      *int            `json:"timeout_seconds"`
+	RunAt               *time.Time      `json:"run_at"`
+	DelaySeconds        *float64        `json:"delay_seconds"`
+	UniqueKey           string          `json:"unique_key"`
+	After               *[]string       `json:"after"`
+	OnParentFailure     string          `json:"on_parent_failure"`
+	// TraceParent and TraceState are the submitter's W3C trace context:
+	// not part of the job's contents.
+	TraceParent string `json:"traceparent"`
+	TraceState  string `json:"tracestate"`
+}

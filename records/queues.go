@@ -66,15 +66,15 @@ type ReadyNote struct {
 	Tries int  `json:"-"`
 }
 
-// Freed counts, per queue and per job type, the jobs that left running:
-// room where running jobs are limited.
-type Freed struct {
+// Room counts, per queue and per job type, the jobs that left running:
+// room made where running jobs are limited.
+type Room struct {
 	Queues map[string]int `json:"q,omitempty"`
 	Types  map[string]int `json:"t,omitempty"`
 }
 
 // Add counts n jobs of queue and of type typ (either may be empty).
-func (f *Freed) Add(queue, typ string, n int) {
+func (f *Room) Add(queue, typ string, n int) {
 	if queue != "" {
 		if f.Queues == nil {
 			f.Queues = map[string]int{}
@@ -90,7 +90,7 @@ func (f *Freed) Add(queue, typ string, n int) {
 }
 
 // Merge adds o's counts to f.
-func (f *Freed) Merge(o Freed) {
+func (f *Room) Merge(o Room) {
 	for q, n := range o.Queues {
 		f.Add(q, "", n)
 	}
@@ -100,7 +100,7 @@ func (f *Freed) Merge(o Freed) {
 }
 
 // Empty reports whether f counts nothing.
-func (f Freed) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
+func (f Room) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 
 // Schedule is a cron schedule.
 type Schedule struct {

@@ -17,9 +17,13 @@ type Failure struct {
 	Lost bool
 }
 
-// RetryRule decides whether a failed attempt runs again, and after how
-// long. The store asks it for every attempt that fails, and applies what it
-// answers; the rule itself lives with the caller (engine.RetryPolicy).
-type RetryRule interface {
+// Rules are the engine's decisions (engine.Decisions), which the store applies
+// inside the transactions that lock the jobs they are about: the store
+// reads a job, asks, and writes what it is told.
+type Rules interface {
+	// NextRetry decides whether a failed attempt runs again, and after
+	// how long.
 	NextRetry(Failure) (retry bool, delay time.Duration)
+	// Report decides what a report does to its job as it stands.
+	Report(JobNow, Report) (ReportVerdict, error)
 }

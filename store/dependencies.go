@@ -77,6 +77,29 @@ func indexed(batch bool, i int, err error) error {
 // the same time either ends first (its status here says so) or waits for
 // this commit and then sees has_children set (its end is marked).
 func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []records.SubmitResult, batch bool) error {
+	parents := parentsNamed(jobs, res)
+	if len(parents) == 0 {
+		return nil
+	}
+	status, err := lockParents(ctx, tx, parents)
+	if err != nil {
+		return err
+	}
+	var l links
+	marked := map[string]bool{}
+	for i, j := range jobs {
+		if res[i].Created && len(j.After) > 0 {
+			if res[i].Status, err = l.add(j, status, marked); err != nil {
+				return indexed(batch, i, err)
+			}
+		}
+	}
+	return l.send(ctx, tx)
+}
+
+// parentsNamed are the parents the created jobs name, each once, in id
+// order: the order every transaction locks them in.
+func parentsNamed(jobs []records.NewJob, res []records.SubmitResult) []string {
 	var parents []string
 	seen := map[string]bool{}
 	for i, j := range jobs {
@@ -90,71 +113,80 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []re
 			}
 		}
 	}
-	if len(parents) == 0 {
-		return nil
-	}
 	slices.Sort(parents)
+	return parents
+}
+
+// lockParents reads the parents' statuses, locking them against ending
+// meanwhile (they may not be deleted either); a parent missing is absent.
+func lockParents(ctx context.Context, tx pgx.Tx, parents []string) (map[string]string, error) {
 	status := make(map[string]string, len(parents))
 	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE`, parents)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var id, st string
 		if err := rows.Scan(&id, &st); err != nil {
-			rows.Close()
-			return err
+			return nil, err
 		}
 		status[id] = st
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	var waitParent, waitChild, unended []string
-	var kids, modes, kidStatus, kidError, kidCause, afterAll []string
-	var first, last []int32
-	marked := map[string]bool{}
-	for i, j := range jobs {
-		if !res[i].Created || len(j.After) == 0 {
-			continue
+	return status, rows.Err()
+}
+
+// links are the rows linkParents writes: the waits of children on parents
+// not yet ended, and each child's after, mode and status.
+type links struct {
+	waitParent, waitChild, unended                       []string
+	kids, modes, kidStatus, kidError, kidCause, afterAll []string
+	first, last                                          []int32
+}
+
+// add links child j to its parents as they stand, and answers its status:
+// pending while one has not ended, cancelled when one failed and j does
+// not run then, "" (as submitted) otherwise.
+func (l *links) add(j records.NewJob, status map[string]string, marked map[string]bool) (string, error) {
+	st, failed, cause := "", "", ""
+	for _, p := range j.After {
+		ps, ok := status[p]
+		if !ok {
+			return "", &records.ParentNotFoundError{ID: p}
 		}
-		st, failed, cause := "", "", ""
-		for _, p := range j.After {
-			ps, ok := status[p]
-			if !ok {
-				return indexed(batch, i, &records.ParentNotFoundError{ID: p})
+		switch {
+		case !records.IsTerminal(ps):
+			st = records.StatusPending
+			l.waitParent, l.waitChild = append(l.waitParent, p), append(l.waitChild, j.ID)
+			if !marked[p] {
+				marked[p] = true
+				l.unended = append(l.unended, p)
 			}
-			switch {
-			case !records.IsTerminal(ps):
-				st = records.StatusPending
-				waitParent, waitChild = append(waitParent, p), append(waitChild, j.ID)
-				if !marked[p] {
-					marked[p] = true
-					unended = append(unended, p)
-				}
-			case ps != records.StatusCompleted && failed == "":
-				failed, cause = parentEndedText(p, ps), p
-			}
+		case ps != records.StatusCompleted && failed == "":
+			failed, cause = parentEndedText(p, ps), p
 		}
-		mode := cmp.Or(j.OnParentFailure, records.ParentFailureCancel)
-		errText := ""
-		if st == "" && failed != "" && mode == records.ParentFailureCancel {
-			st, errText = records.StatusCancelled, failed
-		}
-		res[i].Status = st
-		kids, modes, kidStatus, kidError = append(kids, j.ID), append(modes, mode), append(kidStatus, st), append(kidError, errText)
-		kidCause = append(kidCause, cause)
-		first = append(first, int32(len(afterAll)+1))
-		afterAll = append(afterAll, j.After...)
-		last = append(last, int32(len(afterAll)))
 	}
+	mode := cmp.Or(j.OnParentFailure, records.ParentFailureCancel)
+	errText := ""
+	if st == "" && failed != "" && mode == records.ParentFailureCancel {
+		st, errText = records.StatusCancelled, failed
+	}
+	l.kids, l.modes, l.kidStatus, l.kidError = append(l.kids, j.ID), append(l.modes, mode), append(l.kidStatus, st), append(l.kidError, errText)
+	l.kidCause = append(l.kidCause, cause)
+	l.first = append(l.first, int32(len(l.afterAll)+1))
+	l.afterAll = append(l.afterAll, j.After...)
+	l.last = append(l.last, int32(len(l.afterAll)))
+	return st, nil
+}
+
+// send writes the links in one round trip.
+func (l *links) send(ctx context.Context, tx pgx.Tx) error {
 	b := &pgx.Batch{}
-	if len(unended) > 0 {
-		b.Queue(`UPDATE jobs SET has_children = true WHERE id = ANY($1::text[]) AND NOT has_children`, unended)
+	if len(l.unended) > 0 {
+		b.Queue(`UPDATE jobs SET has_children = true WHERE id = ANY($1::text[]) AND NOT has_children`, l.unended)
 		// job_waits_pkey takes the rows in one probe each.
 		b.Queue(`INSERT INTO job_waits (parent_id, child_id) SELECT * FROM unnest($1::text[], $2::text[])
-			ON CONFLICT DO NOTHING`, waitParent, waitChild)
+			ON CONFLICT DO NOTHING`, l.waitParent, l.waitChild)
 	}
 	// Child rows by their key (jobs_pkey).
 	b.Queue(`
@@ -167,7 +199,7 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []re
 			updated_at = now()
 		FROM unnest($2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[])
 			AS c(id, first, last, mode, status, error, cause)
-		WHERE j.id = c.id`, afterAll, kids, first, last, modes, kidStatus, kidError, kidCause)
+		WHERE j.id = c.id`, l.afterAll, l.kids, l.first, l.last, l.modes, l.kidStatus, l.kidError, l.kidCause)
 	return tx.SendBatch(ctx, b).Close()
 }
 

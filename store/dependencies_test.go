@@ -24,7 +24,7 @@ func TestDependencies(t *testing.T) {
 
 	t.Run("ASweepReleasesAChildWhoseParentsEndWasNotSettled", func(t *testing.T) {
 		j := b.claim(t, parent.ID, holder)
-		errs, fx := b.st.JobsFinish(b.ctx, []store.JobUpdateParams{{ID: j.ID, WorkerID: holder, Status: records.StatusCompleted,
+		errs, fx := b.st.JobsFinish(b.ctx, []records.Report{{ID: j.ID, WorkerID: holder, Status: records.StatusCompleted,
 			Delivery: *j.Delivery, Raw: []byte(`{"status":"completed"}`)}})
 		if errs[0] != nil || len(fx.Parents) != 1 {
 			t.Fatalf("finishing the parent: %v, parents %v", errs[0], fx.Parents)

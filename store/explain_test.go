@@ -121,7 +121,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			run: func(ctx context.Context, st *store.Store) error {
 				// The job is on the full database only: the report is
 				// refused on the scratch one, after its statements ran.
-				st.JobsFinish(ctx, []store.JobUpdateParams{{ID: "j00999999", WorkerID: "worker-1",
+				st.JobsFinish(ctx, []records.Report{{ID: "j00999999", WorkerID: "worker-1",
 					Status: records.StatusFailed, Error: "boom", Retryable: true}})
 				return nil
 			},
@@ -132,7 +132,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			// through its key.
 			name: "AnAcknowledgementGroupUpdatesThroughThePrimaryKey",
 			run: func(ctx context.Context, st *store.Store) error {
-				st.JobsAck(ctx, []store.JobUpdateParams{
+				st.JobsAck(ctx, []records.Report{
 					{ID: "j00999999", WorkerID: "worker-1", Raw: []byte(`{"progress_percent":40}`)},
 					{ID: "j00999999", WorkerID: "worker-1", Status: records.StatusRunning},
 					{ID: "j00999998", WorkerID: "worker-2", Status: records.StatusRunning}})

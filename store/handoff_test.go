@@ -49,7 +49,7 @@ func TestAHandedJobIsDeliveredAsAClaimWouldDeliverIt(t *testing.T) {
 	if err != nil || len(out.Claimed) != 0 {
 		t.Fatalf("another claim of the queue: %+v, %v", out, err)
 	}
-	ferrs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{{ID: "handed-1", WorkerID: "w", Status: "completed",
+	ferrs, _ := st.JobsFinish(ctx, []records.Report{{ID: "handed-1", WorkerID: "w", Status: "completed",
 		Attempt: 1, Delivery: *d.Delivery, Raw: json.RawMessage(`{"status":"completed"}`)}})
 	if ferrs[0] != nil {
 		t.Fatalf("completing the handed job: %v", ferrs[0])

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agq/agq/records"
-	"github.com/agq/agq/store"
 )
 
 // outcome is what a report should do: its reply, and the status it moves
@@ -121,27 +120,27 @@ var updateCases = []struct {
 	{fromCancelRequested, byAdmin, every(cancels, nil)},
 }
 
-// reportPath applies one report: the careful path (JobUpdate) or the
+// reportPath applies one report: the locked path (JobUpdate) or the
 // grouped one (JobsAck for acknowledgements, JobsFinish for final
 // reports), answering its reply, what it freed and the group's effects.
 type reportPath struct {
 	name  string
-	apply func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error)
+	apply func(b *trBundle, p records.Report) (records.Room, records.Effects, error)
 }
 
 var (
-	carefulPath = reportPath{"Careful", func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error) {
+	lockedPath = reportPath{"Locked", func(b *trBundle, p records.Report) (records.Room, records.Effects, error) {
 		fx, err := b.st.JobUpdate(b.ctx, p)
 		return fx.Freed, fx, err
 	}}
-	groupedPath = reportPath{"Grouped", func(b *trBundle, p store.JobUpdateParams) (records.Freed, records.Effects, error) {
-		errs, fx := b.group([]store.JobUpdateParams{p})
+	groupedPath = reportPath{"Grouped", func(b *trBundle, p records.Report) (records.Room, records.Effects, error) {
+		errs, fx := b.group([]records.Report{p})
 		return fx.Freed, fx, errs[0]
 	}}
 )
 
 // group sends reports as one group of their kind.
-func (b *trBundle) group(reports []store.JobUpdateParams) ([]error, records.Effects) {
+func (b *trBundle) group(reports []records.Report) ([]error, records.Effects) {
 	if reports[0].Status == "" || reports[0].Status == records.StatusRunning {
 		return b.st.JobsAck(b.ctx, reports)
 	}
@@ -160,7 +159,7 @@ func TestJobUpdate(t *testing.T) {
 			name := fmt.Sprintf("%sReportOf%s%s", k.name, tc.from.name, tc.by.name)
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				paths := []reportPath{carefulPath, groupedPath}
+				paths := []reportPath{lockedPath, groupedPath}
 				if !k.grouped() {
 					paths = paths[:1]
 				}
@@ -173,7 +172,7 @@ func TestJobUpdate(t *testing.T) {
 				}
 				// Both paths leave the job alike.
 				if len(shapes) == 2 && !reflect.DeepEqual(shapes[0], shapes[1]) {
-					t.Fatalf("the paths disagree:\ncareful %+v\ngrouped %+v", shapes[0], shapes[1])
+					t.Fatalf("the paths disagree:\nlocked %+v\ngrouped %+v", shapes[0], shapes[1])
 				}
 			})
 		}
@@ -182,7 +181,7 @@ func TestJobUpdate(t *testing.T) {
 
 // checkUpdate sends one report by path and checks what it did against
 // want; it answers the job as it left it.
-func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p store.JobUpdateParams, k reportKind, want outcome) records.Job {
+func (b *trBundle) checkUpdate(t *testing.T, path reportPath, p records.Report, k reportKind, want outcome) records.Job {
 	t.Helper()
 	before := b.get(t, p.ID)
 	start := time.Now()
@@ -266,7 +265,7 @@ func TestJobUpdateAboutAnotherDelivery(t *testing.T) {
 			if !ok {
 				continue
 			}
-			for _, path := range []reportPath{carefulPath, groupedPath} {
+			for _, path := range []reportPath{lockedPath, groupedPath} {
 				if path.name == groupedPath.name && !k.grouped() {
 					continue
 				}
@@ -298,24 +297,24 @@ func TestJobUpdateSentTwiceIsOneTransition(t *testing.T) {
 	ways := []struct {
 		name    string
 		grouped bool
-		send    func(p store.JobUpdateParams) []error
+		send    func(p records.Report) []error
 	}{
-		{"CarefulThenCareful", false, func(p store.JobUpdateParams) []error {
+		{"CarefulThenCareful", false, func(p records.Report) []error {
 			_, err1 := b.st.JobUpdate(b.ctx, p)
 			_, err2 := b.st.JobUpdate(b.ctx, p)
 			return []error{err1, err2}
 		}},
-		{"GroupThenGroup", true, func(p store.JobUpdateParams) []error {
-			errs1, _ := b.group([]store.JobUpdateParams{p})
-			errs2, _ := b.group([]store.JobUpdateParams{p})
+		{"GroupThenGroup", true, func(p records.Report) []error {
+			errs1, _ := b.group([]records.Report{p})
+			errs2, _ := b.group([]records.Report{p})
 			return append(errs1, errs2...)
 		}},
-		{"TwiceInOneGroup", true, func(p store.JobUpdateParams) []error {
-			errs, _ := b.group([]store.JobUpdateParams{p, p})
+		{"TwiceInOneGroup", true, func(p records.Report) []error {
+			errs, _ := b.group([]records.Report{p, p})
 			return errs
 		}},
-		{"GroupThenCareful", true, func(p store.JobUpdateParams) []error {
-			errs, _ := b.group([]store.JobUpdateParams{p})
+		{"GroupThenCareful", true, func(p records.Report) []error {
+			errs, _ := b.group([]records.Report{p})
 			_, err := b.st.JobUpdate(b.ctx, p)
 			return append(errs, err)
 		}},
@@ -354,7 +353,7 @@ func TestJobUpdateSnoozeLimit(t *testing.T) {
 			t.Parallel()
 			id := fmt.Sprintf("snoozes-%d", maxSnoozes)
 			b.submit(t, trJob(id, 2, trBackoff))
-			snooze := func(d delivery) (records.Freed, error) {
+			snooze := func(d delivery) (records.Room, error) {
 				p := reportSnoozed.params(id, holder, d)
 				p.SnoozeFor, p.MaxSnoozes = time.Millisecond, maxSnoozes
 				fx, err := b.st.JobUpdate(b.ctx, p)
@@ -404,7 +403,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		{progress(80), `{"progress_percent":80}`},
 		{reportRunning, `{"progress_percent":80}`},
 	}
-	for _, path := range []reportPath{carefulPath, groupedPath} {
+	for _, path := range []reportPath{lockedPath, groupedPath} {
 		t.Run("Through"+path.name+"Path", func(t *testing.T) {
 			t.Parallel()
 			id := "ack-" + path.name
@@ -427,7 +426,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		t.Parallel()
 		id := "ack-group"
 		d := fromRunning.build(t, b, id)
-		errs, fx := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
+		errs, fx := b.st.JobsAck(b.ctx, []records.Report{
 			byHolder.params(progress(10), id, d), byHolder.params(progress(20), id, d)})
 		freed := fx.Freed
 		j := b.get(t, id)
@@ -457,7 +456,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 			t.Parallel()
 			id := "ack-group-" + g.name
 			d := fromRunning.build(t, b, id)
-			var reports []store.JobUpdateParams
+			var reports []records.Report
 			for i, k := range g.sent {
 				reports = append(reports, g.by[i].params(k, id, d))
 			}
@@ -482,7 +481,7 @@ func TestJobUpdateAcknowledgementKeepsProgress(t *testing.T) {
 		t.Parallel()
 		id := "ack-mixed"
 		d := fromRunning.build(t, b, id)
-		errs, fx := b.st.JobsAck(b.ctx, []store.JobUpdateParams{
+		errs, fx := b.st.JobsAck(b.ctx, []records.Report{
 			byHolder.params(progress(30), id, d), byAnother.params(progress(90), id, d)})
 		freed := fx.Freed
 		var owner *records.NotOwnerError
@@ -499,7 +498,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t)
 	kinds := []reportKind{reportCompleted, reportFailed, reportFailedForGood, reportCancelled}
-	var reports []store.JobUpdateParams
+	var reports []records.Report
 	var befores []records.Job
 	for _, k := range kinds {
 		id := "mixed-" + k.name
@@ -521,7 +520,7 @@ func TestJobsFinishMixedGroup(t *testing.T) {
 	wants := []outcome{moves(records.StatusCompleted), moves(records.StatusRetrying), moves(records.StatusFailed),
 		moves(records.StatusCancelled), cancels, refused(errNotOwner)}
 	allKinds := append(kinds, reportCompleted, reportCompleted)
-	var wantFreed records.Freed
+	var wantFreed records.Room
 	var wantDone []string
 	for i, want := range wants {
 		after := b.get(t, reports[i].ID)

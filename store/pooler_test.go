@@ -60,7 +60,7 @@ func TestBehindAPooler(t *testing.T) {
 	})
 
 	t.Run("ConcurrentSubmissionsAndReadsWork", func(t *testing.T) {
-		st, err := store.Open(ctx, store.Config{URL: pooled, Pooled: true, Retry: engine.RetryPolicy{}})
+		st, err := store.Open(ctx, store.Config{URL: pooled, Pooled: true, Rules: engine.Decisions{}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agq/agq/records"
-	"github.com/agq/agq/store"
 )
 
 // A worker registering again and heartbeating while groups of its final
@@ -31,9 +30,9 @@ func TestRegisterAndHeartbeatBesideReportGroups(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := g * 100; i < (g+1)*100; i += 50 {
-					var ps []store.JobUpdateParams
+					var ps []records.Report
 					for _, j := range jobs[i : i+50] {
-						ps = append(ps, store.JobUpdateParams{ID: j.ID, WorkerID: "w-r", Status: records.StatusCompleted,
+						ps = append(ps, records.Report{ID: j.ID, WorkerID: "w-r", Status: records.StatusCompleted,
 							Attempt: j.Attempt, Delivery: *j.Delivery, Raw: json.RawMessage(`{}`)})
 					}
 					errs, _ := st.JobsFinish(ctx, ps)

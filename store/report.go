@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,114 +14,50 @@ import (
 // applies every report that finds its job running, held by the reporter at
 // that delivery and not asked to cancel — the usual case — so the group
 // shares one WAL flush. Each other report (a re-send, a stale delivery,
-// another owner, a cancelled job) takes the careful path on its own, and
+// another owner, a cancelled job) takes the locked path on its own, and
 // its refusal is its own error.
-func (s *Store) JobsFinish(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
-	errs := make([]error, len(reports))
+func (s *Store) JobsFinish(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
 	var fx records.Effects
-	applied, err := s.finishMany(ctx, reports, &fx)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range errs {
-			errs[i] = interpretError(err)
-		}
-		return errs, fx
-	}
-	for i, p := range reports {
-		if applied[i] {
-			continue
-		}
-		// The rare path: a re-sent report, another owner, a stale
-		// delivery, a cancelled job.
-		one, err := s.JobUpdate(ctx, p)
-		errs[i] = err
-		fx.Merge(one)
-	}
+	applied, err := s.finishGrouped(ctx, reports, &fx)
+	_, errs, rest := lockedRest(reports, err, appliedIn(applied), s.updateAlone(ctx))
+	fx.Merge(rest)
 	return errs, fx
 }
 
-// finishMany is the set-based part of JobsFinish. A group without failures
+// updateAlone is JobUpdate for lockedRest.
+func (s *Store) updateAlone(ctx context.Context) func(records.Report) (noResult, records.Effects, error) {
+	return func(p records.Report) (noResult, records.Effects, error) {
+		fx, err := s.JobUpdate(ctx, p)
+		return noResult{}, fx, err
+	}
+}
+
+// finishGrouped is the grouped statement of JobsFinish. A group without failures
 // is one statement in one round trip. A group holding failures first locks
 // the failing jobs to read what the retry policy decides on, then applies
 // every report with the policy's per-report decisions, in one transaction.
-func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *records.Effects) ([]bool, error) {
+func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx *records.Effects) ([]bool, error) {
 	applied := make([]bool, len(reports))
-	n := len(reports)
-	ids, workers, statuses, results, errTexts, deliveries := make([]string, n), make([]string, n),
-		make([]string, n), make([]*string, n), make([]string, n), make([]*string, n)
-	attempts, ords := make([]int32, n), make([]int32, n)
-	retries, delays := make([]bool, n), make([]float64, n)
-	var failing []string
-	for i, p := range reports {
-		ids[i], statuses[i], errTexts[i] = p.ID, p.Status, p.Error
-		if !p.Admin {
-			workers[i] = p.WorkerID
-		}
-		if len(p.Raw) > 0 {
-			raw := string(p.Raw)
-			results[i] = &raw
-		}
-		if p.Delivery != "" {
-			d := p.Delivery
-			deliveries[i] = &d
-		}
-		attempts[i], ords[i] = int32(p.Attempt), int32(i)
-		if p.Status == records.StatusFailed {
-			failing = append(failing, p.ID)
-		}
-	}
+	a, failing := finishArraysOf(reports)
 	// What the rows say counts only once the transaction committed.
-	type finished struct {
-		ord                    int32
-		id, status, queue, typ string
-		requires               []string
-		runAt                  time.Time
-		hasChildren            bool
-	}
-	done := make([]finished, 0, n)
+	done := make([]finishedRow, 0, len(reports))
 	scan := func(rows pgx.Rows) error {
-		var f finished
+		var f finishedRow
 		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt, &f.hasChildren); err != nil {
 			return err
 		}
 		done = append(done, f)
 		return nil
 	}
-	args := []any{ids, workers, statuses, attempts, deliveries, results, errTexts, retries, delays, ords}
 	var err error
 	if len(failing) == 0 {
-		err = s.hotQuery(ctx, false, nil, scan, finishManySQL, args...)
+		err = s.hotQuery(ctx, false, nil, scan, finishGroupedSQL, a.args()...)
 	} else {
 		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			locked := map[string]records.Failure{}
-			b := &pgx.Batch{}
-			b.Queue(genericPlan)
-			b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var id string
-					var f records.Failure
-					if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
-						return err
-					}
-					locked[id] = f
-				}
-				return rows.Err()
-			})
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := s.decideFailures(ctx, tx, reports, failing, &a); err != nil {
 				return err
 			}
-			for i, p := range reports {
-				f, ok := locked[p.ID]
-				if p.Status != records.StatusFailed || !ok {
-					continue // not a failure, or a report the statement will not apply
-				}
-				f.Retryable = p.Retryable
-				retry, delay, err := s.nextRetry(f)
-				if err != nil {
-					return err
-				}
-				retries[i], delays[i] = retry, delay.Seconds()
-			}
-			return txRunner(tx)(ctx, scan, finishManySQL, args...)
+			return txRunner(tx)(ctx, scan, finishGroupedSQL, a.args()...)
 		})
 	}
 	if err != nil {
@@ -130,18 +65,109 @@ func (s *Store) finishMany(ctx context.Context, reports []JobUpdateParams, fx *r
 	}
 	for _, f := range done {
 		applied[f.ord] = true
-		fx.Moved = append(fx.Moved, f.id)
-		fx.Freed.Add(f.queue, f.typ, 1)
-		if f.status == records.StatusRetrying {
-			fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
-		} else {
-			fx.Done = append(fx.Done, f.id)
-			if f.hasChildren {
-				fx.Parents = append(fx.Parents, f.id)
-			}
-		}
+		f.effects(fx)
 	}
 	return applied, nil
+}
+
+// finishArrays are the arrays finishGroupedSQL unnests, one element a
+// report; retries and delays are filled in for failures by decideFailures.
+type finishArrays struct {
+	ids, workers, statuses, errTexts []string
+	results, deliveries              []*string
+	attempts, ords                   []int32
+	retries                          []bool
+	delays                           []float64
+}
+
+// finishArraysOf lays out reports, and names the jobs they fail.
+func finishArraysOf(reports []records.Report) (a finishArrays, failing []string) {
+	n := len(reports)
+	a = finishArrays{ids: make([]string, n), workers: make([]string, n), statuses: make([]string, n),
+		errTexts: make([]string, n), results: make([]*string, n), deliveries: make([]*string, n),
+		attempts: make([]int32, n), ords: make([]int32, n), retries: make([]bool, n), delays: make([]float64, n)}
+	for i, p := range reports {
+		a.ids[i], a.statuses[i], a.errTexts[i] = p.ID, p.Status, p.Error
+		if !p.Admin {
+			a.workers[i] = p.WorkerID
+		}
+		if len(p.Raw) > 0 {
+			raw := string(p.Raw)
+			a.results[i] = &raw
+		}
+		if p.Delivery != "" {
+			d := p.Delivery
+			a.deliveries[i] = &d
+		}
+		a.attempts[i], a.ords[i] = int32(p.Attempt), int32(i)
+		if p.Status == records.StatusFailed {
+			failing = append(failing, p.ID)
+		}
+	}
+	return a, failing
+}
+
+func (a *finishArrays) args() []any {
+	return []any{a.ids, a.workers, a.statuses, a.attempts, a.deliveries, a.results, a.errTexts, a.retries, a.delays, a.ords}
+}
+
+// decideFailures locks the running jobs the group fails and asks the rules
+// whether each failure runs again, and when.
+func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records.Report, failing []string, a *finishArrays) error {
+	locked := map[string]records.Failure{}
+	b := &pgx.Batch{}
+	b.Queue(genericPlan)
+	b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			var f records.Failure
+			if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
+				return err
+			}
+			locked[id] = f
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	for i, p := range reports {
+		f, ok := locked[p.ID]
+		if p.Status != records.StatusFailed || !ok {
+			continue // not a failure, or a report the statement will not apply
+		}
+		f.Retryable = p.Retryable
+		retry, delay, err := s.nextRetry(f)
+		if err != nil {
+			return err
+		}
+		a.retries[i], a.delays[i] = retry, delay.Seconds()
+	}
+	return nil
+}
+
+// finishedRow is a job finishGroupedSQL moved out of running.
+type finishedRow struct {
+	ord                    int32
+	id, status, queue, typ string
+	requires               []string
+	runAt                  time.Time
+	hasChildren            bool
+}
+
+// effects adds what moving f means to fx: a retry is ready again, an end
+// done, with its children to settle when it has any.
+func (f finishedRow) effects(fx *records.Effects) {
+	fx.Moved = append(fx.Moved, f.id)
+	fx.Freed.Add(f.queue, f.typ, 1)
+	if f.status == records.StatusRetrying {
+		fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
+		return
+	}
+	fx.Done = append(fx.Done, f.id)
+	if f.hasChildren {
+		fx.Parents = append(fx.Parents, f.id)
+	}
 }
 
 // lockFailingSQL locks the running jobs a group of final reports fails, by
@@ -152,16 +178,16 @@ const lockFailingSQL = `
 	WHERE j.id = ANY($1::text[]) AND j.status = 'running'
 	ORDER BY j.id FOR UPDATE`
 
-// finishManySQL applies a group of final reports, each carrying the retry
+// finishGroupedSQL applies a group of final reports, each carrying the retry
 // policy's decision when it is a failure (retry, delay seconds).
-var finishManySQL = `
+var finishGroupedSQL = `
 	WITH u AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::bool[], $9::float8[], $10::int[])
 			AS u(id, worker, status, attempt, delivery, result, error, retry, delay, ord)
 	), r AS (
 		-- A report sent twice in one group is applied once; the
-		-- other copy finds it done on the careful path.
+		-- other copy finds it done on the locked path.
 		SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
 	)
 	UPDATE jobs j SET
@@ -173,10 +199,7 @@ var finishManySQL = `
 		finished_at = CASE WHEN r.retry THEN NULL ELSE now() END,
 		` + clearRunning + `, updated_at = now()
 	FROM r
-	WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
-	  AND (r.worker = '' OR j.worker_id = r.worker)
-	  AND (r.attempt = 0 OR j.attempt = r.attempt)
-	  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
+	WHERE j.id = r.id AND ` + heldBy("r.worker", "r.attempt", "r.delivery") + `
 	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at, j.has_children`
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
@@ -184,11 +207,10 @@ var finishManySQL = `
 // over arrays, committed without waiting for the WAL flush, since losing
 // one in a crash only means a redelivery. A report it does not apply — the
 // job is not running for this delivery, or its cancellation was asked —
-// takes the careful path on its own, which says why; a job whose
+// takes the locked path on its own, which says why; a job whose
 // cancellation it finds leaves running, ended, and is counted in the
 // effects.
-func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error, records.Effects) {
-	var fx records.Effects
+func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
 	n := len(reports)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
@@ -216,7 +238,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 	}, `
 		WITH r AS (
 			-- The last report of a job in the group names the delivery
-			-- tested (reports of another take the careful path); the
+			-- tested (reports of another take the locked path); the
 			-- progress kept is the last that delivery gave, since an
 			-- acknowledgement after it carries none.
 			SELECT DISTINCT ON (id) id, worker, attempt, delivery,
@@ -229,10 +251,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 		)
 		UPDATE jobs j SET ack_deadline = NULL, progress = coalesce(r.progress::jsonb, j.progress), updated_at = now()
 		FROM r
-		WHERE j.id = r.id AND j.status = 'running' AND NOT j.cancel_requested
-		  AND (r.worker = '' OR j.worker_id = r.worker)
-		  AND (r.attempt = 0 OR j.attempt = r.attempt)
-		  AND (r.delivery IS NULL OR j.delivery = r.delivery::uuid)
+		WHERE j.id = r.id AND `+heldBy("r.worker", "r.attempt", "r.delivery")+`
 		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
 	if err == nil {
 		// Every report of an applied job matched it: the statement's
@@ -241,28 +260,15 @@ func (s *Store) JobsAck(ctx context.Context, reports []JobUpdateParams) ([]error
 			applied[i] = done[p.ID] && sameDelivery(p, reports, i)
 		}
 	}
-	errs := make([]error, n)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range errs {
-			errs[i] = interpretError(err)
-		}
-		return errs, fx
-	}
-	for i, p := range reports {
-		if !applied[i] {
-			// An acknowledgement leaves the job running: no effect,
-			// unless it found the job's cancellation asked.
-			var one records.Effects
-			one, errs[i] = s.JobUpdate(ctx, p)
-			fx.Merge(one)
-		}
-	}
+	// An acknowledgement the statement did not apply leaves the job
+	// running: no effect, unless it found the job's cancellation asked.
+	_, errs, fx := lockedRest(reports, err, appliedIn(applied), s.updateAlone(ctx))
 	return errs, fx
 }
 
 // sameDelivery reports whether report i names the same worker and delivery
 // as the last report of its job in the group, the one the statement tested.
-func sameDelivery(p JobUpdateParams, reports []JobUpdateParams, i int) bool {
+func sameDelivery(p records.Report, reports []records.Report, i int) bool {
 	for k := len(reports) - 1; k > i; k-- {
 		q := reports[k]
 		if q.ID == p.ID {

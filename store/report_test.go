@@ -24,16 +24,16 @@ func groupBundle(t *testing.T) (context.Context, *store.Store) {
 // able to run jobs needing "t", retrying by agq's policy.
 func storeWithWorkers(t *testing.T, ids ...string) (context.Context, *store.Store) {
 	t.Helper()
-	return storeWithPolicy(t, engine.RetryPolicy{}, ids...)
+	return storeWithPolicy(t, engine.Decisions{}, ids...)
 }
 
 // storeWithPolicy is storeWithWorkers with the given retry policy (nil:
 // none).
-func storeWithPolicy(t *testing.T, policy records.RetryRule, ids ...string) (context.Context, *store.Store) {
+func storeWithPolicy(t *testing.T, policy records.Rules, ids ...string) (context.Context, *store.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Retry: policy})
+	st, err := store.Open(ctx, store.Config{URL: agqtest.NewDatabase(t), Rules: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +89,9 @@ func TestJobsFinish(t *testing.T) {
 	t.Run("ARefusedMemberFailsAloneAndTheOthersCommit", func(t *testing.T) {
 		ctx, st := groupBundle(t)
 		jobs := submitAndClaim(ctx, t, st, "g", 5, "w-a")
-		var reports []store.JobUpdateParams
+		var reports []records.Report
 		for i, j := range jobs {
-			p := store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: records.StatusCompleted, Attempt: j.Attempt,
+			p := records.Report{ID: j.ID, WorkerID: "w-a", Status: records.StatusCompleted, Attempt: j.Attempt,
 				Delivery: *j.Delivery, Raw: json.RawMessage(`{"status":"completed"}`)}
 			switch i {
 			case 1:
@@ -123,13 +123,13 @@ func TestJobsFinish(t *testing.T) {
 	t.Run("RepeatsAndStaleDeliveriesAreTheirOwnReplies", func(t *testing.T) {
 		ctx, st := groupBundle(t)
 		jobs := submitAndClaim(ctx, t, st, "r", 2, "w-a")
-		done := store.JobUpdateParams{ID: jobs[0].ID, WorkerID: "w-a", Status: records.StatusCompleted,
+		done := records.Report{ID: jobs[0].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[0].Attempt, Delivery: *jobs[0].Delivery}
-		stale := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
+		stale := records.Report{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[1].Attempt, Delivery: "00000000-0000-4000-8000-000000000000"}
 		// The same report twice in one group, and a report naming a
 		// delivery that is not the job's latest.
-		errs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{done, done, stale})
+		errs, _ := st.JobsFinish(ctx, []records.Report{done, done, stale})
 		if errs[0] != nil || errs[1] != nil {
 			t.Fatalf("a report sent twice: %v, %v; want both OK", errs[0], errs[1])
 		}
@@ -141,7 +141,7 @@ func TestJobsFinish(t *testing.T) {
 			t.Fatalf("the stale report moved its job to %s", got)
 		}
 		// Re-sent after a timeout, in a later group: still OK, once.
-		if errs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{done}); errs[0] != nil {
+		if errs, _ := st.JobsFinish(ctx, []records.Report{done}); errs[0] != nil {
 			t.Fatalf("re-sent final report: %v", errs[0])
 		}
 	})

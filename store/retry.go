@@ -10,10 +10,10 @@ import (
 
 // nextRetry asks the store's policy about one failed attempt.
 func (s *Store) nextRetry(f records.Failure) (bool, time.Duration, error) {
-	if s.retry == nil {
-		return false, 0, ErrNoRetryPolicy
+	if s.rules == nil {
+		return false, 0, ErrNoRules
 	}
-	retry, delay := s.retry.NextRetry(f)
+	retry, delay := s.rules.NextRetry(f)
 	if !retry {
 		return false, 0, nil
 	}

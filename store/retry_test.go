@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agq/agq/engine"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
 
 // fixedPolicy retries every retryable failure after delay, and records
-// what it was asked.
+// what it was asked; reports are decided by agq's rules.
 type fixedPolicy struct {
+	engine.Decisions
 	delay time.Duration
 	mu    sync.Mutex
 	asked []records.Failure
@@ -45,8 +47,8 @@ func retryDelay(ctx context.Context, t *testing.T, st *store.Store, id string) t
 
 func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 	const delay = 90*time.Minute + 1500*time.Millisecond
-	failed := func(j records.Job, retryable bool) store.JobUpdateParams {
-		return store.JobUpdateParams{ID: j.ID, WorkerID: "w-a", Status: records.StatusFailed, Error: "boom",
+	failed := func(j records.Job, retryable bool) records.Report {
+		return records.Report{ID: j.ID, WorkerID: "w-a", Status: records.StatusFailed, Error: "boom",
 			Retryable: retryable, Attempt: j.Attempt, Delivery: *j.Delivery}
 	}
 	want := records.Failure{Attempt: 1, MaxAttempts: 2, BackoffSeconds: 1, Retryable: true}
@@ -55,9 +57,9 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 		policy := &fixedPolicy{delay: delay}
 		ctx, st := storeWithPolicy(t, policy, "w-a")
 		jobs := submitAndClaim(ctx, t, st, "g", 3, "w-a")
-		done := store.JobUpdateParams{ID: jobs[2].ID, WorkerID: "w-a", Status: records.StatusCompleted,
+		done := records.Report{ID: jobs[2].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[2].Attempt, Delivery: *jobs[2].Delivery}
-		errs, fx := st.JobsFinish(ctx, []store.JobUpdateParams{failed(jobs[0], true), failed(jobs[1], false), done})
+		errs, fx := st.JobsFinish(ctx, []records.Report{failed(jobs[0], true), failed(jobs[1], false), done})
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("report %d: %v", i, err)
@@ -140,17 +142,28 @@ func TestFailedReportsFollowTheRetryPolicy(t *testing.T) {
 		}
 	})
 
-	t.Run("WithoutAPolicyFailuresAreRefusedAndCompletionsApplied", func(t *testing.T) {
+	t.Run("WithoutRulesWhatMustBeDecidedIsRefused", func(t *testing.T) {
 		ctx, st := storeWithPolicy(t, nil, "w-a")
 		jobs := submitAndClaim(ctx, t, st, "n", 2, "w-a")
-		done := store.JobUpdateParams{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
+		done := records.Report{ID: jobs[1].ID, WorkerID: "w-a", Status: records.StatusCompleted,
 			Attempt: jobs[1].Attempt, Delivery: *jobs[1].Delivery}
-		errs, _ := st.JobsFinish(ctx, []store.JobUpdateParams{failed(jobs[0], true), done})
-		if !errors.Is(errs[0], store.ErrNoRetryPolicy) || errs[1] != nil {
-			t.Fatalf("reports: %v, %v; want ErrNoRetryPolicy, then OK", errs[0], errs[1])
+		errs, _ := st.JobsFinish(ctx, []records.Report{failed(jobs[0], true), done})
+		// The failure cannot be decided, and the group it sank takes the
+		// locked path, where each report is the rules' to decide.
+		if !errors.Is(errs[0], store.ErrNoRules) || !errors.Is(errs[1], store.ErrNoRules) {
+			t.Fatalf("reports: %v, %v; want ErrNoRules for both", errs[0], errs[1])
 		}
-		if got := status(ctx, t, st, jobs[0].ID); got != records.StatusRunning {
-			t.Fatalf("the refused failure moved its job to %s", got)
+		for _, j := range jobs {
+			if got := status(ctx, t, st, j.ID); got != records.StatusRunning {
+				t.Fatalf("a refused report moved its job to %s", got)
+			}
+		}
+		// A group of completions alone is the guard's to apply.
+		if errs, _ := st.JobsFinish(ctx, []records.Report{done}); errs[0] != nil {
+			t.Fatalf("a completion alone: %v", errs[0])
+		}
+		if got := status(ctx, t, st, jobs[1].ID); got != records.StatusCompleted {
+			t.Fatalf("the completion left its job %s", got)
 		}
 	})
 }

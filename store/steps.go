@@ -65,29 +65,43 @@ func lockStepJob(ctx context.Context, tx pgx.Tx, id string) (stepJob, error) {
 	return j, err
 }
 
+// caller is the one making call p.
+func caller(p records.StepParams) records.Caller {
+	return records.Caller{WorkerID: p.WorkerID, Admin: p.Admin, Delivery: p.Delivery}
+}
+
+// now is the job as the rule of holders (records.JobNow.Hold) sees it.
+func (j stepJob) now() records.JobNow {
+	n := records.JobNow{Status: j.status, Attempt: j.attempt, CancelRequested: j.cancelRequested}
+	if j.worker != nil {
+		n.Worker = *j.worker
+	}
+	if j.delivery != nil {
+		n.Delivery = *j.delivery
+	}
+	return n
+}
+
 // stale reports whether the call names a delivery that is not the job's
 // latest.
 func (j stepJob) stale(p records.StepParams) bool {
-	return p.Delivery != "" && (j.delivery == nil || *j.delivery != p.Delivery)
+	return j.now().Hold(caller(p)) == records.HoldStale
 }
 
 // hold checks what JOB.UPDATE checks: the job runs for this delivery, at
 // this worker (or the caller is an admin), and is not being cancelled.
 func (j stepJob) hold(p records.StepParams) error {
-	owner := ""
-	if j.worker != nil {
-		owner = *j.worker
-	}
-	switch {
-	case j.stale(p):
+	now := j.now()
+	switch now.Hold(caller(p)) {
+	case records.HoldStale:
 		return &records.StaleDeliveryError{Attempt: j.attempt}
-	case j.status == records.StatusCancelled:
+	case records.HoldCancelled:
 		return records.ErrJobCancelled
-	case j.status != records.StatusRunning:
+	case records.HoldNotRunning:
 		return &records.StateError{Status: "not running"}
-	case !p.Admin && owner != p.WorkerID:
-		return &records.NotOwnerError{Owner: owner}
-	case j.cancelRequested:
+	case records.HoldOtherWorker:
+		return &records.NotOwnerError{Owner: now.Worker}
+	case records.HoldCancelAsked:
 		return errCancelNow
 	}
 	return nil

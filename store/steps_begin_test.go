@@ -11,7 +11,7 @@ import (
 )
 
 // TestStepsBeginGroup checks that a group of begins from several jobs and
-// workers answers each call as the careful path would, writes nothing for
+// workers answers each call as the locked path would, writes nothing for
 // a step completed with an equal input, and acknowledges the deliveries
 // it begins steps of.
 func TestStepsBeginGroup(t *testing.T) {

@@ -93,7 +93,7 @@ func TestStepAttempts(t *testing.T) {
 }
 
 // TestStepsCompleteGroup checks that a group of completions from several
-// jobs and workers answers each call as the careful path would.
+// jobs and workers answers each call as the locked path would.
 func TestStepsCompleteGroup(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t, "w-c")
@@ -167,10 +167,10 @@ func TestStepsCompleteGroup(t *testing.T) {
 		if r.Err == nil {
 			continue
 		}
-		// The careful path, asked again, refuses alike.
+		// The locked path, asked again, refuses alike.
 		if _, err := b.st.StepComplete(b.ctx, calls[i].StepParams, calls[i].Output); err == nil || err.Error() != r.Err.Error() {
 			if i != len(calls)-1 { // the cancelled job: now cancelled, not cancelling
-				t.Errorf("call %d: group %q, careful %v", i, r.Err, err)
+				t.Errorf("call %d: group %q, locked path %v", i, r.Err, err)
 			}
 		}
 	}

@@ -26,9 +26,9 @@ import (
 // Domain errors returned by store functions.
 var (
 
-	// ErrNoRetryPolicy means a failed attempt had to be decided by a store
-	// opened without Config.Retry.
-	ErrNoRetryPolicy = errors.New("store has no retry policy (Config.Retry is nil)")
+	// ErrNoRules means a report or a failed attempt had to be decided by a
+	// store opened without Config.Rules.
+	ErrNoRules = errors.New("store has no rules (Config.Rules is nil)")
 )
 
 // Store wraps the connection pool.
@@ -38,19 +38,21 @@ type Store struct {
 	// queue's own or some job type's): their next claim goes straight to
 	// the locking claim.
 	limitedQueues sync.Map
-	// retry decides every failed attempt.
-	retry records.RetryRule
+	// rules decide every report the locked path applies and every
+	// failed attempt.
+	rules records.Rules
 	// recovered is Config.Recovered.
 	recovered func(reason string, jobs []RecoveredJob)
 }
 
-// Config sizes the pool and gives the rule of failed attempts.
+// Config sizes the pool and gives the rules the store applies.
 type Config struct {
 	URL      string
 	MaxConns int32
-	// Retry decides whether a failed attempt runs again, and when. A store
-	// without one refuses, with ErrNoRetryPolicy, to fail an attempt.
-	Retry records.RetryRule
+	// Rules decide what a report does to its job, and whether a failed
+	// attempt runs again, and when. A store without them refuses, with
+	// ErrNoRules, to apply a report or fail an attempt.
+	Rules records.Rules
 	// Pooled says URL leads to a connection pooler in transaction mode
 	// (ThroughPooler): statements are then sent without server-side
 	// prepared statements, unless URL's default_query_exec_mode says
@@ -73,7 +75,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pc.MaxConns = cfg.MaxConns
 	} else {
 		// Hot statements are grouped, one group of each kind in flight;
-		// the rest is for the careful paths and the other commands.
+		// the rest is for the locked paths and the other commands.
 		pc.MaxConns = 8
 	}
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -103,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{Pool: pool, retry: cfg.Retry, recovered: cfg.Recovered}, nil
+	return &Store{Pool: pool, rules: cfg.Rules, recovered: cfg.Recovered}, nil
 }
 
 // Background returns a store for the leader's background services — the
@@ -117,7 +119,7 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Store{Pool: pool, retry: s.retry, recovered: s.recovered}, nil
+	return &Store{Pool: pool, rules: s.rules, recovered: s.recovered}, nil
 }
 
 // Close closes the pool.

@@ -174,23 +174,59 @@ func (s *Store) durableRunner() runner {
 // conflicts with a row committed after the statement began.
 func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]records.SubmitResult, error) {
 	results := make([]records.SubmitResult, len(jobs))
-	firstOf := make([]int, len(jobs)) // index of the job whose outcome this one shares
-	byID := make(map[string]int, len(jobs))
-	byKey := map[string]int{}
-	n := 0
+	firstOf, cols := columnsOf(jobs)
+	got := 0
+	err := run(ctx, func(rows pgx.Rows) error {
+		var ord int32
+		var r records.SubmitResult
+		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
+			return err
+		}
+		r.Queue = jobs[ord].Queue
+		results[ord] = r
+		got++
+		return nil
+	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
+		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
+		cols.traceParent, cols.traceState)
+	if err != nil {
+		return nil, err
+	}
+	if got != len(cols.id) {
+		return nil, fmt.Errorf("inserting jobs: %d results for %d jobs", got, len(cols.id))
+	}
+	for i, k := range firstOf {
+		if k != i {
+			same := results[k].Same && (jobs[i].ID != jobs[k].ID || sameSubmission(jobs[i], jobs[k]))
+			results[i] = records.SubmitResult{ID: results[k].ID, Queue: results[k].Queue, Same: same}
+		}
+	}
+	return results, nil
+}
+
+// submitColumns are the arrays insertJobsSQL unnests, one element a job sent.
+type submitColumns struct {
+	id, queue, typ, plan, inputs, payload, key []string
+	requires                                   []int32
+	priority, maxAttempts, timeout             []int32
+	backoff                                    []float64
+	runAt                                      []*time.Time
+	ord                                        []int32
+	traceParent, traceState                    []string
 	// The distinct requirement lists, sent once each (most batches have
 	// one): a job names its list by position.
-	var reqSets []string
-	reqIndex := map[string]int32{}
-	cols := struct {
-		id, queue, typ, plan, inputs, payload, key []string
-		requires                                   []int32
-		priority, maxAttempts, timeout             []int32
-		backoff                                    []float64
-		runAt                                      []*time.Time
-		ord                                        []int32
-		traceParent, traceState                    []string
-	}{}
+	reqSets  []string
+	reqIndex map[string]int32
+}
+
+// columnsOf lays out the jobs to send. A job repeating an earlier one's id
+// or unique key is not sent: firstOf[i] is the index of the job whose
+// outcome job i shares (i itself for a job sent).
+func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
+	firstOf = make([]int, len(jobs))
+	byID := make(map[string]int, len(jobs))
+	byKey := map[string]int{}
+	cols.reqIndex = map[string]int32{}
 	withTrace := traced(jobs)
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
@@ -206,49 +242,48 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 		if j.UniqueKey != "" {
 			byKey[j.UniqueKey] = i
 		}
-		req, _ := json.Marshal(cmpOrEmpty(j.Requires))
-		r, ok := reqIndex[string(req)]
-		if !ok {
-			r = int32(len(reqSets) + 1)
-			reqIndex[string(req)] = r
-			reqSets = append(reqSets, string(req))
-		}
-		var runAt *time.Time
-		if !j.RunAt.IsZero() {
-			runAt = &j.RunAt
-		}
-		cols.id = append(cols.id, j.ID)
-		cols.queue = append(cols.queue, j.Queue)
-		cols.typ = append(cols.typ, j.Type)
-		cols.requires = append(cols.requires, r)
-		cols.plan = append(cols.plan, string(j.Plan))
-		cols.inputs = append(cols.inputs, string(j.Inputs))
-		cols.payload = append(cols.payload, string(j.Payload))
-		cols.key = append(cols.key, j.UniqueKey)
-		cols.priority = append(cols.priority, int32(j.Priority))
-		cols.maxAttempts = append(cols.maxAttempts, int32(j.MaxAttempts))
-		cols.timeout = append(cols.timeout, int32(j.TimeoutSeconds))
-		cols.backoff = append(cols.backoff, j.RetryBackoffSeconds)
-		cols.runAt = append(cols.runAt, runAt)
-		cols.ord = append(cols.ord, int32(i))
-		if withTrace {
-			cols.traceParent = append(cols.traceParent, j.TraceParent)
-			cols.traceState = append(cols.traceState, j.TraceState)
-		}
-		n++
+		cols.add(j, i, withTrace)
 	}
-	got := 0
-	err := run(ctx, func(rows pgx.Rows) error {
-		var ord int32
-		var r records.SubmitResult
-		if err := rows.Scan(&ord, &r.ID, &r.Created, &r.Same); err != nil {
-			return err
-		}
-		r.Queue = jobs[ord].Queue
-		results[ord] = r
-		got++
-		return nil
-	}, `
+	return firstOf, cols
+}
+
+// add lays out job j, the ord-th of its call.
+func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
+	req, _ := json.Marshal(cmpOrEmpty(j.Requires))
+	r, ok := c.reqIndex[string(req)]
+	if !ok {
+		r = int32(len(c.reqSets) + 1)
+		c.reqIndex[string(req)] = r
+		c.reqSets = append(c.reqSets, string(req))
+	}
+	var runAt *time.Time
+	if !j.RunAt.IsZero() {
+		runAt = &j.RunAt
+	}
+	c.id = append(c.id, j.ID)
+	c.queue = append(c.queue, j.Queue)
+	c.typ = append(c.typ, j.Type)
+	c.requires = append(c.requires, r)
+	c.plan = append(c.plan, string(j.Plan))
+	c.inputs = append(c.inputs, string(j.Inputs))
+	c.payload = append(c.payload, string(j.Payload))
+	c.key = append(c.key, j.UniqueKey)
+	c.priority = append(c.priority, int32(j.Priority))
+	c.maxAttempts = append(c.maxAttempts, int32(j.MaxAttempts))
+	c.timeout = append(c.timeout, int32(j.TimeoutSeconds))
+	c.backoff = append(c.backoff, j.RetryBackoffSeconds)
+	c.runAt = append(c.runAt, runAt)
+	c.ord = append(c.ord, int32(ord))
+	if withTrace {
+		c.traceParent = append(c.traceParent, j.TraceParent)
+		c.traceState = append(c.traceState, j.TraceState)
+	}
+}
+
+// insertJobsSQL inserts the jobs of submitColumns that no job holds the id or
+// unique key of, and answers for each its outcome: created, or the job
+// that holds its id or key, and whether that is the same submission.
+const insertJobsSQL = `
 		WITH reqs AS MATERIALIZED (
 			SELECT n, ARRAY(SELECT jsonb_array_elements_text(r::jsonb)) AS requires
 			FROM unnest($15::text[]) WITH ORDINALITY AS r(r, n)
@@ -292,24 +327,7 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 			WHERE ins.id IS NULL
 			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying')))
 			ORDER BY j.id = i.id DESC LIMIT 1
-		) held ON true`,
-		cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
-		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, reqSets,
-		cols.traceParent, cols.traceState)
-	if err != nil {
-		return nil, err
-	}
-	if got != n {
-		return nil, fmt.Errorf("inserting jobs: %d results for %d jobs", got, n)
-	}
-	for i, k := range firstOf {
-		if k != i {
-			same := results[k].Same && (jobs[i].ID != jobs[k].ID || sameSubmission(jobs[i], jobs[k]))
-			results[i] = records.SubmitResult{ID: results[k].ID, Queue: results[k].Queue, Same: same}
-		}
-	}
-	return results, nil
-}
+		) held ON true`
 
 // sameSubmission reports whether two submissions of one id in one call
 // ask for the same job.

@@ -45,7 +45,7 @@ func newTrBundle(t *testing.T, workers ...string) *trBundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	url := agqtest.NewDatabase(t)
-	st, err := store.Open(ctx, store.Config{URL: url, Retry: engine.RetryPolicy{}})
+	st, err := store.Open(ctx, store.Config{URL: url, Rules: engine.Decisions{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func (b *trBundle) get(t *testing.T, id string) records.Job {
 	return j
 }
 
-func (b *trBundle) mustUpdate(t *testing.T, p store.JobUpdateParams) {
+func (b *trBundle) mustUpdate(t *testing.T, p records.Report) {
 	t.Helper()
 	if _, err := b.st.JobUpdate(b.ctx, p); err != nil {
 		t.Fatalf("%s report on %s: %v", reportName(p.Status), p.ID, err)
@@ -162,12 +162,12 @@ var (
 )
 
 // grouped reports whether a report of this kind goes in a group (JobsAck
-// or JobsFinish); a snooze takes the careful path only.
+// or JobsFinish); a snooze takes the locked path only.
 func (k reportKind) grouped() bool { return k.status != records.StatusSnoozed }
 
 // params is the report sent about job id by worker about delivery d.
-func (k reportKind) params(id, worker string, d delivery) store.JobUpdateParams {
-	p := store.JobUpdateParams{ID: id, WorkerID: worker, Status: k.status, Retryable: k.retryable,
+func (k reportKind) params(id, worker string, d delivery) records.Report {
+	p := records.Report{ID: id, WorkerID: worker, Status: k.status, Retryable: k.retryable,
 		Attempt: d.attempt, Delivery: d.token, Raw: json.RawMessage(k.raw), SnoozeFor: trSnooze, MaxSnoozes: 100}
 	if k.status == records.StatusFailed {
 		p.Error = "boom"
@@ -178,17 +178,17 @@ func (k reportKind) params(id, worker string, d delivery) store.JobUpdateParams 
 // actor is who sends a report.
 type actor struct {
 	name   string
-	params func(k reportKind, id string, d delivery) store.JobUpdateParams
+	params func(k reportKind, id string, d delivery) records.Report
 }
 
 var (
-	byHolder = actor{"ByItsHolder", func(k reportKind, id string, d delivery) store.JobUpdateParams {
+	byHolder = actor{"ByItsHolder", func(k reportKind, id string, d delivery) records.Report {
 		return k.params(id, holder, d)
 	}}
-	byAnother = actor{"ByAnotherWorker", func(k reportKind, id string, _ delivery) store.JobUpdateParams {
+	byAnother = actor{"ByAnotherWorker", func(k reportKind, id string, _ delivery) records.Report {
 		return k.params(id, another, delivery{})
 	}}
-	byAdmin = actor{"ByAnAdmin", func(k reportKind, id string, _ delivery) store.JobUpdateParams {
+	byAdmin = actor{"ByAnAdmin", func(k reportKind, id string, _ delivery) records.Report {
 		p := k.params(id, "", delivery{})
 		p.Admin = true
 		return p
@@ -372,9 +372,9 @@ func checkUntouched(t *testing.T, before, after records.Job) {
 }
 
 // checkFreed fails unless freed counts the job once when left, else nothing.
-func checkFreed(t *testing.T, freed records.Freed, j records.Job, left bool) {
+func checkFreed(t *testing.T, freed records.Room, j records.Job, left bool) {
 	t.Helper()
-	want := records.Freed{}
+	want := records.Room{}
 	if left {
 		want.Add(j.Queue, j.Type, 1)
 	}

@@ -11,228 +11,173 @@ import (
 	"github.com/agq/agq/records"
 )
 
-// JobUpdateParams is one JOB.UPDATE.
-type JobUpdateParams struct {
-	ID       string
-	WorkerID string // the reporting worker; ignored when Admin
-	Admin    bool
-	// Status is "", "running", "completed", "failed", "cancelled" or
-	// "snoozed".
-	Status    string
-	Error     string
-	Retryable bool
-	// Attempt is the delivery the report is about; 0 when not given.
-	Attempt int
-	// Delivery is the token of the delivery the report is about ("" when
-	// not given): unlike the attempt, no later delivery repeats it.
-	Delivery string
-	// Raw is the update as sent: progress for running updates, the result
-	// for completed ones.
-	Raw json.RawMessage
-	// SnoozeFor is how long a snoozed job waits; MaxSnoozes how many
-	// snoozes a job may have before the next fails it.
-	SnoozeFor  time.Duration
-	MaxSnoozes int
-}
-
-// errorEntry is one element of a job's error history.
-type errorEntry struct {
-	Attempt  int       `json:"attempt"`
-	WorkerID string    `json:"worker_id,omitempty"`
-	Error    string    `json:"error"`
-	At       time.Time `json:"at"`
-}
-
-// JobUpdate applies a worker's report to a job it holds. Repeating a report
-// that already took effect is a no-op that succeeds, since clients re-send
-// after timeouts. It returns what the report means to listeners — the job
+// JobUpdate applies a worker's report to a job it holds, as the engine's
+// rules decide (records.Rules.Report): a report that took effect before is
+// answered as it was and changes nothing, since clients re-send after
+// timeouts. It returns what the report means to listeners — the job
 // claimable again or ended, room freed where it left running — for the
 // caller to publish once it returned; also with a refusal, whose effects
-// are at most a wake-up for the waiting job the report held locked.
-func (s *Store) JobUpdate(ctx context.Context, p JobUpdateParams) (records.Effects, error) {
-	var fx, done records.Effects // done: what the transaction did, once it committed
-	var freed records.Freed
+// are at most a wake-up for the waiting job the report held locked, or
+// the job's end when the report found its cancellation asked.
+func (s *Store) JobUpdate(ctx context.Context, p records.Report) (records.Effects, error) {
 	if !storable(p.ID) {
-		return fx, records.ErrNotFound
+		return records.Effects{}, records.ErrNotFound
 	}
-	var cancelled, left bool
-	var waiting string // the queue of a waiting job the report locked
-	var snoozeLimit *records.SnoozeLimitError
+	var r reported
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		var cur struct {
-			status          string
-			snoozes         int
-			worker          *string
-			delivery        *string
-			cancelRequested bool
-			attempt, max    int
-			stepFailures    int
-			backoff         float64
-			queue, typ      string
-			requires        []string
-			errors          []errorEntry
+		r = reported{}
+		return s.applyReport(ctx, tx, p, &r)
+	})
+	return r.effects(p, err)
+}
+
+// reported is what one report's transaction found and did.
+type reported struct {
+	job     reportedJob
+	verdict records.ReportVerdict
+	// refusal is the rule's answer besides its verdict.
+	refusal error
+	// done is what the transaction did, once it committed.
+	done records.Effects
+}
+
+// reportedJob is the row of a reported job, locked.
+type reportedJob struct {
+	now          records.JobNow
+	max          int
+	stepFailures int
+	backoff      float64
+	queue, typ   string
+	requires     []string
+}
+
+func lockReportedJob(ctx context.Context, tx pgx.Tx, id string) (reportedJob, error) {
+	var j reportedJob
+	var worker, delivery *string
+	err := tx.QueryRow(ctx, `
+		SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures,
+			retry_backoff_seconds, queue, type, requires, errors
+		FROM jobs WHERE id = $1 FOR UPDATE`, id).
+		Scan(&j.now.Status, &j.now.Snoozes, &worker, &delivery, &j.now.CancelRequested, &j.now.Attempt, &j.max,
+			&j.stepFailures, &j.backoff, &j.queue, &j.typ, &j.requires, &j.now.Errors)
+	if worker != nil {
+		j.now.Worker = *worker
+	}
+	if delivery != nil {
+		j.now.Delivery = *delivery
+	}
+	return j, err
+}
+
+// applyReport locks the job, asks the rules what the report does, and does
+// it: nothing, its refusal, the job's end, or the report's status.
+func (s *Store) applyReport(ctx context.Context, tx pgx.Tx, p records.Report, r *reported) error {
+	var err error
+	if r.job, err = lockReportedJob(ctx, tx, p.ID); err != nil {
+		return err
+	}
+	if s.rules == nil {
+		return ErrNoRules
+	}
+	r.verdict, r.refusal = s.rules.Report(r.job.now, p)
+	switch r.verdict {
+	case records.ReportRefused:
+		return r.refusal
+	case records.ReportRepeated, records.ReportFindsCancelled:
+		return nil
+	case records.ReportCancels:
+		r.done.Done = []string{p.ID}
+		return finish(ctx, tx, p.ID, records.StatusCancelled, nil)
+	case records.ReportSnoozeFails:
+		if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, r.refusal.Error()); err != nil {
+			return err
 		}
-		err := tx.QueryRow(ctx, `
-			SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures, retry_backoff_seconds, queue, type, requires, errors
-			FROM jobs WHERE id = $1 FOR UPDATE`, p.ID).
-			Scan(&cur.status, &cur.snoozes, &cur.worker, &cur.delivery, &cur.cancelRequested, &cur.attempt, &cur.max, &cur.stepFailures, &cur.backoff, &cur.queue, &cur.typ, &cur.requires, &cur.errors)
+		r.done.Done = []string{p.ID}
+		return finish(ctx, tx, p.ID, records.StatusFailed, nil)
+	}
+	return s.applyStatus(ctx, tx, p, r)
+}
+
+// applyStatus applies the status of a report its job runs for.
+func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r *reported) error {
+	j := r.job
+	switch p.Status {
+	case "", records.StatusRunning:
+		// An acknowledgement or progress lost in an OS crash only means a
+		// redelivery: no need to wait for the WAL flush.
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		progress := any(nil)
+		if p.Status == "" {
+			progress = string(p.Raw)
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
+			WHERE id = $1`, p.ID, progress)
+		return err
+	case records.StatusSnoozed:
+		// Back to waiting, due later; the attempt is given back, so the
+		// next delivery has the same number. The delivery token stays
+		// until then: a re-sent snooze is recognised by it.
+		var runAt time.Time
+		if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
+			return err
+		}
+		r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+		return nil
+	case records.StatusCompleted, records.StatusCancelled:
+		r.done.Done = []string{p.ID}
+		return finish(ctx, tx, p.ID, p.Status, p.Raw)
+	case records.StatusFailed:
+		// The failure joins the error history and the retry is timed by
+		// the database's clock, like every other time of the job.
+		// Deliveries its steps' failures ended count against the steps.
+		retry, delay, err := s.nextRetry(records.Failure{Attempt: j.now.Attempt - j.stepFailures, MaxAttempts: j.max,
+			BackoffSeconds: j.backoff, Retryable: p.Retryable})
 		if err != nil {
 			return err
 		}
-		// A waiting job is never changed by a report.
-		if cur.status == records.StatusQueued {
-			waiting = cur.queue
-		}
-		freed = records.Freed{}
-		freed.Add(cur.queue, cur.typ, 1)
-		owner := ""
-		if cur.worker != nil {
-			owner = *cur.worker
-		}
-		switch {
-		case p.Status == records.StatusSnoozed && cur.status == records.StatusScheduled && cur.worker == nil && cur.snoozes > 0 &&
-			(p.Delivery != "" && cur.delivery != nil && *cur.delivery == p.Delivery || p.Delivery == "" && p.Attempt == cur.attempt+1):
-			return nil // the same snooze again: the job waits, not yet delivered again
-		case p.Delivery != "" && (cur.delivery == nil || *cur.delivery != p.Delivery) && (p.Attempt == 0 || p.Attempt == cur.attempt):
-			// A report about a delivery that is not the job's latest: the
-			// job was delivered again since, or the claim that made it
-			// was lost in a database crash. It must not touch the job.
-			return &records.StaleDeliveryError{Attempt: cur.attempt}
-		case p.Attempt > 0 && p.Attempt != cur.attempt:
-			// A report about an earlier delivery, re-sent late: it must
-			// not touch the current one. Its own outcome, if recorded, was
-			// this very report.
-			for _, e := range cur.errors {
-				if e.Attempt == p.Attempt && e.WorkerID == p.WorkerID && sameFailure(p) {
-					return nil
-				}
-			}
-			return &records.StateError{Status: fmt.Sprintf("at attempt %d, not %d", cur.attempt, p.Attempt)}
-		case records.IsTerminal(cur.status) && !p.Admin && owner != "" && owner != p.WorkerID:
-			return &records.NotOwnerError{Owner: owner}
-		case cur.status == records.StatusCancelled && p.Status == records.StatusCancelled && !cur.cancelRequested && owner != "":
-			// The holder's own cancellation, reported again (a job
-			// JOB.CANCEL ended has its request set, or no holder).
-			return nil
-		case cur.status == records.StatusCancelled:
-			cancelled = true
-			return nil
-		case records.IsTerminal(cur.status):
-			if p.Status == cur.status {
-				return nil // the same final report again
-			}
-			return &records.StateError{Status: cur.status}
-		case cur.status == records.StatusRetrying && sameFailure(p) && len(cur.errors) > 0 &&
-			cur.errors[len(cur.errors)-1].Attempt == cur.attempt && cur.errors[len(cur.errors)-1].WorkerID == p.WorkerID:
-			return nil // the same failure report again
-		case cur.status != records.StatusRunning:
-			return &records.StateError{Status: cur.status}
-		case !p.Admin && owner != p.WorkerID:
-			return &records.NotOwnerError{Owner: owner}
-		case cur.cancelRequested:
-			// The holder now knows: the job ends cancelled.
-			cancelled, left = true, true
-			done.Done = []string{p.ID}
-			return finish(ctx, tx, p.ID, records.StatusCancelled, nil)
-		}
-
-		// Past the checks, the job is running for this report: any report
-		// but an acknowledgement or progress takes it out of running. (A
-		// repeat answered above left the row as it was: nothing freed.)
-		left = p.Status != "" && p.Status != records.StatusRunning
-		switch p.Status {
-		case "", records.StatusRunning:
-			// An acknowledgement or progress lost in an OS crash only
-			// means a redelivery: no need to wait for the WAL flush.
-			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-				return err
-			}
-			progress := any(nil)
-			if p.Status == "" {
-				progress = string(p.Raw)
-			}
-			_, err = tx.Exec(ctx, `
-				UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
-				WHERE id = $1`, p.ID, progress)
+		var runAt time.Time
+		if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
 			return err
-		case records.StatusSnoozed:
-			if cur.snoozes >= p.MaxSnoozes {
-				limit := &records.SnoozeLimitError{Snoozes: cur.snoozes}
-				if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, limit.Error()); err != nil {
-					return err
-				}
-				if err := finish(ctx, tx, p.ID, records.StatusFailed, nil); err != nil {
-					return err
-				}
-				done.Done = []string{p.ID}
-				snoozeLimit = limit
-				return nil
-			}
-			// Back to waiting, due later; the attempt is given back, so the
-			// next delivery has the same number. The delivery token stays
-			// until then: a re-sent snooze is recognised by it.
-			var runAt time.Time
-			if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
-				return err
-			}
-			done.Ready = []records.ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
-			return nil
-		case records.StatusCompleted, records.StatusCancelled:
-			done.Done = []string{p.ID}
-			return finish(ctx, tx, p.ID, p.Status, p.Raw)
-		case records.StatusFailed:
-			// The failure joins the error history and the retry is timed
-			// by the database's clock, like every other time of the job.
-			// Deliveries its steps' failures ended count against the steps.
-			retry, delay, err := s.nextRetry(records.Failure{Attempt: cur.attempt - cur.stepFailures, MaxAttempts: cur.max,
-				BackoffSeconds: cur.backoff, Retryable: p.Retryable})
-			if err != nil {
-				return err
-			}
-			var runAt time.Time
-			if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
-				return err
-			}
-			if retry {
-				done.Ready = []records.ReadyNote{{Queue: cur.queue, N: 1, Requires: cur.requires, At: dueMillis(runAt)}}
-				return nil
-			}
-			done.Done = []string{p.ID}
-			return finish(ctx, tx, p.ID, records.StatusFailed, p.Raw)
 		}
-		return fmt.Errorf("unknown status %q", p.Status)
-	})
-	if waiting != "" {
+		if retry {
+			r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+			return nil
+		}
+		r.done.Done = []string{p.ID}
+		return finish(ctx, tx, p.ID, records.StatusFailed, p.Raw)
+	}
+	return fmt.Errorf("unknown status %q", p.Status)
+}
+
+// effects are what the committed report means to listeners, and its
+// answer: err when the transaction failed, else the rule's refusal, if any.
+func (r reported) effects(p records.Report, err error) (records.Effects, error) {
+	var fx records.Effects
+	if r.job.now.Status == records.StatusQueued {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
-		fx.Ready = []records.ReadyNote{{Queue: waiting, N: 1}}
+		fx.Ready = []records.ReadyNote{{Queue: r.job.queue, N: 1}}
 	}
 	if err != nil {
 		return fx, interpretError(err)
 	}
-	fx.Ready = append(fx.Ready, done.Ready...)
-	for _, id := range done.Done {
+	fx.Ready = append(fx.Ready, r.done.Ready...)
+	for _, id := range r.done.Done {
 		fx.Ended(id)
 	}
+	// Any report the job ran for takes it out of running, but an
+	// acknowledgement or progress. (A repeat left the row as it was:
+	// nothing freed.)
+	left := r.verdict == records.ReportCancels || r.verdict == records.ReportSnoozeFails ||
+		r.verdict == records.ReportApplies && p.Status != "" && p.Status != records.StatusRunning
 	if left {
-		fx.Freed, fx.Moved = freed, []string{p.ID}
+		fx.Freed.Add(r.job.queue, r.job.typ, 1)
+		fx.Moved = []string{p.ID}
 	}
-	if cancelled {
-		return fx, records.ErrJobCancelled
-	}
-	if snoozeLimit != nil {
-		return fx, snoozeLimit
-	}
-	return fx, nil
-}
-
-// sameFailure reports whether failure report p may repeat the failure that
-// ended its delivery, now that the job waits for a retry or runs again:
-// only a retryable one. A failure not retryable asked that the job never
-// run again; answering it OK would say it took effect, while the job
-// still retries.
-func sameFailure(p JobUpdateParams) bool {
-	return p.Status == records.StatusFailed && p.Retryable
+	return fx, r.refusal
 }
 
 // finish moves a job to a final status; its caller counts it Done.
@@ -241,7 +186,7 @@ func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMe
 	return err
 }
 
-// Statements of the careful path that take a job out of running.
+// Statements of the locked path that take a job out of running.
 var (
 	// recordErrorSQL adds a failure to the job's error history ($2, the
 	// message), before finish fails it.

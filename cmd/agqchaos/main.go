@@ -44,34 +44,19 @@ func main() {
 	os.Exit(run())
 }
 
+// options are the command line's.
+type options struct {
+	cfg                      chaos.Config
+	agqBin, dir              string
+	asJSON, keep, usePatroni bool
+}
+
 // run is the chaos command; it returns the exit status once everything it
 // started is stopped.
 func run() int {
-	var cfg chaos.Config
-	var faults, agqBin, dir string
-	var asJSON, keep, usePatroni bool
-	flag.IntVar(&cfg.Nodes, "nodes", 2, "agq nodes")
-	flag.IntVar(&cfg.Workers, "workers", 6, "worker processes")
-	flag.IntVar(&cfg.Producers, "producers", 4, "concurrent producers")
-	flag.IntVar(&cfg.Rate, "rate", 200, "submissions per second")
-	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected (each kind at least once)")
-	flag.DurationVar(&cfg.StuckAfter, "stuck-after", time.Minute, "afterwards, wait for the acknowledged jobs while any of them moves; call\nthose left stuck when none has moved for this long")
-	flag.StringVar(&faults, "faults", strings.Join(chaos.AllFaults, ","), "faults to cycle through")
-	flag.BoolVar(&cfg.Fsync, "fsync", true, "keep PostgreSQL's fsync on")
-	flag.BoolVar(&cfg.NoStandby, "no-standby", false, "one PostgreSQL without a standby (no failover fault)")
-	flag.BoolVar(&cfg.TLS, "tls", false, "agq nodes listen only over TLS and require client certificates; every client uses TLS")
-	flag.StringVar(&agqBin, "agq", "", "agq binary (default: built from this checkout)")
-	flag.StringVar(&dir, "dir", "", "directory for the clusters and logs (default: a temporary one, removed unless -keep)")
-	flag.BoolVar(&keep, "keep", false, "keep the directory")
-	flag.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	flag.BoolVar(&usePatroni, "patroni", false, "PostgreSQL managed by Patroni with etcd; faults default to "+strings.Join(patroni.Faults, ","))
-	flag.Parse()
-	if usePatroni && !flagSet("faults") {
-		faults = strings.Join(patroni.Faults, ",")
-	}
-	cfg.Faults = strings.Split(faults, ",")
-	cfg.Progress = os.Stderr
-
+	o := parseFlags()
+	cfg := o.cfg
+	dir := o.dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if dir == "" {
@@ -80,7 +65,7 @@ func run() int {
 			return fail(err)
 		}
 		dir = d
-		if !keep {
+		if !o.keep {
 			defer os.RemoveAll(dir)
 		}
 	}
@@ -91,21 +76,21 @@ func run() int {
 		return fail(err)
 	}
 	cfg.Dir = dir
-	if agqBin == "" {
-		agqBin = filepath.Join(dir, "agq")
-		out, err := exec.Command("go", "build", "-o", agqBin, "github.com/agq/agq/cmd/agq").CombinedOutput()
+	cfg.AgqBin = o.agqBin
+	if cfg.AgqBin == "" {
+		cfg.AgqBin = filepath.Join(dir, "agq")
+		out, err := exec.Command("go", "build", "-o", cfg.AgqBin, "github.com/agq/agq/cmd/agq").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agqchaos: building agq: %v\n%s", err, out)
 			return 2
 		}
 	}
-	cfg.AgqBin = agqBin
 	self, err := os.Executable()
 	if err != nil {
 		return fail(err)
 	}
 	cfg.WorkerCommand = []string{self, "worker"}
-	if usePatroni {
+	if o.usePatroni {
 		db, err := startPatroni(ctx, dir, cfg.Fsync)
 		if db != nil {
 			defer db.Close()
@@ -115,8 +100,42 @@ func run() int {
 		}
 		cfg.Database = db
 	}
-
 	rep, err := chaos.Run(ctx, cfg)
+	return report(rep, err, dir, o.asJSON)
+}
+
+// parseFlags reads the command line.
+func parseFlags() options {
+	var o options
+	cfg := &o.cfg
+	var faults string
+	flag.IntVar(&cfg.Nodes, "nodes", 2, "agq nodes")
+	flag.IntVar(&cfg.Workers, "workers", 6, "worker processes")
+	flag.IntVar(&cfg.Producers, "producers", 4, "concurrent producers")
+	flag.IntVar(&cfg.Rate, "rate", 200, "submissions per second")
+	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected (each kind at least once)")
+	flag.DurationVar(&cfg.StuckAfter, "stuck-after", time.Minute, "afterwards, wait for the acknowledged jobs while any of them moves; call\nthose left stuck when none has moved for this long")
+	flag.StringVar(&faults, "faults", strings.Join(chaos.AllFaults, ","), "faults to cycle through")
+	flag.BoolVar(&cfg.Fsync, "fsync", true, "keep PostgreSQL's fsync on")
+	flag.BoolVar(&cfg.NoStandby, "no-standby", false, "one PostgreSQL without a standby (no failover fault)")
+	flag.BoolVar(&cfg.TLS, "tls", false, "agq nodes listen only over TLS and require client certificates; every client uses TLS")
+	flag.StringVar(&o.agqBin, "agq", "", "agq binary (default: built from this checkout)")
+	flag.StringVar(&o.dir, "dir", "", "directory for the clusters and logs (default: a temporary one, removed unless -keep)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the directory")
+	flag.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	flag.BoolVar(&o.usePatroni, "patroni", false, "PostgreSQL managed by Patroni with etcd; faults default to "+strings.Join(patroni.Faults, ","))
+	flag.Parse()
+	if o.usePatroni && !flagSet("faults") {
+		faults = strings.Join(patroni.Faults, ",")
+	}
+	cfg.Faults = strings.Split(faults, ",")
+	cfg.Progress = os.Stderr
+	return o
+}
+
+// report prints the run's report and turns its outcome into the exit
+// status: 2 when the run failed, 1 when it lost or stuck a job.
+func report(rep *chaos.Report, err error, dir string, asJSON bool) int {
 	if rep != nil {
 		if asJSON {
 			json.NewEncoder(os.Stdout).Encode(rep)

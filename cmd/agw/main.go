@@ -50,23 +50,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err := protectSecrets(); err != nil {
 		log.Warn().Err(err).Msg("could not make agw's memory unreadable to its own jobs")
 	}
-
-	tools, missing, err := pipeline.ResolveTools(s.Tools, nil)
-	if err != nil {
-		log.Error().Err(err).Msg("tools")
+	tools, ok := offeredTools(s, log)
+	if !ok {
 		return 2
-	}
-	if len(missing) > 0 {
-		log.Warn().Strs("tools", missing).Msg("AGW_TOOLS names tools not found on PATH; they are not offered")
-	}
-	if tools.Len() == 0 {
-		log.Error().Msg("no tool to offer: none of the tools was found on PATH")
-		return 2
-	}
-	for _, t := range tools.Names() {
-		if pipeline.RunsPrograms(t) {
-			log.Warn().Str("tool", t).Msg("offering a tool that runs other programs: job submitters can run anything agw's user can")
-		}
 	}
 	if os.Geteuid() == 0 {
 		log.Warn().Msg("agw runs as root, and so will every job's tools; run it as an unprivileged user")
@@ -82,14 +68,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		log.Error().Err(err).Msg("tracing")
 		return 2
 	}
-	defer func() {
-		// The last jobs' spans leave before agw does.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(ctx); err != nil {
-			log.Warn().Err(err).Msg("exporting the last spans")
-		}
-	}()
+	defer flushSpans(stopTracing, log)
 	w, err := worker.New(worker.Config{
 		Addr:            s.Addr,
 		TLS:             tlsConf,
@@ -110,9 +89,53 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stopSignals := onSignals(log, cancel, w)
+	defer stopSignals()
+	if err := w.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("agw stopped")
+		return 1
+	}
+	return 0
+}
+
+// offeredTools finds the configured tools on PATH and warns about what is
+// offered; ok is false, the reason logged, when there is nothing to offer.
+func offeredTools(s settings, log zerolog.Logger) (_ *pipeline.Toolset, ok bool) {
+	tools, missing, err := pipeline.ResolveTools(s.Tools, nil)
+	if err != nil {
+		log.Error().Err(err).Msg("tools")
+		return nil, false
+	}
+	if len(missing) > 0 {
+		log.Warn().Strs("tools", missing).Msg("AGW_TOOLS names tools not found on PATH; they are not offered")
+	}
+	if tools.Len() == 0 {
+		log.Error().Msg("no tool to offer: none of the tools was found on PATH")
+		return nil, false
+	}
+	for _, t := range tools.Names() {
+		if pipeline.RunsPrograms(t) {
+			log.Warn().Str("tool", t).Msg("offering a tool that runs other programs: job submitters can run anything agw's user can")
+		}
+	}
+	return tools, true
+}
+
+// flushSpans exports the last jobs' spans before agw exits.
+func flushSpans(stopTracing func(context.Context) error, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stopTracing(ctx); err != nil {
+		log.Warn().Err(err).Msg("exporting the last spans")
+	}
+}
+
+// onSignals drains on the first SIGTERM or SIGINT (cancel stops taking
+// jobs) and cancels the running jobs on the second. The returned func
+// stops listening.
+func onSignals(log zerolog.Logger, cancel context.CancelFunc, w *worker.Worker) (stop func()) {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(signals)
 	go func() {
 		sig := <-signals
 		log.Info().Str("signal", sig.String()).Msg("signal received: draining")
@@ -121,12 +144,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		log.Warn().Str("signal", sig.String()).Msg("second signal: cancelling running jobs now")
 		w.ForceStop()
 	}()
-
-	if err := w.Run(ctx); err != nil {
-		log.Error().Err(err).Msg("agw stopped")
-		return 1
-	}
-	return 0
+	return func() { signal.Stop(signals) }
 }
 
 func newLogger(s settings, out io.Writer) (zerolog.Logger, error) {

@@ -15,16 +15,18 @@ type Engine interface {
 	Reads
 
 	// Jobs.
-	Submit(ctx context.Context, job records.NewJob) (records.SubmitResult, error)
+	NewJob(spec records.JobSpec, defaultQueue string) (records.NewJob, error)
 	SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error)
-	SubmitLater(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error))
+	// Submit, Report and StepComplete join their groups at once and
+	// answer how to await their outcomes, so that a pipeline of them
+	// shares commits.
+	Submit(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error))
 	Push(ctx context.Context, queue string, jobs []records.NewJob) (int64, error)
 	PushDepths(ctx context.Context, queue string, pushes []records.Pushed) ([]int64, error)
 	Claim(ctx context.Context, w records.Worker, queues []string, limit int) (string, []records.Job, error)
 	PopWaiting(ctx context.Context, w records.Worker, refresh func() (records.Worker, error), queues []string, limit int, wait Wait) (string, []records.Job, error)
 	WaitJob(ctx context.Context, id string, wait JobWait) (records.Job, bool, error)
-	Report(ctx context.Context, p records.Report) error
-	ReportLater(p records.Report) (wait func(context.Context) error, ok bool)
+	Report(p records.Report) (wait func(context.Context) error)
 	CancelJob(ctx context.Context, id string) error
 	RetryJob(ctx context.Context, id string) error
 	AppendLog(ctx context.Context, id, worker, channel string, line []byte) error
@@ -32,8 +34,7 @@ type Engine interface {
 
 	// Steps.
 	StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error)
-	StepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) error
-	StepCompleteLater(p records.StepParams, output json.RawMessage) (wait func(context.Context) error)
+	StepComplete(p records.StepParams, output json.RawMessage) (wait func(context.Context) error)
 	StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error)
 	StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error)
 	JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error)

@@ -116,14 +116,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.say = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "chaos %5.1fs: %s\n", time.Since(r.started).Seconds(), fmt.Sprintf(format, args...))
 	}
-	settings := map[string]string{
-		"synchronous_commit":          "on",
-		"wal_retrieve_retry_interval": "200ms",
-		"max_connections":             "300",
-	}
-	if !cfg.Fsync {
-		settings["fsync"], settings["full_page_writes"] = "off", "off"
-	}
 	if cfg.Database != nil {
 		r.url = cfg.Database.URL()
 	} else {
@@ -132,7 +124,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		defer pgLog.Close()
-		db, err := startDatabase(ctx, cfg.Dir, settings, !cfg.NoStandby, zerolog.New(pgLog))
+		db, err := startDatabase(ctx, cfg.Dir, postgresSettings(cfg), !cfg.NoStandby, zerolog.New(pgLog))
 		if db != nil {
 			defer db.close()
 		}
@@ -143,11 +135,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.say("PostgreSQL ready (%s)", r.url)
 	if cfg.TLS {
-		var err error
-		if r.tlsFiles, err = makeTLSFiles(cfg.Dir); err != nil {
-			return nil, fmt.Errorf("making TLS certificates: %w", err)
-		}
-		if r.tlsConf, err = clientTLS(r.tlsFiles.CA, r.tlsFiles.ClientCert, r.tlsFiles.ClientKey); err != nil {
+		if err := r.makeTLS(); err != nil {
 			return nil, err
 		}
 	}
@@ -161,17 +149,49 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{TLS: cfg.TLS, SubmitRate: cfg.Rate, WorkerCapacity: float64(cfg.Workers) * float64(time.Second) / float64(workTime), StuckAfter: cfg.StuckAfter}
 	r.say("%d workers can take at most %.0f jobs/s (each runs one job at a time, %s each); submitting %d/s",
 		cfg.Workers, rep.WorkerCapacity, workTime, cfg.Rate)
+	r.submitUnderFaults(ctx, rep)
+	return r.settle(ctx, rep)
+}
+
+// postgresSettings are the settings of the cluster a run starts itself.
+func postgresSettings(cfg Config) map[string]string {
+	settings := map[string]string{
+		"synchronous_commit":          "on",
+		"wal_retrieve_retry_interval": "200ms",
+		"max_connections":             "300",
+	}
+	if !cfg.Fsync {
+		settings["fsync"], settings["full_page_writes"] = "off", "off"
+	}
+	return settings
+}
+
+// makeTLS writes the run's certificates and builds the clients' TLS config.
+func (r *run) makeTLS() (err error) {
+	if r.tlsFiles, err = makeTLSFiles(r.cfg.Dir); err != nil {
+		return fmt.Errorf("making TLS certificates: %w", err)
+	}
+	if r.tlsConf, err = clientTLS(r.tlsFiles.CA, r.tlsFiles.ClientCert, r.tlsFiles.ClientKey); err != nil {
+		return err
+	}
+	return nil
+}
+
+// submitUnderFaults runs the producers and probes while it injects the
+// faults, each kind at least once and for at least cfg.Duration, then stops
+// them.
+func (r *run) submitUnderFaults(ctx context.Context, rep *Report) {
 	workersUp := time.Now()
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	producers := r.startProducers(prodCtx)
 	probes := r.startProbes(prodCtx)
 
-	faults := cfg.Faults
+	faults := r.cfg.Faults
 	if len(faults) == 0 {
 		faults = AllFaults
 	}
 	time.Sleep(2 * time.Second) // steady flow before the first fault
-	for i := 0; ctx.Err() == nil && (i < len(faults) || time.Since(r.started) < cfg.Duration); i++ {
+	for i := 0; ctx.Err() == nil && (i < len(faults) || time.Since(r.started) < r.cfg.Duration); i++ {
 		rep.Faults = append(rep.Faults, r.inject(ctx, faults[i%len(faults)], i))
 		time.Sleep(time.Second)
 	}
@@ -181,7 +201,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.CompletionRate = float64(r.ledger.completions()) / time.Since(workersUp).Seconds()
 	r.say("producers stopped; %d submissions acknowledged; workers completed %.0f jobs/s meanwhile; waiting for the rest to finish",
 		len(r.ledger.ackedIDs()), rep.CompletionRate)
+}
 
+// settle waits for the acknowledged jobs to finish, stops the workers and
+// checks the database against what the clients were told.
+func (r *run) settle(ctx context.Context, rep *Report) (*Report, error) {
 	conn, err := r.connectPrimary(ctx)
 	if err != nil {
 		return rep, err

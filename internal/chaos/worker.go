@@ -35,92 +35,122 @@ type WorkerConfig struct {
 //	done <job> <delivery> refused <why>  the server refused it
 //	err <what> <error>                   a client-side error
 func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) {
-	var mu sync.Mutex
-	say := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(out, format+"\n", args...)
-	}
+	w := &chaosWorker{ctx: ctx, cfg: cfg, out: out}
 	tlsConf, err := clientTLS(cfg.TLSCACertFile, cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
-		say("err tls %s", oneLine(err))
+		w.say("err tls %s", oneLine(err))
 		return
 	}
-	c := redis.NewClient(&redis.Options{
+	w.c = redis.NewClient(&redis.Options{
 		Addr: cfg.Addr, Username: cfg.ID, Password: cfg.Key, MaxRetries: -1, PoolSize: 4, TLSConfig: tlsConf,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
 	})
-	defer c.Close()
-	reg := fmt.Sprintf(`{"worker_id":%q,"hostname":"chaos","agw_version":"0.0.0","capabilities":{"tools":["chaos"]}}`, cfg.ID)
-	var registered sync.Mutex // held while (re-)registering
-	register := func() {
-		registered.Lock()
-		defer registered.Unlock()
-		for wait := time.Duration(0); sleep(ctx, wait); wait = backoff(wait) {
-			err := c.Do(ctx, "WORKER.REGISTER", reg).Err()
-			if err == nil {
-				return
+	defer w.c.Close()
+	w.register()
+	go w.heartbeat()
+	w.work()
+}
+
+// chaosWorker is one RunWorker: its client and what its goroutines share.
+type chaosWorker struct {
+	ctx context.Context
+	cfg WorkerConfig
+	c   *redis.Client
+
+	outMu sync.Mutex // one event line at a time
+	out   io.Writer
+
+	registering sync.Mutex // held while (re-)registering
+}
+
+// chaosJob is the part of a delivery the worker reports against.
+type chaosJob struct {
+	JobID    string `json:"job_id"`
+	Attempt  int    `json:"attempt"`
+	Delivery string `json:"delivery"`
+}
+
+func (w *chaosWorker) say(format string, args ...any) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	fmt.Fprintf(w.out, format+"\n", args...)
+}
+
+// register registers the worker, retrying until it is accepted or ctx ends.
+func (w *chaosWorker) register() {
+	w.registering.Lock()
+	defer w.registering.Unlock()
+	reg := fmt.Sprintf(`{"worker_id":%q,"hostname":"chaos","agw_version":"0.0.0","capabilities":{"tools":["chaos"]}}`, w.cfg.ID)
+	for wait := time.Duration(0); sleep(w.ctx, wait); wait = backoff(wait) {
+		err := w.c.Do(w.ctx, "WORKER.REGISTER", reg).Err()
+		if err == nil {
+			return
+		}
+		w.say("err register %s", oneLine(err))
+	}
+}
+
+// heartbeat beats until ctx ends, registering again when the server has
+// forgotten the worker.
+func (w *chaosWorker) heartbeat() {
+	for sleep(w.ctx, w.cfg.Heartbeat) {
+		err := w.c.Do(w.ctx, "WORKER.HEARTBEAT", w.cfg.ID).Err()
+		if err != nil {
+			w.say("err heartbeat %s", oneLine(err))
+			if strings.Contains(err.Error(), "not registered") {
+				w.register()
 			}
-			say("err register %s", oneLine(err))
 		}
 	}
-	register()
-	go func() {
-		for sleep(ctx, cfg.Heartbeat) {
-			err := c.Do(ctx, "WORKER.HEARTBEAT", cfg.ID).Err()
-			if err != nil {
-				say("err heartbeat %s", oneLine(err))
-				if strings.Contains(err.Error(), "not registered") {
-					register()
-				}
-			}
-		}
-	}()
-	for wait := time.Duration(0); sleep(ctx, wait); {
-		res, err := c.BRPop(ctx, time.Second, "queue:"+cfg.Queue).Result()
+}
+
+// work pops and runs jobs one at a time until ctx ends.
+func (w *chaosWorker) work() {
+	for wait := time.Duration(0); sleep(w.ctx, wait); {
+		res, err := w.c.BRPop(w.ctx, time.Second, "queue:"+w.cfg.Queue).Result()
 		if errors.Is(err, redis.Nil) {
 			wait = 0
 			continue
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if w.ctx.Err() != nil {
 				return
 			}
-			say("err pop %s", oneLine(err))
+			w.say("err pop %s", oneLine(err))
 			if strings.Contains(err.Error(), "register") || strings.Contains(err.Error(), "not active") {
-				register()
+				w.register()
 			}
 			wait = backoff(wait)
 			continue
 		}
 		wait = 0
-		var job struct {
-			JobID    string `json:"job_id"`
-			Attempt  int    `json:"attempt"`
-			Delivery string `json:"delivery"`
-		}
+		var job chaosJob
 		if err := json.Unmarshal([]byte(res[1]), &job); err != nil || job.JobID == "" || job.Delivery == "" {
-			say("err delivery %q", res[1])
+			w.say("err delivery %q", res[1])
 			continue
 		}
-		say("exec %s %d %s", job.JobID, job.Attempt, job.Delivery)
-		time.Sleep(cfg.Work)
-		doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, job.Attempt, job.Delivery)
-		// The same final report is re-sent until answered: twice is once.
-	report:
-		for wait := time.Duration(0); sleep(ctx, wait); wait = backoff(wait) {
-			err := c.Do(ctx, "JOB.UPDATE", job.JobID, doc).Err()
-			var refused redis.Error
-			switch {
-			case err == nil:
-				say("done %s %s ok", job.JobID, job.Delivery)
-				break report
-			case errors.As(err, &refused) && !strings.HasPrefix(err.Error(), "TRYAGAIN"):
-				say("done %s %s refused %s", job.JobID, job.Delivery, oneLine(err))
-				break report
-			}
-			say("err update %s", oneLine(err))
+		w.say("exec %s %d %s", job.JobID, job.Attempt, job.Delivery)
+		time.Sleep(w.cfg.Work)
+		w.complete(job)
+	}
+}
+
+// complete reports job completed until the server accepts or refuses it.
+// The same final report is re-sent until answered: twice is once.
+func (w *chaosWorker) complete(job chaosJob) {
+	doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, job.Attempt, job.Delivery)
+	for wait := time.Duration(0); sleep(w.ctx, wait); wait = backoff(wait) {
+		err := w.c.Do(w.ctx, "JOB.UPDATE", job.JobID, doc).Err()
+		var refused redis.Error
+		switch {
+		case err == nil:
+			w.say("done %s %s ok", job.JobID, job.Delivery)
+			return
+		case errors.As(err, &refused) && !strings.HasPrefix(err.Error(), "TRYAGAIN"):
+			w.say("done %s %s refused %s", job.JobID, job.Delivery, oneLine(err))
+			return
 		}
+		w.say("err update %s", oneLine(err))
 	}
 }
 

@@ -189,7 +189,7 @@ func Migrate(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
 	return nil
 }
 
-// Start brings a node up: database, migrations, keys, listeners, services.
+// Start brings a node up: database, migrations, keys, services, listeners.
 func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node, err error) {
 	host, _ := os.Hostname()
 	n := &Node{
@@ -198,6 +198,7 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		registry: prometheus.NewRegistry(),
 	}
 	n.log = log.With().Str("node", n.ID).Logger()
+	// Close undoes whichever steps below got done.
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -205,55 +206,94 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	}()
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	db, err := openDatabase(ctx, cfg, n.log)
+	if err := n.openStore(ctx); err != nil {
+		return nil, err
+	}
+	keys, written, err := n.loadKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
+	n.buildEngine(keys)
+	if err := n.startServices(); err != nil {
+		return nil, err
+	}
+	if err := n.listenRESP(); err != nil {
+		return nil, err
+	}
+	if err := n.listenHTTP(ctx, keys); err != nil {
+		return nil, err
+	}
+	n.logReady(written)
+	return n, nil
+}
+
+// openStore opens the database, the tracer and the pool, and brings the
+// schema up to date.
+func (n *Node) openStore(ctx context.Context) error {
+	db, err := openDatabase(ctx, n.cfg, n.log)
+	if err != nil {
+		return err
+	}
 	n.cluster, n.directURL = db.cluster, db.direct
 	if n.tracer, err = tracing.New(ctx, "agq"); err != nil {
-		return nil, err
+		return err
 	}
 	if n.tracer != nil {
 		n.log.Info().Msg("tracing: exporting spans over OTLP as the OTEL_* variables say")
 	}
-	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Retry: engine.RetryPolicy{},
+	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Rules: engine.Decisions{},
 		Recovered: engine.RecoveryTracer(n.tracer)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if db.pooled {
-		mode := n.store.Pool.Config().ConnConfig.DefaultQueryExecMode
-		ev := n.log.Info()
-		if mode == pgx.QueryExecModeCacheStatement {
-			ev = n.log.Warn().Str("needs", "PgBouncer 1.21 or newer with max_prepared_statements set")
-		}
-		ev.Str("exec_mode", mode.String()).Msg("the database URL leads to a connection pooler; LISTEN, the leader's lock and migrations use the direct URL")
+		n.logPooler()
 	}
 	applied, err := migrate(ctx, db, n.store)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(applied) > 0 {
 		n.log.Info().Ints("versions", applied).Msg("migrations applied")
 	}
+	return nil
+}
 
-	keys, err := keyring.New(n.store, staticKeys(cfg), map[string]string{})
-	if err != nil {
-		return nil, err
+// logPooler says how statements go through the pooler, warning when that
+// needs a PgBouncer recent enough to keep prepared statements.
+func (n *Node) logPooler() {
+	mode := n.store.Pool.Config().ConnConfig.DefaultQueryExecMode
+	ev := n.log.Info()
+	if mode == pgx.QueryExecModeCacheStatement {
+		ev = n.log.Warn().Str("needs", "PgBouncer 1.21 or newer with max_prepared_statements set")
 	}
-	written, err := keys.EnsureAdmin(ctx, cfg.DataDir)
+	ev.Str("exec_mode", mode.String()).Msg("the database URL leads to a connection pooler; LISTEN, the leader's lock and migrations use the direct URL")
+}
+
+// loadKeys builds the keyring and makes sure an admin can sign in, minting
+// a key when none is configured; written is the file it went to, if any.
+func (n *Node) loadKeys(ctx context.Context) (keys *keyring.Keyring, written string, err error) {
+	keys, err = keyring.New(n.store, staticKeys(n.cfg), map[string]string{})
+	if err != nil {
+		return nil, "", err
+	}
+	written, err = keys.EnsureAdmin(ctx, n.cfg.DataDir)
 	if errors.Is(err, auth.ErrNoAdmin) {
 		// Workers and producers can still work; say loudly why nobody can administer.
 		n.log.Warn().Err(err).Msg("no admin can connect")
 	} else if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if written != "" {
 		n.log.Warn().Str("path", written).Msg("no admin key was configured: minted one and wrote it to this file (mode 0600)")
 	}
+	return keys, written, nil
+}
 
-	bg, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+// buildEngine builds the wake-up hub, the engine and the RESP command
+// server on the open store.
+func (n *Node) buildEngine(keys *keyring.Keyring) {
+	cfg := n.cfg
 	n.hub = wakeup.New(wakeup.Config{
 		Dial:   listen.Dialer(n.directURL),
 		NodeID: n.ID,
@@ -264,6 +304,8 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		AckTimeout:        cfg.AckTimeout,
 		MaxSnoozes:        cfg.MaxSnoozes,
+		MaxAttempts:       cfg.MaxAttempts,
+		JobTimeout:        cfg.JobTimeout,
 		MaxParentResults:  cfg.MaxPayload,
 		Logger:            n.log,
 		Registerer:        n.registry,
@@ -271,73 +313,90 @@ func Start(ctx context.Context, cfg config.Config, log zerolog.Logger) (_ *Node,
 	}, n.store, n.hub)
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,
-		JobTimeout:                   cfg.JobTimeout,
 		MaxPayload:                   cfg.MaxPayload,
 		Limits:                       inputLimits(cfg),
-		MaxAttempts:                  cfg.MaxAttempts,
 		MaxClients:                   cfg.MaxClients,
 		MaxUnauthenticated:           cfg.MaxUnauth,
 		MaxUnauthenticatedPerAddress: cfg.MaxUnauthPerAddr,
 		AuthTimeout:                  cfg.AuthTimeout,
 		IsLeader:                     n.IsLeader,
 	}, n.engine, keys, n.hub, n.log, n.registry)
+}
+
+// startServices starts the background services on a context of their own,
+// which Close cancels: the caller's ctx only bounds startup.
+func (n *Node) startServices() error {
+	bg, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
 	if err := n.newElector(bg); err != nil {
-		return nil, err
+		return err
 	}
 	n.services = []service.Service{n.hub, n.elector}
-	if err := service.StartAll(bg, n.services...); err != nil {
-		return nil, err
-	}
+	return service.StartAll(bg, n.services...)
+}
 
+// listenRESP loads the TLS certificates, if any, and serves RESP on the
+// plain and TLS listeners that are configured.
+func (n *Node) listenRESP() (err error) {
+	cfg := n.cfg
 	if cfg.TLSCertFile != "" {
 		if n.certs, err = newCertificates(cfg); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if cfg.Listen != "" {
 		if n.respLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 		}
 		n.serveRESP(n.respLn)
 	}
 	if cfg.TLSListen != "" {
 		raw, err := net.Listen("tcp", cfg.TLSListen)
 		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", cfg.TLSListen, err)
+			return fmt.Errorf("listening on %s: %w", cfg.TLSListen, err)
 		}
 		n.tlsLn = tls.NewListener(raw, n.certs.serverConfig())
 		n.serveRESP(n.tlsLn)
 	}
+	return nil
+}
 
-	if cfg.HTTPListen != "" {
-		if n.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPListen, err)
-		}
-		handler, err := n.httpHandler(ctx, keys)
-		if err != nil {
-			return nil, err
-		}
-		n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog: stdlog.New(debugWriter{n.log.With().Str("component", "http").Logger()}, "", 0)}
-		serve := func() error { return n.httpSrv.Serve(n.httpLn) }
-		if n.certs != nil {
-			n.httpSrv.TLSConfig = n.certs.httpConfig()
-			serve = func() error { return n.httpSrv.ServeTLS(n.httpLn, "", "") }
-		}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.log.Error().Err(err).Msg("HTTP server stopped")
-			}
-		}()
+// listenHTTP serves the side port, over TLS when there is a certificate.
+func (n *Node) listenHTTP(ctx context.Context, keys auth.Keys) (err error) {
+	if n.cfg.HTTPListen == "" {
+		return nil
 	}
+	if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPListen); err != nil {
+		return fmt.Errorf("listening on %s: %w", n.cfg.HTTPListen, err)
+	}
+	handler, err := n.httpHandler(ctx, keys)
+	if err != nil {
+		return err
+	}
+	n.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: stdlog.New(debugWriter{n.log.With().Str("component", "http").Logger()}, "", 0)}
+	serve := func() error { return n.httpSrv.Serve(n.httpLn) }
+	if n.certs != nil {
+		n.httpSrv.TLSConfig = n.certs.httpConfig()
+		serve = func() error { return n.httpSrv.ServeTLS(n.httpLn, "", "") }
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error().Err(err).Msg("HTTP server stopped")
+		}
+	}()
+	return nil
+}
+
+// logReady says where the node listens and where an admin finds a key.
+func (n *Node) logReady(written string) {
 	ready := n.log.Info().Str("listen", n.RESPAddr()).Str("tls_listen", n.TLSAddr()).Str("http", n.HTTPAddr()).Bool("https", n.certs != nil)
-	if url := dashboardURL(n.HTTPAddr(), n.certs != nil, cfg); url != "" {
+	if url := dashboardURL(n.HTTPAddr(), n.certs != nil, n.cfg); url != "" {
 		ready = ready.Str("dashboard", url)
 	}
-	ready.Str("admin_key", adminKeyWhere(cfg, written)).Msg("agq ready")
-	return n, nil
+	ready.Str("admin_key", adminKeyWhere(n.cfg, written)).Msg("agq ready")
 }
 
 // serveRESP serves ln with the RESP server until Close.

@@ -77,7 +77,21 @@ func TestCluster(t *testing.T) {
 		requireEqual(t, err.Error(), want)
 
 		requireNoError(t, first.Close())
-		openCluster(t, dataDir)
+		// A process the parallel subtests fork holds a copy of the lock
+		// file's descriptor until it runs its program: the lock is free
+		// once that moment passed.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := Open(Config{DataDir: dataDir, Settings: testSettings, Logger: testLogger(t)})
+			if err == nil {
+				requireNoError(t, c.Close())
+				break
+			}
+			if !errors.Is(err, ErrDataDirInUse) || time.Now().After(deadline) {
+				t.Fatalf("opening the data dir after its cluster closed: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	})
 
 	t.Run("RecoversFromStalePostmasterPid", func(t *testing.T) {

@@ -35,11 +35,9 @@ type PgBouncer struct {
 // It runs as the cluster's user, which alone can reach the cluster's socket
 // (and PgBouncer refuses to run as root).
 func (c *Cluster) StartPgBouncer(ctx context.Context, addr string) (_ *PgBouncer, err error) {
-	bin := pgbouncerPath
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("pgbouncer"); err != nil {
-			return nil, fmt.Errorf("PgBouncer not found (Debian/Ubuntu: apt-get install -y pgbouncer): %w", err)
-		}
+	bin, err := findPgBouncer()
+	if err != nil {
+		return nil, err
 	}
 	host, listenPort, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -50,13 +48,40 @@ func (c *Cluster) StartPgBouncer(ctx context.Context, addr string) (_ *PgBouncer
 		return nil, err
 	}
 	b := &PgBouncer{Addr: addr, dir: dir, exited: make(chan struct{})}
+	// Close stops the process, if it started, and removes dir.
 	defer func() {
 		if err != nil {
 			b.Close()
 		}
 	}()
-	if err := os.Chmod(dir, 0o755); err != nil { // readable by the cluster's user
+	if err := c.writePgBouncerConfig(dir, host, listenPort); err != nil {
 		return nil, err
+	}
+	if err := b.start(bin, c.runAs.credential()); err != nil {
+		return nil, err
+	}
+	if err := b.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// findPgBouncer is the path of the pgbouncer binary.
+func findPgBouncer() (string, error) {
+	bin := pgbouncerPath
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("pgbouncer"); err != nil {
+			return "", fmt.Errorf("PgBouncer not found (Debian/Ubuntu: apt-get install -y pgbouncer): %w", err)
+		}
+	}
+	return bin, nil
+}
+
+// writePgBouncerConfig writes pgbouncer.ini and its user list to dir: every
+// database of c, reached over its socket, offered on host:listenPort.
+func (c *Cluster) writePgBouncerConfig(dir, host, listenPort string) error {
+	if err := os.Chmod(dir, 0o755); err != nil { // readable by the cluster's user
+		return err
 	}
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%d user=%s
@@ -76,18 +101,24 @@ stats_period = 1
 	files := map[string]string{"pgbouncer.ini": ini, "userlist.txt": fmt.Sprintf("%q \"\"\n", superuser)}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// start runs bin as cred with its output in the log file; b.exited closes
+// when the process ends (or never started).
+func (b *PgBouncer) start(bin string, cred *syscall.Credential) error {
 	logFile, err := os.Create(b.logPath())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// It goes with us, however we end.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: c.runAs.credential()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 	started := make(chan error, 1)
 	go func() {
 		// Pdeathsig fires when the thread that started the child exits:
@@ -104,18 +135,24 @@ stats_period = 1
 	}()
 	if err := <-started; err != nil {
 		close(b.exited)
-		return nil, fmt.Errorf("starting PgBouncer: %w", err)
+		return fmt.Errorf("starting PgBouncer: %w", err)
 	}
+	return nil
+}
+
+// waitReady polls PgBouncer's admin console until it answers, it exits or
+// ctx ends.
+func (b *PgBouncer) waitReady(ctx context.Context) error {
 	for {
 		_, err := b.Show(ctx, "VERSION")
 		if err == nil {
-			return b, nil
+			return nil
 		}
 		select {
 		case <-b.exited:
-			return nil, fmt.Errorf("PgBouncer exited: %s", b.Log())
+			return fmt.Errorf("PgBouncer exited: %s", b.Log())
 		case <-ctx.Done():
-			return nil, fmt.Errorf("PgBouncer did not answer: %w", err)
+			return fmt.Errorf("PgBouncer did not answer: %w", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

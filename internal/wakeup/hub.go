@@ -63,7 +63,7 @@ type Hub struct {
 	outMu    sync.Mutex
 	outReady []records.ReadyNote
 	outDone  []string
-	outFreed records.Freed
+	outFreed records.Room
 	outMsgs  []Message
 	// outInterest asks the next notice to say what this node's subscribers
 	// listen to;

@@ -89,9 +89,9 @@ func TestWakeUps(t *testing.T) {
 		// Node a finished jobs of many types; node b holds a pop that
 		// type-77's cap held back, and hears of it through a's notices.
 		a := New(Config{NodeID: "a"})
-		var asked []records.Freed
+		var asked []records.Room
 		b := New(Config{NodeID: "b"})
-		Listen(b, Freed, func(f records.Freed) {
+		Listen(b, RoomFreed, func(f records.Room) {
 			asked = append(asked, f)
 			if n := f.Types["type-77"]; n > 0 {
 				b.Wake(records.ReadyNote{Queue: "held", N: n})
@@ -99,7 +99,7 @@ func TestWakeUps(t *testing.T) {
 		})
 		w := b.NewWaiter([]string{"held"}, nil, nil)
 		defer w.Close()
-		var freed records.Freed
+		var freed records.Room
 		for i := range 2000 {
 			freed.Add("q", fmt.Sprintf("type-%d", i), 1)
 		}

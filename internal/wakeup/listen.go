@@ -137,9 +137,9 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 			if m.ID != "" {
 				// A job left running (the watchdog, a worker's
 				// registration): room for the pops limits held back.
-				var f records.Freed
+				var f records.Room
 				f.Add(m.Queue, m.Type, 1)
-				emit(h, Freed, f)
+				emit(h, RoomFreed, f)
 			}
 			if h.subscribed() {
 				emit(h, Moved, m)

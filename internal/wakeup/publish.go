@@ -16,7 +16,7 @@ type event struct {
 	Ready []records.ReadyNote `json:"r,omitempty"`
 	Done  []string            `json:"d,omitempty"`
 	// Freed counts the jobs that left running, for pops limits held.
-	Freed *records.Freed `json:"x,omitempty"`
+	Freed *records.Room `json:"x,omitempty"`
 	// Msgs are pub/sub messages; Interest says the sender has subscribers,
 	// and Narrow that none of them follows a job's status or a queue's
 	// events (a node that does not know Narrow sends them all the same).
@@ -52,14 +52,14 @@ func (h *Hub) Publish(ready []records.ReadyNote, done []string) {
 	}
 }
 
-// Free tells every node's pops held back by a queue's or a type's limits
+// PublishRoom tells every node's pops held back by a queue's or a type's limits
 // that jobs left running: this node's at once, the others' with the next
 // notice. Call it after the commit returned.
-func (h *Hub) Free(f records.Freed) {
-	if f.Empty() || !listened(h, Freed) {
+func (h *Hub) PublishRoom(f records.Room) {
+	if f.Empty() || !listened(h, RoomFreed) {
 		return
 	}
-	emit(h, Freed, f)
+	emit(h, RoomFreed, f)
 	if h.cfg.Send == nil {
 		return
 	}
@@ -86,7 +86,7 @@ func (h *Hub) sendLoop(ctx context.Context) {
 		}
 		h.outMu.Lock()
 		ready, done, freed, msgs, interested := h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest
-		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, records.Freed{}, nil, NoInterest
+		h.outReady, h.outDone, h.outFreed, h.outMsgs, h.outInterest = nil, nil, records.Room{}, nil, NoInterest
 		// Awaiting the echo before sending: it may come back before Send
 		// returns.
 		h.interestEcho = append(h.interestEcho, h.interestSent...)
@@ -143,7 +143,7 @@ func coalesce(notes []records.ReadyNote) []records.ReadyNote {
 // eventPayloads splits notes, ids, freed counts and messages into events
 // that each fit in one NOTIFY payload; the first says whether this node has
 // subscribers.
-func (h *Hub) eventPayloads(ready []records.ReadyNote, done []string, freed records.Freed, msgs []Message, interested Interest) []string {
+func (h *Hub) eventPayloads(ready []records.ReadyNote, done []string, freed records.Room, msgs []Message, interested Interest) []string {
 	var out []string
 	cur := event{From: h.cfg.NodeID, Interest: interested > NoInterest, Narrow: interested == SomeInterest}
 	size := 0
@@ -181,7 +181,7 @@ func (h *Hub) eventPayloads(ready []records.ReadyNote, done []string, freed reco
 			flush()
 		}
 		if cur.Freed == nil {
-			cur.Freed = &records.Freed{}
+			cur.Freed = &records.Room{}
 		}
 		cur.Freed.Add(queue, typ, n)
 		size += len(queue) + len(typ) + 16
@@ -254,7 +254,7 @@ func (h *Hub) receiveEvent(payload string) {
 		h.jobDone(id)
 	}
 	if ev.Freed != nil {
-		emit(h, Freed, *ev.Freed)
+		emit(h, RoomFreed, *ev.Freed)
 	}
 	if ev.Interest {
 		h.heardInterest(interestOf(ev))

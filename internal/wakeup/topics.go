@@ -27,9 +27,9 @@ var (
 	// (re-)registration on any node, or a worker declared dead; heard
 	// only while this node has subscribers.
 	Moved = Topic[records.Moved]{"moved"}
-	// Freed: jobs left running, on this node or another: room for the
-	// pops that limits held back.
-	Freed = Topic[records.Freed]{"freed"}
+	// RoomFreed: jobs left running, on this node or another: room for
+	// the pops that limits held back.
+	RoomFreed = Topic[records.Room]{"freed"}
 )
 
 // listeners holds the functions listening to each topic.

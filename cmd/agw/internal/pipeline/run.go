@@ -181,48 +181,10 @@ type run struct {
 // start creates the pipes and starts every task. On failure it kills and
 // reaps whatever it had started.
 func (r *run) start(paths []string) error {
-	n := len(r.spec.Tasks)
-	stdin := make([]*os.File, n)  // child ends, closed here once the children hold them
-	stdout := make([]*os.File, n) // likewise
-	var childEnds []*os.File
-	closeChildEnds := func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-	}
-	newPipe := func() (*os.File, *os.File, error) {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, nil, &Error{Msg: fmt.Sprintf("creating a pipe: %v", err), Kind: ErrStart}
-		}
-		return pr, pw, nil
-	}
-
-	if r.spec.Stdin != "" {
-		pr, pw, err := newPipe()
-		if err != nil {
-			return err
-		}
-		stdin[0], r.stdinW = pr, pw
-		childEnds = append(childEnds, pr)
-	}
-	for i := 0; i < n-1; i++ {
-		pr, pw, err := newPipe()
-		if err != nil {
-			closeChildEnds()
-			return err
-		}
-		stdout[i], stdin[i+1] = pw, pr
-		childEnds = append(childEnds, pw, pr)
-	}
-	outR, outW, err := newPipe()
+	stdin, stdout, childEnds, err := r.pipes()
 	if err != nil {
-		closeChildEnds()
 		return err
 	}
-	r.outR, stdout[n-1] = outR, outW
-	childEnds = append(childEnds, outW)
-
 	for i, t := range r.spec.Tasks {
 		p := &proc{index: i + 1, task: t, stderr: tailBuffer{max: cmp.Or(r.exec.StderrTail, DefaultStderrTail)}}
 		errR, errW, err := newPipe()
@@ -231,13 +193,68 @@ func (r *run) start(paths []string) error {
 			err = r.startOne(p, paths[i], stdin[i], stdout[i], errR, errW)
 		}
 		if err != nil {
-			closeChildEnds()
+			closeFiles(childEnds)
 			r.abort()
 			return err
 		}
 	}
-	closeChildEnds()
+	closeFiles(childEnds)
+	r.readOutput()
+	r.writeStdin()
+	return nil
+}
 
+// pipes joins the tasks: stdin[i] and stdout[i] are task i's ends (stdin[0]
+// nil without input), and childEnds every end a child gets, to close here
+// once the children hold them. r.stdinW and r.outR are agw's ends. On
+// failure it closes the child ends made so far.
+func (r *run) pipes() (stdin, stdout, childEnds []*os.File, err error) {
+	n := len(r.spec.Tasks)
+	stdin, stdout = make([]*os.File, n), make([]*os.File, n)
+	if r.spec.Stdin != "" {
+		pr, pw, err := newPipe()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		stdin[0], r.stdinW = pr, pw
+		childEnds = append(childEnds, pr)
+	}
+	for i := 0; i < n-1; i++ {
+		pr, pw, err := newPipe()
+		if err != nil {
+			closeFiles(childEnds)
+			return nil, nil, nil, err
+		}
+		stdout[i], stdin[i+1] = pw, pr
+		childEnds = append(childEnds, pw, pr)
+	}
+	outR, outW, err := newPipe()
+	if err != nil {
+		closeFiles(childEnds)
+		return nil, nil, nil, err
+	}
+	r.outR, stdout[n-1] = outR, outW
+	childEnds = append(childEnds, outW)
+	return stdin, stdout, childEnds, nil
+}
+
+func newPipe() (*os.File, *os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, &Error{Msg: fmt.Sprintf("creating a pipe: %v", err), Kind: ErrStart}
+	}
+	return pr, pw, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// readOutput reads the last task's stdout into r.out, passing each line to
+// OnLine when it is set, and closes r.outDone at EOF.
+func (r *run) readOutput() {
 	r.outDone = make(chan struct{})
 	go func() {
 		defer close(r.outDone)
@@ -249,17 +266,21 @@ func (r *run) start(paths []string) error {
 		_, _ = io.Copy(io.MultiWriter(&r.out, tap), r.outR)
 		tap.flush()
 	}()
-	if r.stdinW != nil {
-		r.stdinDone = make(chan struct{})
-		go func() {
-			defer close(r.stdinDone)
-			// EPIPE when the first task does not read all of its
-			// input is its business, not an error of the run.
-			_, _ = io.WriteString(r.stdinW, r.spec.Stdin)
-			r.stdinW.Close()
-		}()
+}
+
+// writeStdin feeds the job's input to the first task, if it has any.
+func (r *run) writeStdin() {
+	if r.stdinW == nil {
+		return
 	}
-	return nil
+	r.stdinDone = make(chan struct{})
+	go func() {
+		defer close(r.stdinDone)
+		// EPIPE when the first task does not read all of its
+		// input is its business, not an error of the run.
+		_, _ = io.WriteString(r.stdinW, r.spec.Stdin)
+		r.stdinW.Close()
+	}()
 }
 
 // startOne starts one task and the goroutines that collect its stderr and

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,39 +27,31 @@ type StepCompleteResult struct {
 // running for its job's delivery, the job running for that delivery, held
 // by the caller and not asked to cancel — the usual case — so the group
 // shares one WAL flush. Each other call (a re-send, a refusal, a step not
-// begun, a sleep) takes the careful path (StepComplete) on its own.
+// begun, a sleep) takes the locked path (StepComplete) on its own.
 func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, records.Effects) {
+	applied, err := s.completeStepsGrouped(ctx, calls)
+	changed, errs, fx := lockedRest(calls, err, func(i int) (bool, bool) { return true, i < len(applied) && applied[i] },
+		func(c StepCompletion) (bool, records.Effects, error) {
+			fx, changed, err := s.stepComplete(ctx, c.StepParams, c.Output)
+			return changed, fx, err
+		})
 	out := make([]StepCompleteResult, len(calls))
-	var fx records.Effects
-	applied, err := s.completeStepsMany(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range out {
-			out[i].Err = interpretError(err)
-		}
-		return out, fx
-	}
-	for i, c := range calls {
-		if applied[i] {
-			out[i].Changed = true
-			continue
-		}
-		var one records.Effects
-		one, out[i].Changed, out[i].Err = s.stepComplete(ctx, c.StepParams, c.Output)
-		fx.Merge(one)
+	for i := range out {
+		out[i] = StepCompleteResult{Changed: changed[i], Err: errs[i]}
 	}
 	return out, fx
 }
 
-// completeStepsMany is the set-based part of StepsComplete: applied[i]
+// completeStepsGrouped is the grouped statement of StepsComplete: applied[i]
 // when call i completed its step.
-func (s *Store) completeStepsMany(ctx context.Context, calls []StepCompletion) ([]bool, error) {
+func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion) ([]bool, error) {
 	applied := make([]bool, len(calls))
 	var jobIDs, stepIDs, workers []string
 	var deliveries, outputs []*string
 	var ords []int32
 	for i, c := range calls {
 		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
-			continue // the careful path says why
+			continue // the locked path says why
 		}
 		worker := c.WorkerID
 		if c.Admin {
@@ -87,7 +78,7 @@ func (s *Store) completeStepsMany(ctx context.Context, calls []StepCompletion) (
 		err := rows.Scan(&ord)
 		done = append(done, ord)
 		return err
-	}, completeStepsManySQL, jobIDs, stepIDs, workers, deliveries, outputs, ords)
+	}, completeStepsGroupedSQL, jobIDs, stepIDs, workers, deliveries, outputs, ords)
 	if err != nil {
 		return applied, err
 	}
@@ -97,24 +88,23 @@ func (s *Store) completeStepsMany(ctx context.Context, calls []StepCompletion) (
 	return applied, nil
 }
 
-// completeStepsManySQL completes a group's steps. The jobs are locked
-// through their key, in id order, as the careful path locks each; a step
+// completeStepsGroupedSQL completes a group's steps. The jobs are locked
+// through their key, in id order, as the locked path locks each; a step
 // named twice is completed by its first call, the other finding it done.
-const completeStepsManySQL = `
+var completeStepsGroupedSQL = `
 	WITH u AS (
 		SELECT DISTINCT ON (job_id, step_id) *
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
 			AS u(job_id, step_id, worker, delivery, output, ord)
 		ORDER BY job_id, step_id, ord
 	), j AS (
-		SELECT j.id, j.worker_id, j.delivery FROM jobs j
-		WHERE j.id = ANY($1::text[]) AND j.status = 'running' AND NOT j.cancel_requested AND j.ack_deadline IS NULL
+		SELECT j.id, j.status, j.cancel_requested, j.worker_id, j.delivery FROM jobs j
+		WHERE j.id = ANY($1::text[]) AND j.ack_deadline IS NULL
 		ORDER BY j.id FOR UPDATE
 	)
 	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
 	FROM u, j
 	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id
-	  AND (u.worker = '' OR j.worker_id = u.worker)
-	  AND (u.delivery IS NULL OR j.delivery::text = u.delivery)
+	  AND ` + heldBy("u.worker", "", "u.delivery") + `
 	  AND s.kind = 'step' AND s.status = 'running' AND s.delivery = j.delivery
 	RETURNING u.ord`

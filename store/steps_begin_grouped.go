@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,33 +23,26 @@ type StepBeginOutcome struct {
 // begins a new step, begins a step again within its attempts, or answers
 // the output of a step completed with an equal input, writing nothing for
 // it. Each other call (a stale delivery, a refusal, a step past its
-// attempts, a sleep's id, a job at MaxSteps) takes the careful path
+// attempts, a sleep's id, a job at MaxSteps) takes the locked path
 // (StepBegin) on its own, which says why.
 func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams) ([]StepBeginOutcome, records.Effects) {
+	served, err := s.beginStepsGrouped(ctx, calls)
+	res, errs, fx := lockedRest(calls, err, func(i int) (records.StepBeginResult, bool) {
+		r, ok := served[i]
+		return r, ok
+	}, func(c records.StepBeginParams) (records.StepBeginResult, records.Effects, error) {
+		return s.StepBegin(ctx, c)
+	})
 	out := make([]StepBeginOutcome, len(calls))
-	var fx records.Effects
-	served, err := s.beginStepsMany(ctx, calls)
-	if err != nil && errors.Is(interpretError(err), records.ErrUnavailable) {
-		for i := range out {
-			out[i].Err = interpretError(err)
-		}
-		return out, fx
-	}
-	for i, c := range calls {
-		if r, ok := served[i]; ok {
-			out[i].Result = r
-			continue
-		}
-		var one records.Effects
-		out[i].Result, one, out[i].Err = s.StepBegin(ctx, c)
-		fx.Merge(one)
+	for i := range out {
+		out[i] = StepBeginOutcome{Result: res[i], Err: errs[i]}
 	}
 	return out, fx
 }
 
-// beginStepsMany is the set-based part of StepsBegin: the results of the
+// beginStepsGrouped is the grouped statement of StepsBegin: the results of the
 // calls it served, by their index.
-func (s *Store) beginStepsMany(ctx context.Context, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
+func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
 	served := make(map[int]records.StepBeginResult, len(calls))
 	var jobIDs, stepIDs, workers []string
 	var deliveries, inputs []*string
@@ -59,7 +51,7 @@ func (s *Store) beginStepsMany(ctx context.Context, calls []records.StepBeginPar
 	var ords []int32
 	for i, c := range calls {
 		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
-			continue // the careful path says why
+			continue // the locked path says why
 		}
 		worker := c.WorkerID
 		if c.Admin {
@@ -106,7 +98,7 @@ func (s *Store) beginStepsMany(ctx context.Context, calls []records.StepBeginPar
 			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(*attempt)}
 		}
 		return nil
-	}, beginStepsManySQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, records.MaxSteps)
+	}, beginStepsGroupedSQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, records.MaxSteps)
 	if err != nil {
 		return map[int]records.StepBeginResult{}, err
 	}
@@ -114,10 +106,10 @@ func (s *Store) beginStepsMany(ctx context.Context, calls []records.StepBeginPar
 }
 
 // lockStepJobsSQL locks a group's jobs through their key, in id order, as
-// the careful path locks each.
+// the locked path locks each.
 const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 
-// beginStepsManySQL begins a group's steps by the rules of StepBegin,
+// beginStepsGroupedSQL begins a group's steps by the rules of StepBegin,
 // reading each job through its key, each step through job_steps' key and
 // each job's last order through job_steps_order. A new step is its job's
 // next, with attempt 1; a step running for this delivery keeps its
@@ -125,7 +117,7 @@ const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY 
 // one attempt more, within its attempts. A step completed with an equal
 // input answers its output (attempt NULL) and is not written. The jobs'
 // first calls of their deliveries acknowledge them.
-const beginStepsManySQL = `
+var beginStepsGroupedSQL = `
 	WITH u AS (
 		SELECT *, count(*) OVER (PARTITION BY job_id) AS calls
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::float8[], $8::int[])
@@ -139,9 +131,7 @@ const beginStepsManySQL = `
 		FROM u
 		JOIN jobs j ON j.id = u.job_id
 		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id
-		WHERE u.calls = 1 AND j.status = 'running' AND NOT j.cancel_requested
-		  AND (u.worker = '' OR j.worker_id = u.worker)
-		  AND (u.delivery IS NULL OR j.delivery::text = u.delivery)
+		WHERE u.calls = 1 AND ` + heldBy("u.worker", "", "u.delivery") + `
 		  AND (s.step_id IS NULL OR s.kind = 'step')
 	), d AS (
 		SELECT c.*, CASE
