@@ -33,7 +33,6 @@ type RetryPolicy struct {
 	Rand func() float64
 }
 
-
 // NextRetry decides whether the failed attempt f runs again, and after how
 // long.
 func (p RetryPolicy) NextRetry(f records.Failure) (retry bool, delay time.Duration) {

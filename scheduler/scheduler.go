@@ -43,7 +43,9 @@ type Config struct {
 type Scheduler struct {
 	cfg     Config
 	metrics *metrics
-	loop    *service.Loop
+	// Loop runs a sweep at Start and every Interval until Stop or the
+	// end of its context.
+	*service.Loop
 }
 
 // New fills cfg's defaults and creates the metrics.
@@ -52,21 +54,9 @@ func New(cfg Config) *Scheduler {
 	cfg.Batch = cmp.Or(cfg.Batch, 1000)
 	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Scheduler{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Logger)}
-	s.loop = &service.Loop{
-		Interval: cfg.Interval,
-		Clock:    cfg.Clock,
-		Sweep:    s.RunOnce,
-		OnError:  func(err error) { cfg.Logger.Warn().Err(err).Msg("scheduler sweep failed") },
-	}
+	s.Loop = service.NewLoop("scheduler", cfg.Interval, cfg.Clock, s.RunOnce, cfg.Logger)
 	return s
 }
-
-// Start runs a sweep now and every Interval until Stop or the end of ctx.
-// A loop left from an earlier Start is stopped first. It never fails.
-func (s *Scheduler) Start(ctx context.Context) error { return s.loop.Start(ctx) }
-
-// Stop ends the loop and waits for it.
-func (s *Scheduler) Stop() { s.loop.Stop() }
 
 // RunOnce performs one sweep: it fires every schedule due at the clock's
 // now, up to Batch of them.

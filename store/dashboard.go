@@ -71,19 +71,9 @@ func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap
 				LIMIT $2) f)
 		FROM generate_series(date_trunc('minute', $1::timestamptz), date_trunc('minute', now()), interval '1 minute') AS m
 		ORDER BY m`, since, countCap)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []records.MinuteCount
-	for rows.Next() {
-		var m records.MinuteCount
-		if err := rows.Scan(&m.Minute, &m.Completed, &m.Failed); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, m)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, err, func(row pgx.CollectableRow) (m records.MinuteCount, err error) {
+		return m, row.Scan(&m.Minute, &m.Completed, &m.Failed)
+	})
 }
 
 // QueueJobs returns a queue's jobs of one status by id, descending: newest

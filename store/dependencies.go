@@ -31,16 +31,8 @@ func (s *Store) submitWithParents(ctx context.Context, jobs []records.NewJob, ba
 	var res []records.SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
+		if res, err = insertAll(ctx, tx, jobs, batch); err != nil {
 			return err
-		}
-		for i, r := range res {
-			if r.ID == "" {
-				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", records.ErrConflict, i)
-			}
-			if !r.Same {
-				return indexed(batch, i, &records.JobExistsError{ID: r.ID})
-			}
 		}
 		return linkParents(ctx, tx, jobs, res, batch)
 	})
@@ -58,6 +50,27 @@ func (s *Store) submitWithParents(ctx context.Context, jobs []records.NewJob, ba
 func isDeadlock(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+// insertAll inserts jobs in tx, all or none: a job meeting one submitted
+// concurrently with its id or unique key, or whose id another job holds,
+// fails them all.
+func insertAll(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, batch bool) ([]records.SubmitResult, error) {
+	res, err := insertJobs(ctx, txRunner(tx), jobs)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range res {
+		if r.ID == "" {
+			// The conflicting row committed after this statement's
+			// snapshot was taken; the client's retry will find it.
+			return nil, fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", records.ErrConflict, i)
+		}
+		if !r.Same {
+			return nil, indexed(batch, i, &records.JobExistsError{ID: r.ID})
+		}
+	}
+	return res, nil
 }
 
 func indexed(batch bool, i int, err error) error {

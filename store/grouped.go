@@ -43,3 +43,36 @@ type noResult struct{}
 func appliedIn(applied []bool) func(int) (noResult, bool) {
 	return func(i int) (noResult, bool) { return noResult{}, i < len(applied) && applied[i] }
 }
+
+// stepCalls are the arrays a grouped statement of step calls unnests, one
+// element a call: its job, step, worker ("" for an admin), delivery (NULL
+// when not given) and index in the group.
+type stepCalls struct {
+	jobIDs, stepIDs, workers []string
+	deliveries               []*string
+	ords                     []int32
+}
+
+// add lays out call p, the ord-th of its group; false for a call only the
+// locked path can answer (a name PostgreSQL cannot store, a worker not
+// named), which says why.
+func (c *stepCalls) add(p records.StepParams, ord int) bool {
+	if !storable(p.JobID, p.StepID, p.WorkerID) || !p.Admin && p.WorkerID == "" {
+		return false
+	}
+	worker := p.WorkerID
+	if p.Admin {
+		worker = ""
+	}
+	c.jobIDs, c.stepIDs, c.workers = append(c.jobIDs, p.JobID), append(c.stepIDs, p.StepID), append(c.workers, worker)
+	c.deliveries, c.ords = append(c.deliveries, nullIfEmpty(p.Delivery)), append(c.ords, int32(ord))
+	return true
+}
+
+// nullIfEmpty is s, or NULL when it is empty.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -38,19 +38,17 @@ func scanJob(row pgx.Row, extra ...any) (records.Job, error) {
 }
 
 func collectJobs(rows pgx.Rows, err error) ([]records.Job, error) {
+	return collect(rows, err, func(row pgx.CollectableRow) (records.Job, error) { return scanJob(row) })
+}
+
+// collect scans the rows of a query that returned err, nil for none; its
+// errors are the store's.
+func collect[T any](rows pgx.Rows, err error, scan pgx.RowToFunc[T]) ([]T, error) {
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	defer rows.Close()
-	var out []records.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, j)
-	}
-	return out, interpretError(rows.Err())
+	out, err := pgx.AppendRows([]T(nil), rows, scan)
+	return out, interpretError(err)
 }
 
 // Notification channels. agq_jobs carries a ReadyNote; agq_done a job id;

@@ -140,19 +140,7 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) 
 		SELECT * FROM running ORDER BY id OFFSET $3 LIMIT $4`
 	}
 	rows, err := s.Pool.Query(ctx, sql, pgx.QueryExecModeExec, likePrefix(p.IDPrefix), p.After, offset, p.Limit)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []records.KeyspaceJob
-	for rows.Next() {
-		j, err := scanKeyspaceJob(rows)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, j)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, err, func(row pgx.CollectableRow) (records.KeyspaceJob, error) { return scanKeyspaceJob(row) })
 }
 
 // KeyspaceJobProbe returns one job's id and holder without its documents,

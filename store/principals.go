@@ -103,19 +103,9 @@ func (s *Store) PrincipalList(ctx context.Context) ([]records.Key, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT name, role, source, created_at FROM principals
 		WHERE revoked_at IS NULL ORDER BY name`)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []records.Key
-	for rows.Next() {
-		var p records.Key
-		if err := rows.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, p)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, err, func(row pgx.CollectableRow) (p records.Key, err error) {
+		return p, row.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt)
+	})
 }
 
 // AdminExists reports whether any live admin principal is stored.

@@ -150,19 +150,9 @@ func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]records.Read
 		WHERE status IN ('scheduled', 'retrying') AND run_at > now()
 		GROUP BY queue, requires, run_at
 		ORDER BY run_at LIMIT $1`, limit)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []records.ReadyNote
-	for rows.Next() {
-		var n records.ReadyNote
-		if err := rows.Scan(&n.Queue, &n.Requires, &n.At, &n.N); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, n)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, err, func(row pgx.CollectableRow) (n records.ReadyNote, err error) {
+		return n, row.Scan(&n.Queue, &n.Requires, &n.At, &n.N)
+	})
 }
 
 // ClaimableNotes returns, for each of queues, a ReadyNote for each distinct
@@ -180,19 +170,9 @@ func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue in
 			ORDER BY priority DESC, run_at, seq LIMIT $2
 		) f
 		GROUP BY q.name, f.requires`, queues, perQueue)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []records.ReadyNote
-	for rows.Next() {
-		var n records.ReadyNote
-		if err := rows.Scan(&n.Queue, &n.Requires, &n.N); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, n)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, err, func(row pgx.CollectableRow) (n records.ReadyNote, err error) {
+		return n, row.Scan(&n.Queue, &n.Requires, &n.N)
+	})
 }
 
 // JobCounts counts jobs by status (a due scheduled or retrying job counts

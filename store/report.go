@@ -91,14 +91,7 @@ func finishArraysOf(reports []records.Report) (a finishArrays, failing []string)
 		if !p.Admin {
 			a.workers[i] = p.WorkerID
 		}
-		if len(p.Raw) > 0 {
-			raw := string(p.Raw)
-			a.results[i] = &raw
-		}
-		if p.Delivery != "" {
-			d := p.Delivery
-			a.deliveries[i] = &d
-		}
+		a.results[i], a.deliveries[i] = nullIfEmpty(string(p.Raw)), nullIfEmpty(p.Delivery)
 		a.attempts[i], a.ords[i] = int32(p.Attempt), int32(i)
 		if p.Status == records.StatusFailed {
 			failing = append(failing, p.ID)
@@ -219,14 +212,10 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 		if !p.Admin {
 			workers[i] = p.WorkerID
 		}
-		if p.Status == "" && len(p.Raw) > 0 {
-			raw := string(p.Raw)
-			progress[i] = &raw
+		if p.Status == "" {
+			progress[i] = nullIfEmpty(string(p.Raw))
 		}
-		if p.Delivery != "" {
-			d := p.Delivery
-			deliveries[i] = &d
-		}
+		deliveries[i] = nullIfEmpty(p.Delivery)
 	}
 	applied := make([]bool, n)
 	done := map[string]bool{}

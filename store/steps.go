@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,6 +106,23 @@ func (j stepJob) hold(p records.StepParams) error {
 		return errCancelNow
 	}
 	return nil
+}
+
+// runningFor says how a call ending step id finds it: completed already,
+// or running for the job's latest delivery (false, nil); any other step —
+// not begun, begun by an earlier delivery, a sleep — refuses the call.
+func (r stepRow) runningFor(j stepJob, id string) (completed bool, err error) {
+	switch {
+	case !r.found:
+		return false, &records.StepNotBegunError{StepID: id}
+	case r.kind != StepKindStep:
+		return false, &records.StepKindError{StepID: id, Kind: r.kind}
+	case r.status == StepCompleted:
+		return true, nil
+	case r.status != StepRunning || !r.current(j):
+		return false, &records.StepNotBegunError{StepID: id}
+	}
+	return false, nil
 }
 
 // current reports whether the step's attempt was begun by the job's latest
@@ -278,17 +296,11 @@ func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output j
 	fx, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *records.Effects) error {
 		changed = false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
-		case !r.found:
-			return &records.StepNotBegunError{StepID: p.StepID}
-		case r.kind != StepKindStep:
-			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		case r.status == StepCompleted:
-			return nil
-		case r.status != StepRunning || !r.current(j):
-			return &records.StepNotBegunError{StepID: p.StepID}
+		}
+		if completed, err := r.runningFor(j, p.StepID); completed || err != nil {
+			return err
 		}
 		changed = true
 		_, err = tx.Exec(ctx, `
@@ -325,15 +337,11 @@ func (s *Store) StepFail(ctx context.Context, p records.StepFailParams) (res rec
 	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
 		res, changed = records.StepFailResult{}, false
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
-		case !r.found:
-			return &records.StepNotBegunError{StepID: p.StepID}
-		case r.kind != StepKindStep:
-			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		case r.status != StepRunning || !r.current(j):
-			return &records.StepNotBegunError{StepID: p.StepID}
+		}
+		if completed, err := r.runningFor(j, p.StepID); completed || err != nil {
+			return cmp.Or(err, error(&records.StepNotBegunError{StepID: p.StepID})) // a completed step fails no more
 		}
 		retry, delay, err := s.nextRetry(records.Failure{Attempt: r.attempts, MaxAttempts: r.max,
 			BackoffSeconds: r.backoff, Retryable: !p.NonRetryable})

@@ -44,44 +44,29 @@ func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams)
 // calls it served, by their index.
 func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
 	served := make(map[int]records.StepBeginResult, len(calls))
-	var jobIDs, stepIDs, workers []string
-	var deliveries, inputs []*string
+	var sc stepCalls
+	var inputs []*string
 	var maxAttempts []*int32
 	var backoffs []*float64
-	var ords []int32
 	for i, c := range calls {
-		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
-			continue // the locked path says why
-		}
-		worker := c.WorkerID
-		if c.Admin {
-			worker = ""
-		}
-		var delivery, input *string
-		if c.Delivery != "" {
-			d := c.Delivery
-			delivery = &d
-		}
-		if len(c.Input) > 0 {
-			in := string(c.Input)
-			input = &in
+		if !sc.add(c.StepParams, i) {
+			continue
 		}
 		var most *int32
 		if c.MaxAttempts != nil {
 			m := int32(*c.MaxAttempts)
 			most = &m
 		}
-		jobIDs, stepIDs, workers = append(jobIDs, c.JobID), append(stepIDs, c.StepID), append(workers, worker)
-		deliveries, inputs = append(deliveries, delivery), append(inputs, input)
-		maxAttempts, backoffs, ords = append(maxAttempts, most), append(backoffs, c.BackoffSeconds), append(ords, int32(i))
+		inputs = append(inputs, nullIfEmpty(string(c.Input)))
+		maxAttempts, backoffs = append(maxAttempts, most), append(backoffs, c.BackoffSeconds)
 	}
-	if len(ords) == 0 {
+	if len(sc.ords) == 0 {
 		return served, nil
 	}
 	// The jobs are locked first, in a statement of their own, so that the
 	// begins read their steps as the calls that held the locks before left
 	// them (READ COMMITTED takes a snapshot per statement).
-	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{jobIDs}}
+	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.jobIDs}}
 	err := s.hotQuery(ctx, false, lock, func(rows pgx.Rows) error {
 		var ord int32
 		var attempt *int32
@@ -98,7 +83,8 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(*attempt)}
 		}
 		return nil
-	}, beginStepsGroupedSQL, jobIDs, stepIDs, workers, deliveries, inputs, maxAttempts, backoffs, ords, records.MaxSteps)
+	}, beginStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, inputs, maxAttempts, backoffs, sc.ords,
+		records.MaxSteps)
 	if err != nil {
 		return map[int]records.StepBeginResult{}, err
 	}

@@ -46,30 +46,14 @@ func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]St
 // when call i completed its step.
 func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion) ([]bool, error) {
 	applied := make([]bool, len(calls))
-	var jobIDs, stepIDs, workers []string
-	var deliveries, outputs []*string
-	var ords []int32
+	var sc stepCalls
+	var outputs []*string
 	for i, c := range calls {
-		if !storable(c.JobID, c.StepID, c.WorkerID) || !c.Admin && c.WorkerID == "" {
-			continue // the locked path says why
+		if sc.add(c.StepParams, i) {
+			outputs = append(outputs, nullIfEmpty(string(c.Output)))
 		}
-		worker := c.WorkerID
-		if c.Admin {
-			worker = ""
-		}
-		var delivery, output *string
-		if c.Delivery != "" {
-			d := c.Delivery
-			delivery = &d
-		}
-		if len(c.Output) > 0 {
-			o := string(c.Output)
-			output = &o
-		}
-		jobIDs, stepIDs, workers = append(jobIDs, c.JobID), append(stepIDs, c.StepID), append(workers, worker)
-		deliveries, outputs, ords = append(deliveries, delivery), append(outputs, output), append(ords, int32(i))
 	}
-	if len(ords) == 0 {
+	if len(sc.ords) == 0 {
 		return applied, nil
 	}
 	var done []int32
@@ -78,7 +62,7 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 		err := rows.Scan(&ord)
 		done = append(done, ord)
 		return err
-	}, completeStepsGroupedSQL, jobIDs, stepIDs, workers, deliveries, outputs, ords)
+	}, completeStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, outputs, sc.ords)
 	if err != nil {
 		return applied, err
 	}

@@ -47,20 +47,8 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]record
 	var res []records.SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		if res, err = insertJobs(ctx, txRunner(tx), jobs); err != nil {
-			return err
-		}
-		for i, r := range res {
-			if r.ID == "" {
-				// The conflicting row committed after this statement's
-				// snapshot was taken; the client's retry will find it.
-				return fmt.Errorf("%w: job %d conflicts with a job submitted concurrently", records.ErrConflict, i)
-			}
-			if !r.Same {
-				return fmt.Errorf("job %d: %w", i, &records.JobExistsError{ID: r.ID})
-			}
-		}
-		return nil
+		res, err = insertAll(ctx, tx, jobs, true)
+		return err
 	})
 	if err != nil {
 		return nil, nil, interpretError(err)

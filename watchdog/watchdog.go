@@ -53,7 +53,9 @@ type Config struct {
 type Watchdog struct {
 	cfg           Config
 	lastRetention time.Time
-	loop          *service.Loop
+	// Loop runs a sweep at Start and every Interval until Stop or the
+	// end of its context.
+	*service.Loop
 
 	// heardSince is when this watchdog could last start hearing workers:
 	// its start (a new leader, an agq restart) or the end of a database
@@ -88,21 +90,9 @@ func New(cfg Config) *Watchdog {
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	w := &Watchdog{cfg: cfg}
-	w.loop = &service.Loop{
-		Interval: cfg.Interval,
-		Clock:    cfg.Clock,
-		Sweep:    w.RunOnce,
-		OnError:  func(err error) { cfg.Logger.Warn().Err(err).Msg("watchdog sweep failed") },
-	}
+	w.Loop = service.NewLoop("watchdog", cfg.Interval, cfg.Clock, w.RunOnce, cfg.Logger)
 	return w
 }
-
-// Start runs a sweep now and every Interval until Stop or the end of ctx.
-// It never fails.
-func (w *Watchdog) Start(ctx context.Context) error { return w.loop.Start(ctx) }
-
-// Stop ends the loop and waits for it.
-func (w *Watchdog) Stop() { w.loop.Stop() }
 
 // RunOnce performs one sweep of every recovery, and retention when due.
 func (w *Watchdog) RunOnce(ctx context.Context) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agq/agq/internal/clock"
 )
 
@@ -21,6 +23,13 @@ type Loop struct {
 	OnError func(error)
 
 	base BaseStartStop
+}
+
+// NewLoop is the loop of a periodic service named what: sweep at start and
+// every interval of clk, its failures logged as what's.
+func NewLoop(what string, interval time.Duration, clk clock.Clock, sweep func(context.Context) error, log zerolog.Logger) *Loop {
+	return &Loop{Interval: interval, Clock: clk, Sweep: sweep,
+		OnError: func(err error) { log.Warn().Err(err).Msg(what + " sweep failed") }}
 }
 
 // Start runs the loop until Stop or the end of ctx. A loop left from an
