@@ -87,20 +87,10 @@ func (p *process) signal(sig syscall.Signal) {
 }
 
 // kill ends the process with SIGKILL and waits for it.
-func (p *process) kill() {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
-	_ = cmd.Process.Kill()
-	<-exited
-}
+func (p *process) kill() { p.stop(0) }
 
-// stop ends the process with SIGTERM, then SIGKILL after grace.
+// stop ends the process with SIGTERM, then SIGKILL after grace (at once
+// for none), and waits for it. A stopped process ends too.
 func (p *process) stop(grace time.Duration) {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
@@ -110,13 +100,16 @@ func (p *process) stop(grace time.Duration) {
 		return
 	}
 	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-exited
+	if grace > 0 {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			return
+		case <-time.After(grace):
+		}
 	}
+	_ = cmd.Process.Kill()
+	<-exited
 }
 
 func logPath(dir, name string) string { return filepath.Join(dir, name+".log") }
