@@ -29,10 +29,10 @@ type effects struct {
 	Messages []wakeup.Message
 }
 
-// stored is what a transition of the store means: all it changed, and
-// the jobs it moved out of running announced by their status once
-// committed, a job that did not end by the event notEnded. Every path
-// that runs a transition of the store takes its effects through here,
+// stored is what a report's or a step call's transition of the store
+// means: all it changed, and the jobs it moved out of running announced
+// by their status once committed, a job that did not end by the event
+// notEnded. Every report and step call takes its effects through here,
 // whether or not the transition was refused (a report may find its job's
 // cancellation asked and end it cancelled, refusing the report).
 func stored(sfx records.Effects, notEnded string) effects {
