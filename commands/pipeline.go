@@ -125,7 +125,6 @@ type pipelined struct {
 	start  time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
-	keys   []string
 	// w is the write as prepared; err its refusal, or its outcome's.
 	w     write
 	await func(context.Context) (resp.Reply, error)
@@ -183,13 +182,13 @@ func okOnNil(wait func(context.Context) error) func(context.Context) (resp.Reply
 // already writes the same job.
 func (r *pipelineRun) add(cmd redcon.Command) {
 	e := r.s.prepareWrite(r.sess, cmd)
-	if len(r.entries) >= records.MaxGroup || r.holdsAny(e.keys) {
+	if len(r.entries) >= records.MaxGroup || r.holdsAny(e.w.keys) {
 		r.end()
 	}
 	if e.err == nil && !e.alone {
 		e.await = e.w.send()
 	}
-	for _, k := range e.keys {
+	for _, k := range e.w.keys {
 		r.keys[k] = struct{}{}
 	}
 	r.entries = append(r.entries, e)
@@ -315,20 +314,14 @@ func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) 
 	if e.err = s.admit(sess, e.c, e.name, cmd.Args); e.err != nil {
 		return e
 	}
-	if e.c.Name == "job.update" || e.c.Name == "step.complete" {
-		// Known before reading: a report refused keeps its place among
-		// the writes about its job.
-		e.keys = []string{"job:" + string(cmd.Args[1])}
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			e.alone, e.err = true, nil
 		}
 	}()
+	// A write refused here writes nothing: it needs no place among the
+	// writes about its job, and its reply is the same at any time.
 	e.w, e.err = e.c.Prepare(e.ctx, sess, cmd.Args)
-	if len(e.w.keys) > 0 {
-		e.keys = e.w.keys
-	}
 	return e
 }
 

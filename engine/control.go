@@ -122,14 +122,7 @@ func (e *Engine) CreateSchedule(ctx context.Context, sc records.Schedule) error 
 
 // UpdateSchedule lets change edit the named schedule under its lock.
 func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*records.Schedule) error) error {
-	_, err := e.store.ScheduleUpdate(ctx, name, func(sc *records.Schedule) error {
-		a := *sc
-		if err := change(&a); err != nil {
-			return err
-		}
-		*sc = a
-		return nil
-	})
+	_, err := e.store.ScheduleUpdate(ctx, name, change)
 	return scheduleError(name, err)
 }
 

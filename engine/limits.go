@@ -94,8 +94,7 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 
 // ConfigureQueue changes the queue's limits and answers those now in force.
 func (e *Engine) ConfigureQueue(ctx context.Context, name string, change records.LimitsChange) (records.Limits, error) {
-	limits, err := e.store.QueueConfigure(ctx, name, change)
-	return limits, err
+	return e.store.QueueConfigure(ctx, name, change)
 }
 
 // ConfigureType changes a job type's limits, counted across every queue,

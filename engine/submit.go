@@ -2,20 +2,34 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/agq/agq/records"
 )
 
+// Submit stores one job with the node's next group of single
+// submissions: it joins the group at once and answers how to await its
+// outcome, so that a pipeline of submissions shares one commit instead of
+// waiting for one each. The job is handed straight to a waiting pop when
+// one can run it; a job whose id exists with the same contents is the
+// existing job, not a second one.
+func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error)) {
+	if err := checkAfter([]records.NewJob{job}); err != nil {
+		return func(context.Context) (records.SubmitResult, error) { return records.SubmitResult{}, err }
+	}
+	pending := e.groups.submits.Add(job)
+	return func(ctx context.Context) (records.SubmitResult, error) {
+		out, err := pending.Wait(ctx)
+		if err != nil {
+			return records.SubmitResult{}, err
+		}
+		return out.res, out.err
+	}
+}
+
 // SubmitBatch stores jobs in one transaction of their own: a bad one
 // stores none.
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error) {
-	// A copy of their own: their trace context becomes the submission
-	// spans'.
-	res, err := e.submitBatch(ctx, jobs)
-	return res, err
-}
-
-func (e *Engine) submitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error) {
 	if err := checkAfter(jobs); err != nil {
 		return nil, err
 	}
@@ -61,4 +75,52 @@ func (e *Engine) Push(ctx context.Context, queue string, jobs []records.NewJob) 
 		return 0, err
 	}
 	return n[0], nil
+}
+
+// PushDepths answers LPUSHes to one queue that committed together, in the
+// order they were sent, with one count of the queue for all of them.
+// Redis answers each LPUSH with the queue's length right after it; the
+// count taken after the last stands for the last, and each earlier push
+// answers it less the ready jobs pushed after it, but never less than the
+// jobs pushed so far in the run. So the replies grow within the run, each
+// counts at least the jobs its own push made ready (plus, as for Push,
+// those handed at once to waiting pops), and a script filling an empty
+// queue sees 1, 2, 3… as Redis answers it.
+func (e *Engine) PushDepths(ctx context.Context, queue string, pushes []records.Pushed) ([]int64, error) {
+	now := e.clock.Now()
+	ready := make([]int64, len(pushes))
+	handed := make([]int64, len(pushes))
+	var total int64
+	for i, p := range pushes {
+		ready[i], handed[i] = pushCounts(p, now)
+		total += ready[i]
+	}
+	n, err := e.pushedDepth(ctx, queue, total)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(pushes))
+	var readySoFar, handedSoFar int64
+	for i := range pushes {
+		readySoFar += ready[i]
+		handedSoFar += handed[i]
+		out[i] = max(n-(total-readySoFar), readySoFar) + handedSoFar
+	}
+	return out, nil
+}
+
+// pushCounts counts a push's jobs that it made ready and those handed at
+// once to waiting pops; jobs that existed already or are due later count
+// neither.
+func pushCounts(p records.Pushed, now time.Time) (ready, handed int64) {
+	for i, r := range p.Results {
+		switch {
+		case !r.Created || p.Jobs[i].RunAt.After(now):
+		case r.Delivered != nil:
+			handed++
+		default:
+			ready++
+		}
+	}
+	return ready, handed
 }
