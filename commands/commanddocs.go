@@ -92,7 +92,7 @@ var commandDocs = map[string]commandDoc{
 	"queue.stats":  {group: groupQueues, syntax: "[name]", summary: "A queue's counts by status, or every queue's."},
 	"queue.pause":  {group: groupQueues, syntax: "name", summary: "Stops pops from the queue until it is resumed.", write: true},
 	"queue.resume": {group: groupQueues, syntax: "name", summary: "Resumes a paused queue.", write: true},
-	"queue.config": {group: groupQueues, syntax: "name [MAXRUNNING n] [RATE n PER seconds]", summary: "Reads or sets a queue's limits: running jobs at once, starts per period (NONE removes one).", write: true},
+	"queue.config": {group: groupQueues, syntax: "name [MAXRUNNING n] [RATE n PER seconds] [MAXRUNNINGPERKEY n]", summary: "Reads or sets a queue's limits: running jobs at once, starts per period, running jobs per fair key (NONE removes one).", write: true},
 	"queue.info":   {group: groupQueues, syntax: "name", summary: "A queue's counts by status and its limits."},
 	"type.config":  {group: groupQueues, syntax: "type [MAXRUNNING n] [RATE n PER seconds]", summary: "Reads or sets a job type's limits across every queue: running jobs at once, starts per period.", write: true},
 

@@ -172,6 +172,8 @@ func jobFields(j records.Job) map[string]any {
 		"finished_at":           j.FinishedAt,
 		"updated_at":            j.UpdatedAt.UTC(),
 		"snoozes":               j.Snoozes,
+		"fair_key":              j.FairKey,
+		"fair_weight":           j.FairWeight,
 	}
 	// Only a job with parents has these: other jobs read as they always did.
 	if j.After != nil {

@@ -12,6 +12,7 @@ import (
 )
 
 // QUEUE.CONFIG name [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE]
+// [MAXRUNNINGPERKEY n|NONE]
 //
 // Without options it reads the queue's limits; with them (admins only) it
 // sets them and answers the limits now in force.
@@ -20,7 +21,7 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	if !names.Queue(name) {
 		return nil, resp.Errorf("invalid queue name '%s'", name)
 	}
-	change, err := parseLimits(args[2:])
+	change, err := parseLimits(args[2:], true)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	if err != nil {
 		return nil, err
 	}
-	return limitsMap(name, limits), nil
+	return queueLimitsMap(name, limits), nil
 }
 
 // TYPE.CONFIG type [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE]
@@ -48,7 +49,7 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 	if !names.JobType(name) {
 		return nil, resp.Errorf("a job type is 1 to 128 bytes of text without control characters")
 	}
-	change, err := parseLimits(args[2:])
+	change, err := parseLimits(args[2:], false)
 	if err != nil {
 		return nil, err
 	}
@@ -70,11 +71,21 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 }
 
 // parseLimits reads [MAXRUNNING n|NONE] [RATE n PER seconds | RATE NONE],
-// each at most once.
-func parseLimits(args [][]byte) (records.LimitsChange, error) {
+// and for a queue [MAXRUNNINGPERKEY n|NONE], each at most once.
+func parseLimits(args [][]byte, queue bool) (records.LimitsChange, error) {
 	var change records.LimitsChange
 	for i := 0; i < len(args); {
 		switch resp.Upper(args[i]) {
+		case "MAXRUNNINGPERKEY":
+			if !queue || i+1 >= len(args) || change.MaxRunningPerKey != nil {
+				return change, resp.ErrSyntax
+			}
+			n, err := limitValue(args[i+1], 1_000_000, "MAXRUNNINGPERKEY", true)
+			if err != nil {
+				return change, err
+			}
+			change.MaxRunningPerKey = &n
+			i += 2
 		case "MAXRUNNING":
 			if i+1 >= len(args) || change.MaxRunning != nil {
 				return change, resp.ErrSyntax
@@ -139,6 +150,11 @@ func limitsMap(name string, l records.Limits) resp.Map {
 	}
 }
 
+// queueLimitsMap is limitsMap with the queue's cap per fair key.
+func queueLimitsMap(name string, l records.Limits) resp.Map {
+	return append(limitsMap(name, l), resp.KV{Key: "max_running_per_key", Value: resp.Int(int64(l.MaxRunningPerKey))})
+}
+
 // QUEUE.INFO name — the queue's counts (as QUEUE.STATS) and its limits.
 func (s *Server) cmdQueueInfo(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	name := strings.TrimPrefix(string(args[1]), "queue:")
@@ -153,5 +169,5 @@ func (s *Server) cmdQueueInfo(ctx context.Context, _ *Session, args [][]byte) (r
 	if err != nil {
 		return nil, err
 	}
-	return append(queueStatsMap(qs[0]), limitsMap(name, limits)[1:]...), nil
+	return append(queueStatsMap(qs[0]), queueLimitsMap(name, limits)[1:]...), nil
 }

@@ -129,7 +129,8 @@ func queueStatsMap(q records.Queue) resp.Map {
 		records.StatusCompleted, records.StatusFailed, records.StatusCancelled} {
 		m = append(m, resp.KV{Key: st, Value: resp.Int(q.Counts[st])})
 	}
-	m = append(m, resp.KV{Key: "oldest_queued_age_ms", Value: resp.Int(q.OldestAge.Milliseconds())})
+	m = append(m, resp.KV{Key: "oldest_queued_age_ms", Value: resp.Int(q.OldestAge.Milliseconds())},
+		resp.KV{Key: "fair_keys_ready", Value: resp.Int(q.FairKeysReady)})
 	return m
 }
 

@@ -109,7 +109,29 @@ func (r JobRules) NewJob(spec records.JobSpec, defaultQueue string) (records.New
 	if err := traceFromSpec(spec, &j); err != nil {
 		return records.NewJob{}, err
 	}
+	if err := fairFromSpec(spec, &j); err != nil {
+		return records.NewJob{}, err
+	}
 	return j, nil
+}
+
+// fairFromSpec reads fair_key and fair_weight (BRIEF §6g): a key of 1 to
+// 128 bytes, none sharing the key "", and a weight from 1 to 1000.
+func fairFromSpec(spec records.JobSpec, j *records.NewJob) error {
+	j.FairWeight = 1
+	if spec.FairKey != nil {
+		if len(*spec.FairKey) < 1 || len(*spec.FairKey) > records.MaxFairKey {
+			return fmt.Errorf("fair_key must be 1 to %d bytes", records.MaxFairKey)
+		}
+		j.FairKey = *spec.FairKey
+	}
+	if spec.FairWeight != nil {
+		if *spec.FairWeight < 1 || *spec.FairWeight > records.MaxFairWeight {
+			return fmt.Errorf("fair_weight must be between 1 and %d", records.MaxFairWeight)
+		}
+		j.FairWeight = *spec.FairWeight
+	}
+	return nil
 }
 
 // traceFromSpec reads traceparent and tracestate; a tracestate without a

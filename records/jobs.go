@@ -96,6 +96,10 @@ type Job struct {
 	// TraceParent and TraceState are the job's W3C trace context; a
 	// delivery's only.
 	TraceParent, TraceState string
+	// FairKey and FairWeight place the job among its queue's keys (the
+	// key "" for jobs without one).
+	FairKey    string
+	FairWeight int
 }
 
 // ParentState is a parent as its child sees it.
@@ -103,6 +107,12 @@ type ParentState struct {
 	Status string          `json:"status"`
 	Result json.RawMessage `json:"result"`
 }
+
+// The bounds of a job's fair_key (bytes) and fair_weight.
+const (
+	MaxFairKey    = 128
+	MaxFairWeight = 1000
+)
 
 // NewJob is a validated submission.
 type NewJob struct {
@@ -125,6 +135,10 @@ type NewJob struct {
 	// saying what a parent's failure or cancellation does to it.
 	After           []string
 	OnParentFailure string
+	// FairKey (none: "") and FairWeight (0: 1) share the queue among
+	// keys in proportion to their weights.
+	FairKey    string
+	FairWeight int
 	// TraceParent and TraceState are the W3C trace context the job is
 	// stored with; not part of its contents (a re-sent job with another
 	// one is the same job).
@@ -243,6 +257,8 @@ type JobSpec struct {
 	UniqueKey           string          `json:"unique_key"`
 	After               *[]string       `json:"after"`
 	OnParentFailure     string          `json:"on_parent_failure"`
+	FairKey             *string         `json:"fair_key"`
+	FairWeight          *int            `json:"fair_weight"`
 	// TraceParent and TraceState are the submitter's W3C trace context:
 	// not part of the job's contents.
 	TraceParent string `json:"traceparent"`

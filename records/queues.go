@@ -11,6 +11,8 @@ type Queue struct {
 	Paused    bool
 	Counts    map[string]int64
 	OldestAge time.Duration // of the oldest claimable job, 0 when none
+	// FairKeysReady counts the named fair keys with claimable jobs.
+	FairKeysReady int64
 }
 
 // QueueSummary is one queue with capped counts of its unfinished and
@@ -36,13 +38,17 @@ type QueueJobsParams struct {
 type Limits struct {
 	MaxRunning int
 	Rate       Rate
+	// MaxRunningPerKey caps each named fair key's running jobs (queues
+	// only).
+	MaxRunningPerKey int
 }
 
 // LimitsChange says which limits to set: a nil field stays as it is;
 // MaxRunning 0 or a zero Rate removes that limit.
 type LimitsChange struct {
-	MaxRunning *int
-	Rate       *Rate
+	MaxRunning       *int
+	Rate             *Rate
+	MaxRunningPerKey *int
 }
 
 // Rate is a limit on starts: at most Limit in any Period. The zero value

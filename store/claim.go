@@ -48,6 +48,7 @@ type TypeHold struct {
 type Claimed struct {
 	Worker string
 	Job    records.Job
+	order  int64 // in the claim's order
 }
 
 // WorkerNotActiveError means the claiming worker is not ACTIVE (draining,
@@ -107,7 +108,7 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out ClaimOutcome, limited bool, err error) {
 	out.Refused = map[string]error{}
 	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 1024))
-	err = s.hotQuery(ctx, true, nil, func(rows pgx.Rows) error {
+	err = s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(p.Queue)}, func(rows pgx.Rows) error {
 		c, refusal, err := scanClaimRow(rows)
 		if err != nil {
 			return err
@@ -160,7 +161,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 		}
 		return rows.Err()
 	})
-	err := s.hotQuery(ctx, true, lock, func(rows pgx.Rows) error {
+	err := s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(p.Queue), lock}, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
 		// worker may not claim; or a limit that held jobs back.
 		c, refusal, err := scanClaimRow(rows)
@@ -205,7 +206,7 @@ func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
 	var refusal string
 	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload),
 		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &j.After,
-		&j.TraceParent, &j.TraceState, &refusal)
+		&j.TraceParent, &j.TraceState, &c.order, &refusal)
 	return c, refusal, err
 }
 
@@ -223,9 +224,10 @@ func (out *ClaimOutcome) add(c Claimed, refusal string) {
 	}
 }
 
-// sort puts the claimed jobs in delivery order.
+// sort puts the claimed jobs in delivery order, which UPDATE … RETURNING
+// does not keep.
 func (out *ClaimOutcome) sort() {
-	sort.SliceStable(out.Claimed, func(a, b int) bool { return claimedBefore(out.Claimed[a].Job, out.Claimed[b].Job) })
+	sort.Slice(out.Claimed, func(a, b int) bool { return out.Claimed[a].order < out.Claimed[b].order })
 }
 
 // claimLocks locks what the claim that follows counts on: the queue's row
@@ -239,7 +241,7 @@ func (out *ClaimOutcome) sort() {
 // what to lock; the claim counts again under the locks.
 const claimLocks = `
 	WITH q AS (
-		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)
+		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)
 		FOR NO KEY UPDATE
 	), lim AS MATERIALIZED (
 		SELECT name,
@@ -257,7 +259,7 @@ const claimLocks = `
 		SELECT j.type FROM jobs j
 		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
 		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim)
-		ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3
+		ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq LIMIT $3
 		FOR UPDATE OF j SKIP LOCKED
 	), past AS MATERIALIZED (
 		-- The next jobs past the types that look full.
@@ -265,7 +267,7 @@ const claimLocks = `
 		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
 		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim WHERE NOT open)
 		  AND j.type NOT IN (SELECT name FROM lim WHERE NOT open)
-		ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $3
+		ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq LIMIT $3
 		FOR UPDATE OF j SKIP LOCKED
 	), locked AS (
 		SELECT t.name FROM job_types t
@@ -319,13 +321,13 @@ const claimUpdate = `
 		FROM fits WHERE j.id = fits.id
 		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text, j.after,
-			coalesce(j.traceparent, ''), coalesce(j.tracestate, '')`
+			coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), fits.rn`
 
 // claimRefusals answers, after the claimed jobs, the workers that may not
 // claim and why: their state, or ACTIVE when their capabilities changed.
 const claimRefusals = `
 	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], '', '', state
+		0, 0, 0, now(), '', NULL::text[], '', '', 0::bigint, state
 	FROM named WHERE NOT ok`
 
 // claimJobsUnlimited is the claim without limits: the next jobs of the
@@ -334,7 +336,8 @@ const claimRefusals = `
 // beyond the jobs it takes.
 const claimJobsUnlimited = claimWorkers + `, free AS (
 		SELECT NOT EXISTS (SELECT 1 FROM job_types)
-			AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL)) AS yes
+			AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1
+			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)) AS yes
 	), fits AS (
 		SELECT id, row_number() OVER () AS rn FROM (
 			SELECT j.id FROM jobs j
@@ -344,7 +347,7 @@ const claimJobsUnlimited = claimWorkers + `, free AS (
 			  AND j.requires <@ $3::text[]
 			  AND (SELECT yes FROM free)
 			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
-			ORDER BY j.priority DESC, j.run_at, j.seq
+			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
 			LIMIT (SELECT cardinality(wids) FROM w)
 			FOR UPDATE OF j SKIP LOCKED
 		) p
@@ -354,7 +357,7 @@ const claimJobsUnlimited = claimWorkers + `, free AS (
 	UNION ALL` + claimRefusals + `
 	UNION ALL
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], '', '', 'LIMITS'
+		0, 0, 0, now(), '', NULL::text[], '', '', 0::bigint, 'LIMITS'
 	FROM free WHERE NOT yes`
 
 // claimJobs is the claim itself, under claimLocks' locks.
@@ -372,7 +375,19 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			CASE WHEN NOT (SELECT yes FROM qlocked) THEN 0 WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
 				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period), 0) END AS by_rate,
 			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
-		FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
+		FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
+	), keyroom AS MATERIALIZED (
+		-- What the queue's cap of running jobs per named key leaves room
+		-- for, for the keys running any (a key running none has the whole
+		-- cap). Counted under the queue's row lock.
+		SELECT r.fair_key, greatest(q.max_running_per_key - count(*), 0) AS n
+		FROM queues q JOIN jobs r ON r.queue = q.name
+		WHERE q.name = $1 AND q.max_running_per_key IS NOT NULL AND (SELECT yes FROM qlocked)
+		  AND r.status = 'running' AND r.fair_key <> ''
+		GROUP BY r.fair_key, q.max_running_per_key
+	), keycap AS (
+		SELECT (SELECT max_running_per_key FROM queues WHERE name = $1) AS cap,
+			(SELECT coalesce(array_agg(fair_key), '{}') FROM keyroom WHERE n = 0) AS full_keys
 	), typeroom AS MATERIALIZED (
 		-- What each limited type locked by claimLocks leaves room for.
 		SELECT t.name, least(
@@ -390,8 +405,8 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			SELECT name FROM job_types WHERE name NOT IN (SELECT name FROM typeroom)
 			UNION ALL SELECT name FROM typeroom WHERE n = 0) s
 	), picked AS (
-		SELECT id, type, row_number() OVER () AS pos FROM (
-			SELECT j.id, j.type FROM jobs j
+		SELECT id, type, fair_key, row_number() OVER () AS pos FROM (
+			SELECT j.id, j.type, j.fair_key FROM jobs j
 			WHERE j.queue = $1
 			  AND j.status IN ('queued', 'scheduled', 'retrying')
 			  AND j.run_at <= now()
@@ -400,16 +415,23 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			  -- rows that pass (a plain NOT = ANY of an array it cannot
 			  -- see reads as "almost none", and the index order is lost).
 			  AND (CASE WHEN j.type = ANY((SELECT names FROM shut)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
+			  AND (CASE WHEN j.fair_key = ANY((SELECT full_keys FROM keycap)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
 			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
-			ORDER BY j.priority DESC, j.run_at, j.seq
+			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
 			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
 			FOR UPDATE OF j SKIP LOCKED
 		) p
 	), fits AS (
-		-- Within each limited type's room, in delivery order.
+		-- Within each limited type's room and each named key's, in
+		-- delivery order.
 		SELECT f.id, row_number() OVER (ORDER BY f.pos) AS rn FROM (
-			SELECT p.id, p.pos, p.type, row_number() OVER (PARTITION BY p.type ORDER BY p.pos) AS nth FROM picked p) f
+			SELECT p.id, p.pos, p.type, p.fair_key,
+				row_number() OVER (PARTITION BY p.type ORDER BY p.pos) AS nth,
+				row_number() OVER (PARTITION BY p.fair_key ORDER BY p.pos) AS nth_of_key
+			FROM picked p) f
 		WHERE f.nth <= coalesce((SELECT n FROM typeroom WHERE name = f.type), f.nth)
+		  AND (f.fair_key = '' OR f.nth_of_key <= coalesce(
+			(SELECT n FROM keyroom WHERE fair_key = f.fair_key), (SELECT cap FROM keycap), f.nth_of_key))
 	), claimed AS (` + claimUpdate + `
 	), logged AS (
 		-- The rate's log: the starts still in the window, and these.
@@ -430,8 +452,9 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- next start is allowed; attempt 1 when its row was not locked (claim
 	-- again).
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
-			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', 'LIMITS'
+		CASE WHEN locked AND (SELECT count(*) FROM fits) = (SELECT count(*) FROM picked) THEN 0 ELSE 1 END,
+		0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
+			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', 0::bigint, 'LIMITS'
 	FROM room
 	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
@@ -439,7 +462,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- other locked jobs perhaps with them). Either way another claim may
 	-- take more. Its next start when it has a rate.
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', 'TYPE'
+		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', 0::bigint, 'TYPE'
 	FROM typeroom r
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 

@@ -22,7 +22,7 @@ func jobCols(a string) string {
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
-	@created_at, @started_at, @finished_at, @updated_at, @snoozes, @after, @on_parent_failure`)
+	@created_at, @started_at, @finished_at, @updated_at, @snoozes, @after, @on_parent_failure, @fair_key, @fair_weight`)
 }
 
 // scanJob reads jobColumns, then the extra destinations.
@@ -32,7 +32,7 @@ func scanJob(row pgx.Row, extra ...any) (records.Job, error) {
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
 		rawJSON(&j.Progress), rawJSON(&j.Result), rawJSON(&j.Errors), &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
-		&j.After, &j.OnParentFailure}
+		&j.After, &j.OnParentFailure, &j.FairKey, &j.FairWeight}
 	err := row.Scan(append(dest, extra...)...)
 	return j, err
 }

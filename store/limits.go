@@ -12,12 +12,12 @@ import (
 
 // QueueLimitsGet returns a queue's limits (none for a queue without a row).
 func (s *Store) QueueLimitsGet(ctx context.Context, name string) (records.Limits, error) {
-	return s.limitsGet(ctx, `FROM queues WHERE name = $1`, name)
+	return s.limitsGet(ctx, `, coalesce(max_running_per_key, 0) FROM queues WHERE name = $1`, name)
 }
 
 // TypeLimitsGet returns a job type's limits (none for a type without a row).
 func (s *Store) TypeLimitsGet(ctx context.Context, name string) (records.Limits, error) {
-	return s.limitsGet(ctx, `FROM job_types WHERE name = $1`, name)
+	return s.limitsGet(ctx, `, 0 FROM job_types WHERE name = $1`, name)
 }
 
 func (s *Store) limitsGet(ctx context.Context, from, name string) (records.Limits, error) {
@@ -25,7 +25,7 @@ func (s *Store) limitsGet(ctx context.Context, from, name string) (records.Limit
 	if !storable(name) {
 		return l, nil
 	}
-	err := s.Pool.QueryRow(ctx, limitsColumns+from, name).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
+	err := s.Pool.QueryRow(ctx, limitsColumns+from, name).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period, &l.MaxRunningPerKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return records.Limits{}, nil
 	}
@@ -69,23 +69,35 @@ func (s *Store) TypeConfigure(ctx context.Context, name string, c records.Limits
 // configure upserts the limits of the row name in table (queues or
 // job_types) and returns those in force.
 func configure(ctx context.Context, tx pgx.Tx, table, name string, c records.LimitsChange) (records.Limits, error) {
-	var maxRunning, rateLimit *int
+	var maxRunning, rateLimit, perKey *int
 	var period *time.Duration
-	setMax, setRate := c.MaxRunning != nil, c.Rate != nil
+	setMax, setRate, setPerKey := c.MaxRunning != nil, c.Rate != nil, c.MaxRunningPerKey != nil
 	if setMax && *c.MaxRunning > 0 {
 		maxRunning = c.MaxRunning
+	}
+	if setPerKey && *c.MaxRunningPerKey > 0 {
+		perKey = c.MaxRunningPerKey
 	}
 	if setRate && c.Rate.Limit > 0 {
 		rateLimit, period = &c.Rate.Limit, &c.Rate.Period
 	}
+	// Only queues have a cap per fair key.
+	perKeyColumn, perKeySet, insertColumns, insertValues := `0`, ``, ``, ``
+	args := []any{name, setMax, maxRunning, setRate, rateLimit, period}
+	if table == "queues" {
+		perKeyColumn, insertColumns, insertValues = `coalesce(max_running_per_key, 0)`, `, max_running_per_key`, `, $8`
+		perKeySet = `, max_running_per_key = CASE WHEN $7 THEN $8::int ELSE q.max_running_per_key END`
+		args = append(args, setPerKey, perKey)
+	}
 	var l records.Limits
 	err := tx.QueryRow(ctx, `
-		INSERT INTO `+table+` AS q (name, max_running, rate_limit, rate_period) VALUES ($1, $3, $5, $6)
+		INSERT INTO `+table+` AS q (name, max_running, rate_limit, rate_period`+insertColumns+`)
+		VALUES ($1, $3, $5, $6`+insertValues+`)
 		ON CONFLICT (name) DO UPDATE SET
 			max_running = CASE WHEN $2 THEN excluded.max_running ELSE q.max_running END,
 			rate_limit = CASE WHEN $4 THEN excluded.rate_limit ELSE q.rate_limit END,
-			rate_period = CASE WHEN $4 THEN excluded.rate_period ELSE q.rate_period END
-		RETURNING coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0')`,
-		name, setMax, maxRunning, setRate, rateLimit, period).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period)
+			rate_period = CASE WHEN $4 THEN excluded.rate_period ELSE q.rate_period END`+perKeySet+`
+		RETURNING coalesce(max_running, 0), coalesce(rate_limit, 0), coalesce(rate_period, interval '0'), `+perKeyColumn,
+		args...).Scan(&l.MaxRunning, &l.Rate.Limit, &l.Rate.Period, &l.MaxRunningPerKey)
 	return l, err
 }

@@ -38,7 +38,7 @@ func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64
 	return collectJobs(s.Pool.Query(ctx, `
 		SELECT `+jobColumns+` FROM jobs
 		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
-		ORDER BY priority DESC, run_at, seq
+		ORDER BY priority DESC, fair_pass NULLS LAST, run_at, seq
 		OFFSET $2 LIMIT $3`, queue, offset, limit))
 }
 
@@ -48,7 +48,7 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 		return nil, nil
 	}
 	rows, err := s.Pool.Query(ctx, `
-		SELECT q.name, q.paused, coalesce(c.status, ''), coalesce(c.n, 0), coalesce(o.age, 0)
+		SELECT q.name, q.paused, coalesce(c.status, ''), coalesce(c.n, 0), coalesce(o.age, 0), coalesce(o.keys, 0)
 		FROM queues q
 		LEFT JOIN LATERAL (
 			SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status,
@@ -56,7 +56,8 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 			FROM jobs WHERE queue = q.name GROUP BY 1
 		) c ON true
 		LEFT JOIN LATERAL (
-			SELECT extract(epoch FROM now() - min(run_at))::float8 AS age FROM jobs
+			SELECT extract(epoch FROM now() - min(run_at))::float8 AS age,
+			       count(DISTINCT fair_key) FILTER (WHERE fair_key <> '') AS keys FROM jobs
 			WHERE queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
 		) o ON true
 		WHERE $1 = '' OR q.name = $1
@@ -69,13 +70,14 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 	for rows.Next() {
 		var qname, status string
 		var paused bool
-		var n int64
+		var n, keys int64
 		var age float64
-		if err := rows.Scan(&qname, &paused, &status, &n, &age); err != nil {
+		if err := rows.Scan(&qname, &paused, &status, &n, &age, &keys); err != nil {
 			return nil, interpretError(err)
 		}
 		if len(out) == 0 || out[len(out)-1].Name != qname {
-			out = append(out, records.Queue{Name: qname, Paused: paused, Counts: map[string]int64{}, OldestAge: time.Duration(age * float64(time.Second))})
+			out = append(out, records.Queue{Name: qname, Paused: paused, Counts: map[string]int64{},
+				OldestAge: time.Duration(age * float64(time.Second)), FairKeysReady: keys})
 		}
 		if status != "" {
 			out[len(out)-1].Counts[status] = n
@@ -167,7 +169,7 @@ func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue in
 		CROSS JOIN LATERAL (
 			SELECT requires FROM jobs
 			WHERE queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
-			ORDER BY priority DESC, run_at, seq LIMIT $2
+			ORDER BY priority DESC, fair_pass, run_at, seq LIMIT $2
 		) f
 		GROUP BY q.name, f.requires`, queues, perQueue)
 	return collect(rows, err, func(row pgx.CollectableRow) (n records.ReadyNote, err error) {

@@ -67,7 +67,7 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 	// begins read their steps as the calls that held the locks before left
 	// them (READ COMMITTED takes a snapshot per statement).
 	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.jobIDs}}
-	err := s.hotQuery(ctx, false, lock, func(rows pgx.Rows) error {
+	err := s.hotQuery(ctx, false, []*pgx.QueuedQuery{lock}, func(rows pgx.Rows) error {
 		var ord int32
 		var attempt *int32
 		var output []byte

@@ -232,16 +232,14 @@ const (
 // wait for the WAL flush: for statements whose loss in an operating-system
 // crash only repeats work — claims, acknowledgements, progress, wake-up
 // notices. Submissions and final transitions always wait for the flush.
-func (s *Store) hotQuery(ctx context.Context, async bool, before *pgx.QueuedQuery, scan func(pgx.Rows) error, sql string, args ...any) error {
+func (s *Store) hotQuery(ctx context.Context, async bool, before []*pgx.QueuedQuery, scan func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue(genericPlanAsync)
 	} else {
 		b.Queue(genericPlan)
 	}
-	if before != nil {
-		b.QueuedQueries = append(b.QueuedQueries, before)
-	}
+	b.QueuedQueries = append(b.QueuedQueries, before...)
 	q := b.Queue(sql, args...)
 	if scan != nil {
 		q.Query(func(rows pgx.Rows) error {

@@ -176,7 +176,7 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 		return nil
 	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
-		cols.traceParent, cols.traceState)
+		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +197,8 @@ type submitColumns struct {
 	id, queue, typ, plan, inputs, payload, key []string
 	requires                                   []int32
 	priority, maxAttempts, timeout             []int32
+	fairKey                                    []string
+	fairWeight                                 []int32
 	backoff                                    []float64
 	runAt                                      []*time.Time
 	ord                                        []int32
@@ -262,6 +264,8 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 	c.backoff = append(c.backoff, j.RetryBackoffSeconds)
 	c.runAt = append(c.runAt, runAt)
 	c.ord = append(c.ord, int32(ord))
+	c.fairKey = append(c.fairKey, j.FairKey)
+	c.fairWeight = append(c.fairWeight, int32(weightOf(j)))
 	if withTrace {
 		c.traceParent = append(c.traceParent, j.TraceParent)
 		c.traceState = append(c.traceState, j.TraceState)
@@ -271,28 +275,29 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 // insertJobsSQL inserts the jobs of submitColumns that no job holds the id or
 // unique key of, and answers for each its outcome: created, or the job
 // that holds its id or key, and whether that is the same submission.
-const insertJobsSQL = `
+var insertJobsSQL = `
 		WITH reqs AS MATERIALIZED (
 			SELECT n, ARRAY(SELECT jsonb_array_elements_text(r::jsonb)) AS requires
 			FROM unnest($15::text[]) WITH ORDINALITY AS r(r, n)
 		), input AS MATERIALIZED (
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
-				$16::text[], $17::text[])
+				$16::text[], $17::text[], $18::text[], $19::int[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate)
+				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight)
 			JOIN reqs ON reqs.n = i.req
 		), q AS (
 			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
-		), ins AS (
+		), ` + fairPasses("input", "i.ord", "(i.run_at IS NULL OR i.run_at <= now())") + `, ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate)
+				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate,
+				fair_key, fair_weight, fair_pass)
 			SELECT id, queue, type, requires,
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
-				nullif(traceparent, ''), nullif(tracestate, '')
-			FROM input ORDER BY ord
+				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight, p.pass
+			FROM input LEFT JOIN fair_passes p USING (ord) ORDER BY ord
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		)
@@ -310,7 +315,8 @@ const insertJobsSQL = `
 				AND j.payload IS NOT DISTINCT FROM nullif(i.payload, '')::jsonb
 				AND j.priority = i.priority AND j.max_attempts = i.max_attempts
 				AND j.retry_backoff_seconds = i.backoff AND j.timeout_seconds = i.timeout_seconds
-				AND j.unique_key IS NOT DISTINCT FROM nullif(i.unique_key, '')) AS same
+				AND j.unique_key IS NOT DISTINCT FROM nullif(i.unique_key, '')
+				AND j.fair_key = i.fair_key AND j.fair_weight = i.fair_weight) AS same
 			FROM jobs j
 			WHERE ins.id IS NULL
 			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying')))
@@ -323,7 +329,8 @@ func sameSubmission(a, b records.NewJob) bool {
 	return a.Queue == b.Queue && a.Type == b.Type && slices.Equal(a.Requires, b.Requires) &&
 		bytes.Equal(a.Plan, b.Plan) && bytes.Equal(a.Inputs, b.Inputs) && bytes.Equal(a.Payload, b.Payload) &&
 		a.Priority == b.Priority && a.MaxAttempts == b.MaxAttempts && a.RetryBackoffSeconds == b.RetryBackoffSeconds &&
-		a.TimeoutSeconds == b.TimeoutSeconds && a.UniqueKey == b.UniqueKey
+		a.TimeoutSeconds == b.TimeoutSeconds && a.UniqueKey == b.UniqueKey &&
+		a.FairKey == b.FairKey && weightOf(a) == weightOf(b)
 }
 
 func cmpOrEmpty(s []string) []string {

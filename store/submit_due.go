@@ -50,9 +50,12 @@ const MaxHandoffGroup = copyGroupMin - 1
 // tracedCopyColumns add the trace context, sent only when a job has one.
 var (
 	copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
-		"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key"}
+		"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key", "fair_key", "fair_weight", "fair_pass"}
 	tracedCopyColumns = append(slices.Clip(copyColumns), "traceparent", "tracestate")
 )
+
+// copyPassColumn is where fair_pass stands in copyColumns.
+const copyPassColumn = 15
 
 // traced reports whether any job carries trace context.
 func traced(jobs []records.NewJob) bool {
@@ -78,7 +81,8 @@ func traceArrays(jobs []records.NewJob) (parents, states []string) {
 }
 
 // copyJobs inserts jobs due now with one COPY, in their order (their seq
-// follows it), and registers their queues, in one transaction. A job whose
+// follows it), placed among their keys, and registers their queues, in one
+// transaction. A job whose
 // id or unique_key is held already fails it whole with a unique violation.
 func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 	rows := make([][]any, len(jobs))
@@ -95,16 +99,20 @@ func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 		}
 		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
 			nullJSON(j.Payload), int32(j.Priority), records.StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
-			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey)}
+			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey), j.FairKey, int32(weightOf(j)), nil}
 		if withTrace {
 			rows[i] = append(rows[i], textOrNull(j.TraceParent), textOrNull(j.TraceState))
 		}
 	}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO queues (name) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, queues); err != nil {
+		passes, err := registerAndPlace(ctx, tx, queues, jobs)
+		if err != nil {
 			return err
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, columns, pgx.CopyFromRows(rows))
+		for i, p := range passes {
+			rows[i][copyPassColumn] = p
+		}
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, columns, pgx.CopyFromRows(rows))
 		return err
 	})
 }
@@ -129,7 +137,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	priorities, attempts, timeouts, ords := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	backoffs := make([]float64, n)
-	handTo := make([]string, n)
+	handTo, fairKeys, weights := make([]string, n), make([]string, n), make([]int32, n)
 	var ack, lease time.Duration
 	var offered bool
 	// Every job's requirements in one array; a job's are the slice from
@@ -141,6 +149,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 		plans[i], inputs[i], payloads[i] = string(j.Plan), string(j.Inputs), string(j.Payload)
 		priorities[i], attempts[i], timeouts[i], backoffs[i], ords[i] = int32(j.Priority), int32(j.MaxAttempts),
 			int32(j.TimeoutSeconds), j.RetryBackoffSeconds, int32(i)
+		fairKeys[i], weights[i] = j.FairKey, int32(weightOf(j))
 		first[i] = int32(len(reqs) + 1)
 		reqs = append(reqs, j.Requires...)
 		last[i] = int32(len(reqs))
@@ -152,7 +161,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	handed := map[string]*records.Job{}
 	traceParents, traceStates := traceArrays(jobs)
 	sql, args := insertDueSQL, []any{ids, queues, types, first, last, plans, inputs, payloads, keys, priorities,
-		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates}
+		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates, fairKeys, weights}
 	scan := func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
@@ -196,19 +205,23 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 }
 
 // insertDueSQL is insertDue's statement.
-const insertDueSQL = `
+var insertDueSQL = `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
-		)
+		), i AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
+				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
+				$18::text[], $19::int[])
+				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight)
+		), ` + fairPasses("i", "i.ord", "true") + `
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate)
+			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
-			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[])
-			AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-			     timeout_seconds, backoff, ord, traceparent, tracestate)
+			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
+			i.fair_key, i.fair_weight, p.pass
+		FROM i JOIN fair_passes p ON p.ord = i.ord
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id`
@@ -223,15 +236,16 @@ const insertDueSQL = `
 // either), the queue not paused. A queue with 64 jobs or more waiting at
 // the job's priority or above (scheduled ones, and ones for other
 // workers, included) hands nothing over: its jobs are claimed as usual.
-const handDueSQL = `
+var handDueSQL = `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
 		), i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
-				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[], $18::text[])
+				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
+				$18::text[], $19::int[], $20::text[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, traceparent, tracestate, hand_to)
-		), h AS (
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, hand_to)
+		), ` + fairPasses("i", "i.ord", "true") + `, h AS (
 			SELECT i.ord, i.hand_to AS worker_id FROM i
 			-- The worker's row by its key, one probe a job (LIMIT keeps
 			-- it a probe: a join would read every ACTIVE worker under the
@@ -243,7 +257,8 @@ const handDueSQL = `
 			  AND ($13::text[])[i.first:i.last] <@ k.caps
 			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = i.type)
 			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
-			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL))
+			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL
+			                       OR l.max_running_per_key IS NOT NULL))
 			  -- Nothing the worker could claim ahead of it: among the
 			  -- queue's first waiting jobs of its priority or above, none
 			  -- due that the worker can run (those it cannot run it would
@@ -254,22 +269,23 @@ const handDueSQL = `
 			       FROM (SELECT c.run_at, c.requires FROM jobs c
 			             WHERE c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
 			               AND c.priority >= i.priority
-			             ORDER BY c.priority DESC, c.run_at, c.seq LIMIT 64) a)
+			             ORDER BY c.priority DESC, c.fair_pass, c.run_at, c.seq LIMIT 64) a)
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
-			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate,
+			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass,
 			worker_id, attempt, delivery, started_at, ack_deadline, lease_expires_at, deadline_at)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
 			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
+			i.fair_key, i.fair_weight, p.pass,
 			h.worker_id, CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
 			CASE WHEN h.worker_id IS NOT NULL THEN gen_random_uuid() END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $19::interval END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $20::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $21::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $22::interval END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + make_interval(secs => i.timeout_seconds) END
-		FROM i LEFT JOIN h ON h.ord = i.ord
+		FROM i JOIN fair_passes p ON p.ord = i.ord LEFT JOIN h ON h.ord = i.ord
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id, delivery::text, seq, run_at,
