@@ -30,6 +30,7 @@ type jobMessage struct {
 	Delivery       string          `json:"delivery"`
 	TraceParent    string          `json:"traceparent"`
 	TraceState     string          `json:"tracestate"`
+	FairKey        string          `json:"fair_key"`
 	raw            string
 }
 
@@ -54,6 +55,9 @@ func (j *Job) Attempt() int { return j.msg.Attempt }
 
 // MaxAttempts is how many attempts the job has.
 func (j *Job) MaxAttempts() int { return j.msg.MaxAttempts }
+
+// FairKey is the fair key the job was submitted with ("" for none).
+func (j *Job) FairKey() string { return j.msg.FairKey }
 
 // Payload is the job's payload as JSON.
 func (j *Job) Payload() json.RawMessage { return j.msg.Payload }

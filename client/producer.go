@@ -61,6 +61,8 @@ type JobSpec struct {
 	RunAt        time.Time     // not before
 	UniqueKey    string        // one unfinished job per key
 	After        []string      // jobs that must end first
+	FairKey      string        // the customer the job is for, sharing its queue fairly with others
+	FairWeight   int           // the key's share (1 to 1000; 1)
 	Payload      any           // encoded as JSON
 }
 
@@ -82,6 +84,8 @@ func (s JobSpec) document() map[string]any {
 	set("run_at", s.RunAt.UTC().Format(time.RFC3339Nano), !s.RunAt.IsZero())
 	set("unique_key", s.UniqueKey, s.UniqueKey != "")
 	set("after", s.After, len(s.After) > 0)
+	set("fair_key", s.FairKey, s.FairKey != "")
+	set("fair_weight", s.FairWeight, s.FairWeight != 0)
 	set("payload", s.Payload, s.Payload != nil)
 	return doc
 }
@@ -124,7 +128,9 @@ type JobInfo struct {
 		Error   string `json:"error"`
 		Attempt int    `json:"attempt"`
 	} `json:"errors"`
-	Steps int `json:"steps"`
+	Steps      int    `json:"steps"`
+	FairKey    string `json:"fair_key"`
+	FairWeight int    `json:"fair_weight"`
 	// Raw is the whole JSON, with the fields not named here.
 	Raw json.RawMessage `json:"-"`
 }

@@ -18,10 +18,13 @@ func TestProducer(t *testing.T) {
 		ids, err := b.producer.SubmitMany(ctx, []client.JobSpec{
 			{JobID: "batch-a", Type: "nobody", Queue: "q", Priority: 2, MaxAttempts: 5, RetryBackoff: 2 * time.Second,
 				Timeout: time.Minute, UniqueKey: "u-a", Requires: []string{"x"}},
-			{JobID: "batch-b", Type: "nobody", RunAt: time.Now().Add(time.Hour)},
+			{JobID: "batch-b", Type: "nobody", RunAt: time.Now().Add(time.Hour), FairKey: "acme", FairWeight: 3},
 		})
 		if err != nil || len(ids) != 2 || ids[1] != "batch-b" {
 			t.Fatalf("%v, %v", ids, err)
+		}
+		if j, err := b.producer.Get(ctx, "batch-b"); err != nil || j.FairKey != "acme" || j.FairWeight != 3 {
+			t.Fatalf("the fair key and weight did not pass through: %+v, %v", j, err)
 		}
 		j, err := b.producer.Get(ctx, "batch-b")
 		if err != nil || j.Status != "scheduled" {

@@ -36,6 +36,9 @@ func appendDelivery(b []byte, d *delivery) ([]byte, bool) {
 	if d.Delivery != "" {
 		str(`,"delivery":`, d.Delivery)
 	}
+	if d.FairKey != "" {
+		str(`,"fair_key":`, d.FairKey)
+	}
 	raw(`,"inputs":`, d.Inputs)
 	str(`,"job_id":`, d.JobID)
 	b = strconv.AppendInt(append(b, `,"max_attempts":`...), int64(d.MaxAttempts), 10)
@@ -86,7 +89,7 @@ func deliveryFor(j records.Job) delivery {
 		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
 		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
 		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
-		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated,
+		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated, FairKey: j.FairKey,
 	}
 	if j.Status == records.StatusRunning && j.Delivery != nil {
 		d.Delivery = *j.Delivery

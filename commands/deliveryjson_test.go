@@ -43,6 +43,9 @@ func TestDeliveryJSONIsWhatJSONMarshalWrites(t *testing.T) {
 		if rng.IntN(10) == 0 {
 			j.Parents = map[string]records.ParentState{"p": {Status: "completed"}}
 		}
+		if rng.IntN(3) == 0 {
+			j.FairKey = pick()
+		}
 		d := deliveryFor(j)
 		want, _ := json.Marshal(d)
 		if got, ok := appendDelivery(nil, &d); ok {

@@ -107,6 +107,7 @@ func checkAfterTotal(jobs []records.NewJob) error {
 type delivery struct {
 	Attempt     int                            `json:"attempt"`
 	Delivery    string                         `json:"delivery,omitempty"`
+	FairKey     string                         `json:"fair_key,omitempty"`
 	Inputs      json.RawMessage                `json:"inputs"`
 	JobID       string                         `json:"job_id"`
 	MaxAttempts int                            `json:"max_attempts"`

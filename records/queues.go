@@ -33,6 +33,12 @@ type QueueJobsParams struct {
 	Limit  int
 }
 
+// FairKeyLoad is one fair key of a queue: its jobs ready now and running.
+type FairKeyLoad struct {
+	Key            string
+	Ready, Running int64
+}
+
 // Limits are the flow-control limits of a queue or a job type; zero values
 // mean none.
 type Limits struct {

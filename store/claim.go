@@ -206,7 +206,7 @@ func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
 	var refusal string
 	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload),
 		&j.Priority, &j.Attempt, &j.MaxAttempts, &j.TimeoutSeconds, &j.RunAt, &j.Delivery, &j.After,
-		&j.TraceParent, &j.TraceState, &c.order, &refusal)
+		&j.TraceParent, &j.TraceState, &j.FairKey, &c.order, &refusal)
 	return c, refusal, err
 }
 
@@ -321,13 +321,13 @@ const claimUpdate = `
 		FROM fits WHERE j.id = fits.id
 		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text, j.after,
-			coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), fits.rn`
+			coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), j.fair_key, fits.rn`
 
 // claimRefusals answers, after the claimed jobs, the workers that may not
 // claim and why: their state, or ACTIVE when their capabilities changed.
 const claimRefusals = `
 	SELECT DISTINCT wid, '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], '', '', 0::bigint, state
+		0, 0, 0, now(), '', NULL::text[], '', '', '', 0::bigint, state
 	FROM named WHERE NOT ok`
 
 // claimJobsUnlimited is the claim without limits: the next jobs of the
@@ -357,7 +357,7 @@ const claimJobsUnlimited = claimWorkers + `, free AS (
 	UNION ALL` + claimRefusals + `
 	UNION ALL
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, now(), '', NULL::text[], '', '', 0::bigint, 'LIMITS'
+		0, 0, 0, now(), '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
 	FROM free WHERE NOT yes`
 
 // claimJobs is the claim itself, under claimLocks' locks.
@@ -454,7 +454,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
 		CASE WHEN locked AND (SELECT count(*) FROM fits) = (SELECT count(*) FROM picked) THEN 0 ELSE 1 END,
 		0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
-			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', 0::bigint, 'LIMITS'
+			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
 	FROM room
 	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
@@ -462,7 +462,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- other locked jobs perhaps with them). Either way another claim may
 	-- take more. Its next start when it has a rate.
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', 0::bigint, 'TYPE'
+		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', '', 0::bigint, 'TYPE'
 	FROM typeroom r
 	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 

@@ -174,3 +174,24 @@ func (s *Store) DashboardSecret(ctx context.Context, fresh []byte) ([]byte, erro
 	err = s.Pool.QueryRow(ctx, `SELECT secret FROM dashboard_secret WHERE id = 1`).Scan(&secret)
 	return secret, interpretError(err)
 }
+
+// QueueFairKeys lists the named fair keys of a queue with the most jobs
+// ready now, and the jobs each is running. It counts every ready job of
+// the queue's keys (an index-only scan of jobs_fair_tail) and its running
+// jobs (jobs_queue_status): the cost grows with the queue's backlog.
+func (s *Store) QueueFairKeys(ctx context.Context, queue string, limit int) ([]records.FairKeyLoad, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT fair_key, sum(ready)::bigint, sum(running)::bigint FROM (
+			SELECT fair_key, count(*) AS ready, 0 AS running FROM jobs
+			WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND fair_pass IS NOT NULL AND fair_key <> ''
+			GROUP BY fair_key
+			UNION ALL
+			SELECT fair_key, 0, count(*) FROM jobs
+			WHERE queue = $1 AND status = 'running' AND fair_key <> ''
+			GROUP BY fair_key
+		) k
+		GROUP BY fair_key ORDER BY 2 DESC, 3 DESC, 1 LIMIT $2`, queue, limit)
+	return collect(rows, err, func(row pgx.CollectableRow) (k records.FairKeyLoad, err error) {
+		return k, row.Scan(&k.Key, &k.Ready, &k.Running)
+	})
+}

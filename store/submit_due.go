@@ -197,7 +197,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 			d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
 			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = records.StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
 			d.RetryBackoffSeconds, d.WorkerID = j.RetryBackoffSeconds, &j.Hand.Worker
-			d.TraceParent, d.TraceState = j.TraceParent, j.TraceState
+			d.TraceParent, d.TraceState, d.FairKey = j.TraceParent, j.TraceState, j.FairKey
 			delivered[i] = d
 		}
 	}

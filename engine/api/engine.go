@@ -86,6 +86,9 @@ type Reads interface {
 	QueueDepth(ctx context.Context, queue string) (int64, error)
 	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]records.Job, error)
 	QueueJobs(ctx context.Context, p records.QueueJobsParams) ([]records.Job, error)
+	// QueueFairKeys lists a queue's named fair keys with the most jobs
+	// ready, at most limit of them, with what each is running.
+	QueueFairKeys(ctx context.Context, queue string, limit int) ([]records.FairKeyLoad, error)
 	QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]records.QueueSummary, error)
 	QueueLimitsGet(ctx context.Context, name string) (records.Limits, error)
 	TypeLimitsGet(ctx context.Context, name string) (records.Limits, error)

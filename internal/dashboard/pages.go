@@ -85,6 +85,9 @@ func (d *Dashboard) queueSummaries(r *http.Request) ([]records.QueueSummary, err
 	})
 }
 
+// fairKeysShown bounds the fair keys a queue page lists.
+const fairKeysShown = 20
+
 // queueStatuses are the queue page's tabs.
 var queueStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
 	records.StatusCompleted, records.StatusFailed, records.StatusCancelled}
@@ -97,8 +100,11 @@ type queueData struct {
 	Statuses []string
 	Status   string
 	Jobs     []records.Job
-	Before   string
-	Next     string // the cursor of the next page, "" on the last
+	// Keys are the fair keys with the largest backlogs (none: the queue's
+	// jobs name no key).
+	Keys   []records.FairKeyLoad
+	Before string
+	Next   string // the cursor of the next page, "" on the last
 }
 
 func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess session) {
@@ -136,6 +142,10 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 	}
 	if len(data.Jobs) == pageSize {
 		data.Next = data.Jobs[len(data.Jobs)-1].ID
+	}
+	if data.Keys, err = d.eng.QueueFairKeys(r.Context(), data.Name, fairKeysShown); err != nil {
+		d.fail(w, "queue", err)
+		return
 	}
 	refresh := 0
 	if data.Before == "" {

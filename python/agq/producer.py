@@ -65,6 +65,8 @@ class JobInfo:
         self.errors: List[Dict[str, Any]] = raw.get("errors") or []
         self.steps: int = int(raw.get("steps") or 0)
         self.after: List[str] = raw.get("after") or []
+        self.fair_key: str = raw.get("fair_key") or ""
+        self.fair_weight: int = int(raw.get("fair_weight") or 1)
 
     @property
     def output(self) -> Any:
@@ -130,7 +132,8 @@ class Producer:
         (seconds), delay (seconds) or run_at (an aware datetime),
         unique_key, after (ids of jobs that must end first),
         on_parent_failure, plan, inputs, traceparent, tracestate, and
-        fair_key / fair_weight (which need a server with fair share)."""
+        fair_key / fair_weight (the customer the job is for, served its
+        share of the queue beside the others)."""
         doc = job_document(type=type, payload=payload, **fields)
         return str(call(self._rdb, "JOB.SUBMIT", json.dumps(doc)))
 

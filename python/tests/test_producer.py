@@ -45,6 +45,18 @@ class ProducerTest(AgqTestCase):
         self.assertEqual(producer.submit("count-words", "one", job_id=job_id, queue=queue), job_id)
         self.assertEqual(self.admin.execute_command("LLEN", f"queue:{queue}"), 1)
 
+    def test_fair_keys_share_a_queue_in_proportion_to_their_weights(self):
+        queue = self.name("fair")
+        producer = self.producer()
+        producer.submit_many([{"type": "count-words", "payload": "a b", "queue": queue, "fair_key": "big"}] * 6)
+        small = producer.submit("count-words", "c", queue=queue, fair_key="small", fair_weight=2)
+        info = producer.get(small)
+        self.assertEqual((info.fair_key, info.fair_weight), ("small", 2))
+        # small starts level with big's first job and moves half as far:
+        # it is the second job a worker takes, not the seventh.
+        waiting = self.admin.execute_command("LRANGE", f"queue:{queue}", 0, -1)
+        self.assertIn(small, waiting[-2])
+
     def test_follow_yields_each_transition_until_the_job_ends(self):
         queue = self.name("follow")
         producer = self.producer()
