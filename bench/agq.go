@@ -277,6 +277,11 @@ func jobDoc(queue string, sentAt int64) string {
 
 // submitBatches submits n jobs in batches of size.
 func (s *agqServer) submitBatches(ctx context.Context, queue string, n, size int) error {
+	return s.submitDocs(ctx, n, size, func(int) string { return jobDoc(queue, 0) })
+}
+
+// submitDocs submits n jobs, the i-th doc(i), in batches of size.
+func (s *agqServer) submitDocs(ctx context.Context, n, size int, doc func(i int) string) error {
 	for done := 0; done < n; {
 		k := min(size, n-done)
 		b := make([]byte, 0, k*64)
@@ -285,7 +290,7 @@ func (s *agqServer) submitBatches(ctx context.Context, queue string, n, size int
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, jobDoc(queue, 0)...)
+			b = append(b, doc(done+i)...)
 		}
 		b = append(b, ']')
 		if err := s.admin.Do(ctx, "JOB.SUBMIT", string(b)).Err(); err != nil {

@@ -15,7 +15,7 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 	defer cancel()
 	var progress bytes.Buffer
 	r, err := run(ctx, options{jobs: 300, workers: 8, batch: 20, submitJobs: 300, pipeJobs: 300, producers: 4, continuous: time.Second,
-		latency: 10, idle: 50, dashboardJobs: 3000, dashboardSamples: 1, fanIn: 200}, &progress)
+		latency: 10, idle: 50, dashboardJobs: 3000, dashboardSamples: 1, fanIn: 200, fairFlood: 3000}, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
@@ -36,7 +36,8 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 		"continuous: completed", "single jobs, 4 producers", "submit: redis-cli --pipe", "one connection, pipeline of 100", "batches of 1,000", "pickup latency, idle worker p99",
 		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99",
 		"dashboard over 3000 jobs: overview", "fan-in of 200: last parent's completion to the child's pickup",
-		"burn-down of three-step jobs, 300 jobs", "three-step jobs: CPU per job", "dashboard over 3000 jobs: failed, half-way down"} {
+		"burn-down of three-step jobs, 300 jobs", "1000 fair keys", "fair share: shares served for weights 1:2:4",
+		"fair share: quiet key pickup p99", "three-step jobs: CPU per job", "dashboard over 3000 jobs: failed, half-way down"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report has no %q row", want)
 		}

@@ -19,7 +19,8 @@ const agwConcurrency = 64
 // only a fork and an exec.
 func agqBurnDownAgw(ctx context.Context, cl *cluster, s *agqServer, bin string, n int, run int) (measure, error) {
 	queue := "burn-agw"
-	if err := s.submitDocs(ctx, n, 1000, fmt.Sprintf(`{"queue":%q,"type":"bench","plan":{"tasks":[{"tool":"true"}]}}`, queue)); err != nil {
+	doc := fmt.Sprintf(`{"queue":%q,"type":"bench","plan":{"tasks":[{"tool":"true"}]}}`, queue)
+	if err := s.submitDocs(ctx, n, 1000, func(int) string { return doc }); err != nil {
 		return measure{}, err
 	}
 	id := fmt.Sprintf("agw-%d", run)
@@ -94,22 +95,6 @@ func (s *agqServer) waitWorked(ctx context.Context, queue string, interval time.
 			}
 			time.Sleep(interval)
 		}
-	}
-	return nil
-}
-
-// submitDocs submits n copies of doc in batches of size.
-func (s *agqServer) submitDocs(ctx context.Context, n, size int, doc string) error {
-	for done := 0; done < n; {
-		k := min(size, n-done)
-		docs := make([]string, k)
-		for i := range docs {
-			docs[i] = doc
-		}
-		if err := s.admin.Do(ctx, "JOB.SUBMIT", "["+strings.Join(docs, ",")+"]").Err(); err != nil {
-			return err
-		}
-		done += k
 	}
 	return nil
 }

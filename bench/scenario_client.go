@@ -17,11 +17,24 @@ const clientSlots = 1000
 // client package, as a Go user would run it: a no-op handler, one process,
 // one BLMPOP for all its free slots, pipelined reports.
 func agqBurnDownClient(ctx context.Context, cl *cluster, s *agqServer, n int, run int) (measure, error) {
+	return agqBurnDownClientKeyed(ctx, cl, s, n, run, 0)
+}
+
+// agqBurnDownClientKeyed is agqBurnDownClient with its jobs spread over
+// keys fair keys (none when 0).
+func agqBurnDownClientKeyed(ctx context.Context, cl *cluster, s *agqServer, n, run, keys int) (measure, error) {
 	queue := "burn-client"
-	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
+	doc := func(int) string { return jobDoc(queue, 0) }
+	if keys > 0 {
+		queue = "burn-client-fair"
+		doc = func(i int) string {
+			return fmt.Sprintf(`{"queue":%q,"type":"bench","fair_key":"customer-%d","payload":{"sent_at":0}}`, queue, i%keys)
+		}
+	}
+	if err := s.submitDocs(ctx, n, 1000, doc); err != nil {
 		return measure{}, err
 	}
-	id := fmt.Sprintf("client-%d", run)
+	id := fmt.Sprintf("client-%d-%d", run, keys)
 	key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
 	if err != nil {
 		return measure{}, err

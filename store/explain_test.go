@@ -307,6 +307,12 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 	}
 	tests = append(tests, dependencyStatements()...)
 	tests = append(tests, dashboardStatements()...)
+	checkPlans(ctx, t, full, rec, tests)
+}
+
+// checkPlans captures each case's statement through rec and explains it
+// against full, in every plan mode it may run in.
+func checkPlans(ctx context.Context, t *testing.T, full *pgx.Conn, rec *recordingStore, tests []explainCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stmt := rec.capture(ctx, t, tt.run, tt.match)
