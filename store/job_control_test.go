@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -310,6 +311,32 @@ func TestJobRelease(t *testing.T) {
 		}
 		if again := b.claim(t, j.ID, holder); again.Attempt != 1 {
 			t.Fatalf("claimed again at attempt %d, want 1", again.Attempt)
+		}
+	})
+	t.Run("KeepsItsPlaceAmongTheFairKeys", func(t *testing.T) {
+		t.Parallel()
+		var jobs []records.NewJob
+		for _, id := range []string{"keep-a1", "keep-a2", "keep-b1", "keep-b2"} {
+			j := trJob(id, 2, trBackoff)
+			j.Queue, j.FairKey = "keep-place", id[5:6]
+			jobs = append(jobs, j)
+		}
+		b.submit(t, jobs...)
+		j := b.claim(t, "keep-place", holder)
+		if j.ID != "keep-a1" {
+			t.Fatalf("claimed %s first", j.ID)
+		}
+		if _, err := b.st.JobRelease(b.ctx, j, holder); err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for range 4 {
+			order = append(order, b.claim(t, "keep-place", holder).ID)
+		}
+		// One batch: both keys start level, and take turns. (Placed
+		// again, a1 would come last.)
+		if want := "keep-a1 keep-b1 keep-a2 keep-b2"; strings.Join(order, " ") != want {
+			t.Fatalf("claimed after the release: %v, want %s", order, want)
 		}
 	})
 	t.Run("EndsAJobAskedToCancelCancelled", func(t *testing.T) {

@@ -38,10 +38,12 @@ CREATE INDEX jobs_unplaced ON jobs (queue, run_at, seq)
     WHERE status IN ('queued', 'scheduled', 'retrying') AND fair_pass IS NULL;
 
 -- Every path that makes a job wait again (retries, snoozes, sleeps,
--- releases of dependencies, returns of lost deliveries, JOB.RETRY) or
+-- releases of dependencies, returns of lost workers' jobs, JOB.RETRY) or
 -- moves it in time or priority leaves its pass unsettled: the first claim
--- after it is due places it behind its key's waiting jobs. The WHEN clause
--- is all other updates pay.
+-- after it is due places it behind its key's waiting jobs. A delivery given
+-- back uncounted and due at once (the client left, or never acknowledged
+-- it) keeps its place: as far as the queue is concerned it never ran. The
+-- WHEN clause is all other updates pay.
 CREATE FUNCTION agq_unplace_job() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.fair_pass := NULL;
@@ -51,5 +53,6 @@ CREATE TRIGGER jobs_unplace BEFORE UPDATE OF status, run_at, priority ON jobs
     FOR EACH ROW
     WHEN (NEW.status IN ('queued', 'scheduled', 'retrying') AND NEW.fair_pass IS NOT NULL
           AND (OLD.status NOT IN ('queued', 'scheduled', 'retrying')
-               OR NEW.run_at IS DISTINCT FROM OLD.run_at OR NEW.priority <> OLD.priority))
+               OR NEW.run_at IS DISTINCT FROM OLD.run_at OR NEW.priority <> OLD.priority)
+          AND NOT (OLD.status = 'running' AND NEW.attempt < OLD.attempt AND NEW.run_at <= now()))
     EXECUTE FUNCTION agq_unplace_job();
