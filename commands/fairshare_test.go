@@ -305,3 +305,29 @@ func TestFairShareRefusesBadFields(t *testing.T) {
 		t.Fatalf("LLEN queue:bad: %d %v", n, err)
 	}
 }
+
+// A schedule's job template may name a fair key and weight: each fire's
+// job carries them and takes its turn among the queue's keys.
+func TestAScheduledJobTakesItsTurnAmongTheKeys(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	def := `{"name":"tenant-report","cron":"0 3 * * *","queue":"reports","job":{"type":"t","fair_key":"nightly","fair_weight":2,"payload":{"key":"nightly"}}}`
+	if err := admin.Do(ctx, "SCHEDULE.CREATE", def).Err(); err != nil {
+		t.Fatal(err)
+	}
+	submitBacklog(t, admin, "reports", "bulk", 1, 50)
+	id, err := admin.Do(ctx, "SCHEDULE.TRIGGER", "tenant-report").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := admin.Do(ctx, "JOB.GET", id).Text()
+	if err != nil || !strings.Contains(raw, `"fair_key":"nightly","fair_weight":2`) {
+		t.Fatalf("the fired job: %s %v", raw, err)
+	}
+	w := registerWorker(t, a, "reports-w", "t")
+	if keys := w.popKeys(t, "reports", 3, 1); keys[1] != "nightly" && keys[2] != "nightly" {
+		t.Fatalf("pops %v: the fired job waited behind the backlog", keys)
+	}
+}

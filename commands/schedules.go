@@ -119,7 +119,7 @@ func (s *Server) decodeScheduleDoc(raw []byte) (scheduleDoc, error) {
 var (
 	scheduleFields = []string{"name", "cron", "timezone", "queue", "job", "enabled", "max_catchup"}
 	templateFields = []string{"type", "requires", "plan", "inputs", "payload", "priority", "max_attempts",
-		"retry_backoff_seconds", "timeout_seconds", "job_id", "run_at", "delay_seconds", "unique_key"}
+		"retry_backoff_seconds", "timeout_seconds", "job_id", "run_at", "delay_seconds", "unique_key", "fair_key", "fair_weight"}
 )
 
 // parseTemplate validates a job template as JOB.SUBMIT would and returns
@@ -161,7 +161,18 @@ func (s *Server) parseTemplate(raw json.RawMessage) (records.JobTemplate, string
 		MaxAttempts:         j.MaxAttempts,
 		RetryBackoffSeconds: j.RetryBackoffSeconds,
 		TimeoutSeconds:      j.TimeoutSeconds,
+		FairKey:             j.FairKey,
+		FairWeight:          weightIfNotDefault(j.FairWeight),
 	}, queue, nil
+}
+
+// weightIfNotDefault is a fair weight as a template keeps it: 0 (left
+// out) for the default, 1.
+func weightIfNotDefault(w int) int {
+	if w == 1 {
+		return 0
+	}
+	return w
 }
 
 func nonNull(r json.RawMessage) json.RawMessage {

@@ -146,6 +146,8 @@ type JobTemplate struct {
 	MaxAttempts         int             `json:"max_attempts"`
 	RetryBackoffSeconds float64         `json:"retry_backoff_seconds"`
 	TimeoutSeconds      int             `json:"timeout_seconds"`
+	FairKey             string          `json:"fair_key,omitempty"`
+	FairWeight          int             `json:"fair_weight,omitempty"`
 }
 
 // CronSpec is a parsed cron text in its time zone.

@@ -334,7 +334,8 @@ func (s *Store) ScheduleFireDue(ctx context.Context, p ScheduleFireDueParams) (r
 
 // insertFires inserts one job of sc's template per id, with JobsSubmit's
 // idempotency (an existing id is left alone), and wakes the waiters of the
-// queue for the jobs it created. A fire's job is due at its fire time, or
+// queue for the jobs it created. The jobs get their fair-share place from
+// the first claim of their queue. A fire's job is due at its fire time, or
 // now if that is later, so that catch-up jobs keep their order in the queue.
 func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []string, fires []time.Time) (int, error) {
 	t := sc.Job
@@ -346,13 +347,13 @@ func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []stri
 			INSERT INTO queues (name) VALUES ($1) ON CONFLICT DO NOTHING
 		)
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority,
-			status, max_attempts, retry_backoff_seconds, timeout_seconds, run_at)
-		SELECT f.id, $1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10, least(f.at, now())
+			status, max_attempts, retry_backoff_seconds, timeout_seconds, run_at, fair_key, fair_weight)
+		SELECT f.id, $1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10, least(f.at, now()), $13, $14
 		FROM unnest($11::text[], $12::timestamptz[]) AS f(id, at)
 		ON CONFLICT DO NOTHING
 		RETURNING id`,
 		sc.Queue, t.Type, t.Requires, nullJSON(t.Plan), nullJSON(t.Inputs), nullJSON(t.Payload), t.Priority,
-		t.MaxAttempts, t.RetryBackoffSeconds, t.TimeoutSeconds, ids, fires)
+		t.MaxAttempts, t.RetryBackoffSeconds, t.TimeoutSeconds, ids, fires, t.FairKey, max(t.FairWeight, 1))
 	if err != nil {
 		return 0, err
 	}
