@@ -58,8 +58,10 @@ type WorkerNotActiveError struct{ State string }
 func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 
 // JobsClaim hands claimable jobs of one queue to workers, one job per time
-// a worker is named, in priority then due-time then submission order,
-// skipping rows other claimers hold. One statement serves them all. The
+// a worker is named, in priority, then fair-share pass (store/fair.go),
+// then due-time, then submission order, skipping rows other claimers
+// hold. A statement before it places the due jobs without a pass; one
+// statement then serves all the claimers. The
 // capability filter is part of it, so a job no claimer can run is never
 // claimed and never blocks the jobs behind it. It serves from jobs_waiting:
 // equality on queue, then the index order is the ORDER BY; run_at and
