@@ -217,6 +217,9 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if err := textError(args[2]); err != nil {
 		return records.Report{}, resp.Errorf("invalid update: %s", err)
 	}
+	if doc.Attempt < 0 { // 0 is none given; no delivery has a negative one
+		return records.Report{}, resp.Errorf("invalid update: attempt must be a positive integer")
+	}
 	if doc.Delivery != "" {
 		u, err := uuid.Parse(doc.Delivery)
 		if err != nil {
