@@ -46,25 +46,15 @@ func refusal(of subject, id string, err error) error {
 // refusesAJob reports whether err refuses a request about a job, rather
 // than failing to serve it.
 func refusesAJob(err error) bool {
-	for _, sentinel := range []error{records.ErrNotFound, records.ErrJobCancelled, records.ErrNotHolder, records.ErrStepsNotHolder} {
-		if errors.Is(err, sentinel) {
-			return true
-		}
-	}
-	var (
-		owner    *records.NotOwnerError
-		state    *records.StateError
-		stale    *records.StaleDeliveryError
-		snoozes  *records.SnoozeLimitError
-		notBegun *records.StepNotBegunError
-		attempts *records.StepAttemptsError
-		kind     *records.StepKindError
-		steps    *records.StepLimitError
-	)
-	for _, target := range []any{&owner, &state, &stale, &snoozes, &notBegun, &attempts, &kind, &steps} {
-		if errors.As(err, target) {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, records.ErrNotFound) || errors.Is(err, records.ErrJobCancelled) ||
+		errors.Is(err, records.ErrNotHolder) || errors.Is(err, records.ErrStepsNotHolder) ||
+		is[*records.NotOwnerError](err) || is[*records.StateError](err) || is[*records.StaleDeliveryError](err) ||
+		is[*records.SnoozeLimitError](err) || is[*records.StepNotBegunError](err) ||
+		is[*records.StepAttemptsError](err) || is[*records.StepKindError](err) || is[*records.StepLimitError](err)
+}
+
+// is reports whether err's tree holds an error of type E.
+func is[E error](err error) bool {
+	_, ok := errors.AsType[E](err)
+	return ok
 }
