@@ -142,10 +142,7 @@ func docFor(name string) (commandDoc, []docArg, error) {
 
 // docsReply is c's COMMAND DOCS entry.
 func docsReply(c *Command) resp.Reply {
-	args := make(resp.Array, len(c.args))
-	for i, a := range c.args {
-		args[i] = a.reply()
-	}
+	args := resp.ArrayOf(c.args, docArg.reply)
 	return resp.Map{
 		{Key: "summary", Value: resp.BulkString(c.doc.summary)},
 		{Key: "since", Value: resp.BulkString("0.1.0")},

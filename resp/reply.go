@@ -80,9 +80,14 @@ func (a Array) AppendRESP(b []byte, proto int) []byte {
 
 // StringArray is an array of bulk strings.
 func StringArray(items []string) Array {
+	return ArrayOf(items, func(s string) Reply { return BulkString(s) })
+}
+
+// ArrayOf is an array of the reply of each of items, in their order.
+func ArrayOf[T any](items []T, reply func(T) Reply) Array {
 	a := make(Array, len(items))
-	for i, s := range items {
-		a[i] = BulkString(s)
+	for i, item := range items {
+		a[i] = reply(item)
 	}
 	return a
 }
