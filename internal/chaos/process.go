@@ -41,7 +41,7 @@ func (p *process) start() error {
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGQ_") })
 	cmd.Stderr = logFile
-	// Nothing outlives a run that was killed.
+	// Nothing outlives a run that was killed (pgcluster.StartTied).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out io.ReadCloser
 	if p.lines != nil {

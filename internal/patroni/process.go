@@ -34,9 +34,8 @@ type child struct {
 	exited chan struct{}
 }
 
-// start runs the child from a goroutine locked to its OS thread: the death
-// signal fires when the forking thread exits, so that thread must live as
-// long as the child.
+// start runs the child, tied to this process (pgcluster.StartTied): its
+// death signal reaches it should the test die without closing the cluster.
 func (p *child) start() error {
 	logFile, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
