@@ -71,7 +71,7 @@ func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
 	// The bottom layers import no package of agq but the records, which
 	// import none, nor any driver.
 	for pkg, allowed := range map[string]string{"records": "", "resp": "", "migrations": "", "internal/names": "",
-		"internal/otlp": "", "internal/plainjson": "", "store": "records", "engine/api": "records"} {
+		"internal/logging": "", "internal/otlp": "", "internal/plainjson": "", "store": "records", "engine/api": "records"} {
 		for _, imp := range all[pkg] {
 			if strings.HasPrefix(imp, module) && imp != module+allowed {
 				t.Errorf("%s imports %s", pkg, strings.TrimPrefix(imp, module))
@@ -124,6 +124,7 @@ func TestTheWireLayerDependsOnNeitherStoreNorPgx(t *testing.T) {
 // the server: small, importing nothing of agq, and about neither jobs nor
 // the wire.
 var sharedWithClients = []string{
+	"internal/logging",   // the logger agq and agw write
 	"internal/otlp",      // the OTEL_* variables, read the same way by agq and agw
 	"internal/plainjson", // the client's reports, and agw's measure of them
 }
