@@ -44,51 +44,14 @@ func decodeFlat(raw string, msg *jobMessage) bool {
 			return false
 		}
 		v := raw[from:s.i]
-		switch key {
-		case "job_id":
-			ok = str(v, &msg.JobID)
-		case "queue":
-			ok = str(v, &msg.Queue)
-		case "type":
-			ok = str(v, &msg.Type)
-		case "delivery":
-			ok = str(v, &msg.Delivery)
-		case "traceparent":
-			ok = str(v, &msg.TraceParent)
-		case "tracestate":
-			ok = str(v, &msg.TraceState)
-		case "priority":
-			ok = integer(v, &msg.Priority)
-		case "attempt":
-			ok = integer(v, &msg.Attempt)
-		case "max_attempts":
-			ok = integer(v, &msg.MaxAttempts)
-		case "timeout_seconds":
-			ok = number(v, &msg.TimeoutSeconds)
-		case "requires":
-			switch v {
-			case "null":
-			case "[]":
-				msg.Requires = []string{}
-			default:
-				ok = strs(v, &msg.Requires) || json.Unmarshal([]byte(v), &msg.Requires) == nil
-			}
-		case "plan", "inputs", "payload", "parents":
+		if read, known := jobFields[key]; known {
+			ok = read(msg, v)
+		} else if field, known := jobValues[key]; known {
 			if bytes == nil {
 				bytes = []byte(raw)
 			}
-			r := json.RawMessage(bytes[from:s.i:s.i])
-			switch key {
-			case "plan":
-				msg.Plan = r
-			case "inputs":
-				msg.Inputs = r
-			case "payload":
-				msg.Payload = r
-			default:
-				msg.Parents = r
-			}
-		default:
+			*field(msg) = json.RawMessage(bytes[from:s.i:s.i])
+		} else {
 			// encoding/json matches keys regardless of case: such a key
 			// is its to read.
 			ok = !knownKeyFold(key)
@@ -116,16 +79,57 @@ func str(v string, p *string) bool {
 	}
 }
 
-var jobKeys = []string{"job_id", "queue", "type", "delivery", "traceparent", "tracestate", "priority", "attempt",
-	"max_attempts", "timeout_seconds", "requires", "plan", "inputs", "payload", "parents"}
+// jobFields are the fields of a delivery decodeFlat reads, by key, and how
+// each is read; jobValues those it keeps as JSON, slices of one copy of
+// the delivery.
+var (
+	jobFields = map[string]func(msg *jobMessage, v string) bool{
+		"job_id":          func(m *jobMessage, v string) bool { return str(v, &m.JobID) },
+		"queue":           func(m *jobMessage, v string) bool { return str(v, &m.Queue) },
+		"type":            func(m *jobMessage, v string) bool { return str(v, &m.Type) },
+		"delivery":        func(m *jobMessage, v string) bool { return str(v, &m.Delivery) },
+		"traceparent":     func(m *jobMessage, v string) bool { return str(v, &m.TraceParent) },
+		"tracestate":      func(m *jobMessage, v string) bool { return str(v, &m.TraceState) },
+		"priority":        func(m *jobMessage, v string) bool { return integer(v, &m.Priority) },
+		"attempt":         func(m *jobMessage, v string) bool { return integer(v, &m.Attempt) },
+		"max_attempts":    func(m *jobMessage, v string) bool { return integer(v, &m.MaxAttempts) },
+		"timeout_seconds": func(m *jobMessage, v string) bool { return number(v, &m.TimeoutSeconds) },
+		"requires":        func(m *jobMessage, v string) bool { return requires(v, &m.Requires) },
+	}
+	jobValues = map[string]func(msg *jobMessage) *json.RawMessage{
+		"plan":    func(m *jobMessage) *json.RawMessage { return &m.Plan },
+		"inputs":  func(m *jobMessage) *json.RawMessage { return &m.Inputs },
+		"payload": func(m *jobMessage) *json.RawMessage { return &m.Payload },
+		"parents": func(m *jobMessage) *json.RawMessage { return &m.Parents },
+	}
+)
 
+// knownKeyFold reports whether key is one of the fields but for case.
 func knownKeyFold(key string) bool {
-	for _, k := range jobKeys {
+	for k := range jobFields {
+		if strings.EqualFold(k, key) {
+			return true
+		}
+	}
+	for k := range jobValues {
 		if strings.EqualFold(k, key) {
 			return true
 		}
 	}
 	return false
+}
+
+// requires reads an array of strings (or null) into p: at once when its
+// strings have no escapes, through encoding/json when they have.
+func requires(v string, p *[]string) bool {
+	switch v {
+	case "null":
+		return true
+	case "[]":
+		*p = []string{}
+		return true
+	}
+	return strs(v, p) || json.Unmarshal([]byte(v), p) == nil
 }
 
 // strs reads an array of strings without escapes into p; false for

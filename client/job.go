@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/agq/agq/internal/plainjson"
 )
 
 // jobMessage is the job as a pop delivers it.
@@ -262,9 +263,9 @@ func finalReport(result any, err, cause error) (doc map[string]any, failed bool)
 func (r *runningJob) body(doc map[string]any) []byte {
 	doc["delivery"] = r.job.msg.Delivery
 	doc["attempt"] = r.job.msg.Attempt
-	body, err := marshal(doc)
+	body, err := plainjson.Marshal(doc)
 	if err != nil {
-		body, _ = marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
+		body, _ = plainjson.Marshal(map[string]any{"status": "failed", "error": "result is not JSON: " + err.Error(),
 			"retryable": false, "delivery": r.job.msg.Delivery, "attempt": r.job.msg.Attempt})
 	}
 	return body
@@ -280,7 +281,7 @@ func (r *runningJob) completedBody(result any) ([]byte, bool) {
 	output := []byte("null")
 	if result != nil {
 		var err error
-		if output, err = marshal(result); err != nil {
+		if output, err = plainjson.Marshal(result); err != nil {
 			return nil, false
 		}
 	}
@@ -308,18 +309,6 @@ func plainToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// marshal encodes v without escaping <, > and & (which would make a report
-// of HTML six times its size), without a trailing newline.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // acknowledge tells agq that a long job is running, before its

@@ -87,10 +87,7 @@ func (s *Server) cmdAuth(ctx context.Context, sess *Session, args [][]byte) (res
 	default:
 		return nil, resp.ErrSyntax
 	}
-	if err := s.authenticate(ctx, sess, user, key); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.authenticate(ctx, sess, user, key))
 }
 
 func (s *Server) authenticate(ctx context.Context, sess *Session, user, key string) error {
@@ -314,11 +311,7 @@ var clientHelp = []string{
 // helpReply is a HELP subcommand's reply: its lines as status replies,
 // as Redis sends them.
 func helpReply(lines []string) resp.Reply {
-	out := make(resp.Array, len(lines))
-	for i, l := range lines {
-		out[i] = resp.SimpleString(l)
-	}
-	return out
+	return resp.ArrayOf(lines, func(l string) resp.Reply { return resp.SimpleString(l) })
 }
 
 func (s *Server) clientLine(sess *Session) string {

@@ -29,6 +29,10 @@ const (
 	anyRole = roleAdmin | roleWorker | roleProducer | roleViewer
 	// readers are the roles that may read jobs, queues and schedules.
 	readers = roleAdmin | roleProducer | roleViewer
+	// producers may submit jobs, and workers take and run them; an admin
+	// may do both.
+	producers = roleProducer | roleAdmin
+	workers   = roleWorker | roleAdmin
 )
 
 // Command is one entry of the registration table.

@@ -115,7 +115,7 @@ func commandInfo(c *Command) resp.Reply {
 		resp.BulkString(c.Name),
 		resp.Int(c.Arity),
 		flags,
-		resp.Int(c.doc.firstKey), resp.Int(c.doc.lastKey), resp.Int(c.doc.keyStep),
+		resp.Int(c.doc.keys.first), resp.Int(c.doc.keys.last), resp.Int(c.doc.keys.step),
 		resp.Array{resp.SimpleString("@" + c.doc.group)}, resp.Array{}, resp.Array{}, resp.Array{},
 	}
 }

@@ -9,32 +9,27 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agq/agq/engine/api"
-	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
 func (s *Server) jobCommands() []*Command {
-	producer := roleProducer | roleAdmin
-	worker := roleWorker | roleAdmin
 	return []*Command{
-		{Name: "job.submit", Arity: 2, Roles: producer, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
-		{Name: "lpush", Arity: -3, Roles: producer, Handler: s.cmdLPush, Prepare: s.prepareSubmission},
-		{Name: "brpop", Arity: -3, Roles: worker, Blocking: true, Handler: s.cmdBRPop},
-		{Name: "rpop", Arity: -2, Roles: worker, Handler: s.cmdRPop},
-		{Name: "blmpop", Arity: -5, Roles: worker, Blocking: true, Handler: s.cmdBLMPop},
-		{Name: "lmpop", Arity: -4, Roles: worker, Handler: s.cmdLMPop},
-		{Name: "job.update", Arity: 3, Roles: worker, Handler: sendNow(s.prepareReport), Prepare: s.prepareReport},
+		{Name: "job.submit", Arity: 2, Roles: producers, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
+		{Name: "lpush", Arity: -3, Roles: producers, Handler: s.cmdLPush, Prepare: s.prepareSubmission},
+		{Name: "brpop", Arity: -3, Roles: workers, Blocking: true, Handler: s.cmdBRPop},
+		{Name: "rpop", Arity: -2, Roles: workers, Handler: s.cmdRPop},
+		{Name: "blmpop", Arity: -5, Roles: workers, Blocking: true, Handler: s.cmdBLMPop},
+		{Name: "lmpop", Arity: -4, Roles: workers, Handler: s.cmdLMPop},
+		{Name: "job.update", Arity: 3, Roles: workers, Handler: sendNow(s.prepareReport), Prepare: s.prepareReport},
 		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
 		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
-		{Name: "job.cancel", Arity: 2, Roles: producer, Handler: s.cmdJobCancel},
-		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
-		{Name: "job.parents", Arity: -2, Roles: worker, Handler: s.cmdJobParents},
+		{Name: "job.cancel", Arity: 2, Roles: producers, Handler: s.cmdJobCancel},
+		{Name: "job.retry", Arity: 2, Roles: producers, Handler: s.cmdJobRetry},
+		{Name: "job.parents", Arity: -2, Roles: workers, Handler: s.cmdJobParents},
 	}
 }
 
@@ -118,11 +113,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte)
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]string, len(res))
-		for i, r := range res {
-			ids[i] = r.ID
-		}
-		return resp.StringArray(ids), nil
+		return resp.ArrayOf(res, func(r records.SubmitResult) resp.Reply { return resp.BulkString(r.ID) }), nil
 	}
 	return sendNow(s.prepareSubmission)(ctx, sess, args)
 }
@@ -217,13 +208,14 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if err := textError(args[2]); err != nil {
 		return records.Report{}, resp.Errorf("invalid update: %s", err)
 	}
+	if doc.Attempt < 0 { // 0 is none given; no delivery has a negative one
+		return records.Report{}, resp.Errorf("invalid update: attempt must be a positive integer")
+	}
 	if doc.Delivery != "" {
-		u, err := uuid.Parse(doc.Delivery)
-		if err != nil {
+		var ok bool
+		if doc.Delivery, ok = deliveryToken(doc.Delivery); !ok {
 			return records.Report{}, resp.Errorf("invalid update: delivery must be the token the job was delivered with")
 		}
-		// In the form the store compares (any case, braces or urn: name the same token).
-		doc.Delivery = u.String()
 	}
 	p := records.Report{ID: id, Status: doc.Status, Error: doc.Error, Retryable: true, Attempt: doc.Attempt,
 		Delivery: doc.Delivery, Raw: args[2]}
@@ -236,14 +228,9 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 	if doc.Status == records.StatusFailed && p.Error == "" {
 		p.Error = "failed without an error message"
 	}
-	if sess.principal().Role == auth.RoleAdmin {
-		p.Admin = true
-	} else {
-		w, err := s.hotWorker(ctx, sess)
-		if err != nil {
-			return records.Report{}, err
-		}
-		p.WorkerID = w.ID
+	var err error
+	if p.WorkerID, p.Admin, err = s.caller(ctx, sess); err != nil {
+		return records.Report{}, err
 	}
 	return p, nil
 }
@@ -251,13 +238,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 // JOB.GET job_id
 func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	j, err := s.eng.JobGet(ctx, string(args[1]))
-	if errors.Is(err, records.ErrNotFound) {
-		return resp.Nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return resp.Bulk(jobGetJSON(j)), nil
+	return jsonOrNil(j, err, jobGetJSON)
 }
 
 // JOB.WAIT job_id timeout — the job once it is completed, failed or
@@ -321,25 +302,16 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 	if len(jobs) == p.Limit {
 		next = jobs[len(jobs)-1].ID
 	}
-	items := make(resp.Array, len(jobs))
-	for i, j := range jobs {
-		items[i] = resp.Bulk(jobJSON(j))
-	}
+	items := resp.ArrayOf(jobs, func(j records.Job) resp.Reply { return resp.Bulk(jobJSON(j)) })
 	return resp.Array{resp.BulkString(next), items}, nil
 }
 
 // JOB.CANCEL job_id
 func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.eng.CancelJob(ctx, string(args[1])); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.CancelJob(ctx, string(args[1])))
 }
 
 // JOB.RETRY job_id
 func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.eng.RetryJob(ctx, string(args[1])); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.RetryJob(ctx, string(args[1])))
 }

@@ -760,6 +760,36 @@ func TestALateReportNeverTouchesTheNextAttempt(t *testing.T) {
 	}
 }
 
+// A negative attempt names no delivery: the report is invalid, refused as
+// it is read, before any job is looked at, and its job is left running.
+func TestANegativeAttemptIsAnInvalidUpdate(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "w", "t")
+	id := submit(t, admin, map[string]any{"type": "t"})
+	if _, d, ok := w.pop(t, "1", "ready"); !ok || d.Attempt != 1 {
+		t.Fatalf("pop: %+v", d)
+	}
+	for _, status := range []string{"running", "completed", "failed"} {
+		err := w.update(ctx, id, map[string]any{"status": status, "attempt": -1})
+		if err == nil || err.Error() != "ERR invalid update: attempt must be a positive integer" {
+			t.Errorf("a %s report of attempt -1: %v", status, err)
+		}
+	}
+	err := w.update(ctx, "no-such-job", map[string]any{"status": "completed", "attempt": -2})
+	if err == nil || err.Error() != "ERR invalid update: attempt must be a positive integer" {
+		t.Errorf("a report of attempt -2 about a job that does not exist: %v", err)
+	}
+	if v := getJob(t, admin, id); v.Status != "running" || v.Attempt != 1 {
+		t.Fatalf("the refused reports touched the job: %+v", v)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed", "attempt": 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A delivery token names its delivery in any form uuid parsing accepts:
 // upper case, braces, urn:uuid:. An acknowledgement, a final report in a
 // group and the same report re-sent (the locked path) all recognise it.

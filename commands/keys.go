@@ -48,11 +48,9 @@ func (s *Server) cmdKeyList(ctx context.Context, _ *Session, _ [][]byte) (resp.R
 	if err != nil {
 		return nil, err
 	}
-	out := make(resp.Array, len(entries))
-	for i, e := range entries {
-		out[i] = resp.StringArray([]string{e.Name, e.Role, e.Source, e.CreatedAt})
-	}
-	return out, nil
+	return resp.ArrayOf(entries, func(e auth.Entry) resp.Reply {
+		return resp.StringArray([]string{e.Name, e.Role, e.Source, e.CreatedAt})
+	}), nil
 }
 
 func keyError(err error) error {

@@ -171,10 +171,7 @@ func sendNow(prepare Preparer) Handler {
 // okOnNil answers OK for a write whose outcome is only its error.
 func okOnNil(wait func(context.Context) error) func(context.Context) (resp.Reply, error) {
 	return func(ctx context.Context) (resp.Reply, error) {
-		if err := wait(ctx); err != nil {
-			return nil, err
-		}
-		return resp.OK, nil
+		return okOr(wait(ctx))
 	}
 }
 

@@ -174,11 +174,7 @@ func mpopReply(queue string, jobs []records.Job) resp.Reply {
 
 // deliveries is the jobs' JSON, as pops of several jobs answer them.
 func deliveries(jobs []records.Job) resp.Array {
-	out := make(resp.Array, len(jobs))
-	for i, j := range jobs {
-		out[i] = resp.Bulk(deliveryJSON(j))
-	}
-	return out
+	return resp.ArrayOf(jobs, func(j records.Job) resp.Reply { return resp.Bulk(deliveryJSON(j)) })
 }
 
 // popNow takes up to limit jobs from the first of the queues that has any

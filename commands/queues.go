@@ -84,11 +84,7 @@ func (s *Server) cmdQueueList(ctx context.Context, _ *Session, _ [][]byte) (resp
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(qs))
-	for i, q := range qs {
-		names[i] = q.Name
-	}
-	return resp.StringArray(names), nil
+	return resp.ArrayOf(qs, func(q records.Queue) resp.Reply { return resp.BulkString(q.Name) }), nil
 }
 
 // QUEUE.STATS [name] — one queue's counts as a map, or every queue's as an
@@ -145,8 +141,5 @@ func (s *Server) cmdQueueResume(ctx context.Context, _ *Session, args [][]byte) 
 }
 
 func (s *Server) setPaused(ctx context.Context, arg []byte, paused bool) (resp.Reply, error) {
-	if err := s.eng.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused))
 }

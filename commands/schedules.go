@@ -296,22 +296,13 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 	if err := s.applyScheduleDoc(doc, &sc, true, time.Now()); err != nil {
 		return nil, err
 	}
-	if err := s.eng.CreateSchedule(ctx, sc); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.CreateSchedule(ctx, sc))
 }
 
 // SCHEDULE.GET name
 func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	sc, err := s.eng.ScheduleGet(ctx, string(args[1]))
-	if errors.Is(err, records.ErrNotFound) {
-		return resp.Nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return resp.Bulk(scheduleJSON(sc)), nil
+	return jsonOrNil(sc, err, scheduleJSON)
 }
 
 // SCHEDULE.LIST
@@ -320,11 +311,7 @@ func (s *Server) cmdScheduleList(ctx context.Context, _ *Session, _ [][]byte) (r
 	if err != nil {
 		return nil, err
 	}
-	out := make(resp.Array, len(all))
-	for i, sc := range all {
-		out[i] = resp.Bulk(scheduleJSON(sc))
-	}
-	return out, nil
+	return resp.ArrayOf(all, func(sc records.Schedule) resp.Reply { return resp.Bulk(scheduleJSON(sc)) }), nil
 }
 
 // SCHEDULE.UPDATE name json
@@ -337,26 +324,17 @@ func (s *Server) cmdScheduleUpdate(ctx context.Context, _ *Session, args [][]byt
 	err = s.eng.UpdateSchedule(ctx, name, func(sc *records.Schedule) error {
 		return s.applyScheduleDoc(doc, sc, false, time.Now())
 	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(err)
 }
 
 // SCHEDULE.DELETE name
 func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.eng.DeleteSchedule(ctx, string(args[1])); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.DeleteSchedule(ctx, string(args[1])))
 }
 
 // SCHEDULE.PAUSE name
 func (s *Server) cmdSchedulePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.eng.PauseSchedule(ctx, string(args[1])); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.PauseSchedule(ctx, string(args[1])))
 }
 
 // SCHEDULE.RESUME name [CATCHUP]
@@ -369,10 +347,7 @@ func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byt
 	case len(args) > 2:
 		return nil, resp.ErrSyntax
 	}
-	if err := s.eng.ResumeSchedule(ctx, name, catchup); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.ResumeSchedule(ctx, name, catchup))
 }
 
 // SCHEDULE.TRIGGER name — fires the schedule now, whether it is paused or

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/internal/jsonmsg"
 	"github.com/agq/agq/records"
@@ -18,12 +16,11 @@ import (
 )
 
 func (s *Server) stepCommands() []*Command {
-	worker := roleWorker | roleAdmin
 	return []*Command{
-		{Name: "step.begin", Arity: -3, Roles: worker, Handler: s.cmdStepBegin},
-		{Name: "step.complete", Arity: -3, Roles: worker, Handler: sendNow(s.prepareStepComplete), Prepare: s.prepareStepComplete},
-		{Name: "step.fail", Arity: -4, Roles: worker, Handler: s.cmdStepFail},
-		{Name: "step.sleep", Arity: -4, Roles: worker, Handler: s.cmdStepSleep},
+		{Name: "step.begin", Arity: -3, Roles: workers, Handler: s.cmdStepBegin},
+		{Name: "step.complete", Arity: -3, Roles: workers, Handler: sendNow(s.prepareStepComplete), Prepare: s.prepareStepComplete},
+		{Name: "step.fail", Arity: -4, Roles: workers, Handler: s.cmdStepFail},
+		{Name: "step.sleep", Arity: -4, Roles: workers, Handler: s.cmdStepSleep},
 		{Name: "job.steps", Arity: -2, Roles: readers | roleWorker, Handler: s.cmdJobSteps},
 	}
 }
@@ -243,11 +240,11 @@ func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte,
 	p := records.StepParams{JobID: string(args[1]), StepID: string(args[2])}
 	rest := args[3:]
 	if n := len(rest); n >= 2 && resp.Is(rest[n-2], "delivery") {
-		u, err := uuid.Parse(string(rest[n-1]))
-		if err != nil {
+		var ok bool
+		if p.Delivery, ok = deliveryToken(string(rest[n-1])); !ok {
 			return p, nil, resp.Errorf("invalid delivery: must be the token the job was delivered with")
 		}
-		p.Delivery, rest = u.String(), rest[:n-2]
+		rest = rest[:n-2]
 	}
 	if len(rest) > most {
 		return p, nil, resp.Errorf("wrong number of arguments for '%s' command", resp.Lower(args[0]))
@@ -260,15 +257,10 @@ func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte,
 			return p, nil, resp.Errorf("invalid step: %s", err)
 		}
 	}
-	if sess.principal().Role == auth.RoleAdmin {
-		p.Admin = true
-		return p, rest, nil
-	}
-	w, err := s.hotWorker(ctx, sess)
-	if err != nil {
+	var err error
+	if p.WorkerID, p.Admin, err = s.caller(ctx, sess); err != nil {
 		return p, nil, err
 	}
-	p.WorkerID = w.ID
 	return p, rest, nil
 }
 

@@ -14,9 +14,9 @@ import (
 
 func (s *Server) workerCommands() []*Command {
 	return []*Command{
-		{Name: "worker.register", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerRegister},
-		{Name: "worker.heartbeat", Arity: -2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerHeartbeat},
-		{Name: "worker.unregister", Arity: 2, Roles: roleWorker | roleAdmin, Handler: s.cmdWorkerUnregister},
+		{Name: "worker.register", Arity: 2, Roles: workers, Handler: s.cmdWorkerRegister},
+		{Name: "worker.heartbeat", Arity: -2, Roles: workers, Handler: s.cmdWorkerHeartbeat},
+		{Name: "worker.unregister", Arity: 2, Roles: workers, Handler: s.cmdWorkerUnregister},
 		{Name: "worker.list", Arity: -1, Roles: roleAdmin | roleViewer, Handler: s.cmdWorkerList},
 		{Name: "worker.get", Arity: 2, Roles: roleAdmin | roleViewer, Handler: s.cmdWorkerGet},
 		{Name: "worker.drain", Arity: 2, Roles: roleAdmin, Handler: s.cmdWorkerDrain},
@@ -135,31 +135,18 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(workers))
-	for i, w := range workers {
-		ids[i] = w.ID
-	}
-	return resp.StringArray(ids), nil
+	return resp.ArrayOf(workers, func(w records.Worker) resp.Reply { return resp.BulkString(w.ID) }), nil
 }
 
 // WORKER.GET worker_id
 func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
 	w, err := s.eng.WorkerGet(ctx, string(args[1]))
-	if errors.Is(err, records.ErrNotFound) {
-		return resp.Nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return resp.Bulk(workerJSON(w)), nil
+	return jsonOrNil(w, err, workerJSON)
 }
 
 // WORKER.DRAIN worker_id
 func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	if err := s.eng.DrainWorker(ctx, string(args[1])); err != nil {
-		return nil, err
-	}
-	return resp.OK, nil
+	return okOr(s.eng.DrainWorker(ctx, string(args[1])))
 }
 
 func workerJSON(w records.Worker) []byte {

@@ -20,7 +20,7 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (effects, error) {
 		cfx, err := e.store.JobCancel(ctx, id)
 		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
-			return effects{Effects: cfx}, jobError(id, err)
+			return effects{Effects: cfx}, refusal(aJob, id, err)
 		}
 		return effects{Effects: cfx, AsIs: []AsIs{{IDs: []string{id},
 			Event: func(j records.JobState) string {
@@ -46,7 +46,7 @@ func (e *Engine) RetryJob(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (effects, error) {
 		rfx, err := e.store.JobRetry(ctx, id)
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
-			return effects{Effects: rfx}, jobError(id, err)
+			return effects{Effects: rfx}, refusal(aJob, id, err)
 		}
 		// Moved holds the job and the jobs of its graph it restored.
 		return effects{Effects: rfx, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
@@ -66,7 +66,7 @@ func (e *Engine) PauseQueue(ctx context.Context, name string, paused bool) error
 func (e *Engine) DrainWorker(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (effects, error) {
 		if err := e.store.WorkerDrain(ctx, id); err != nil {
-			return effects{}, workerError(id, err)
+			return effects{}, refusal(aWorker, id, err)
 		}
 		return effects{Messages: e.workerEvents(id, "draining")}, nil
 	})
@@ -74,7 +74,7 @@ func (e *Engine) DrainWorker(ctx context.Context, id string) error {
 
 // PauseSchedule is SCHEDULE.PAUSE.
 func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
-	return scheduleError(name, e.store.SchedulePause(ctx, name))
+	return refusal(aSchedule, name, e.store.SchedulePause(ctx, name))
 }
 
 // TriggerSchedule is SCHEDULE.TRIGGER: it fires the schedule now, paused or
@@ -82,7 +82,7 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 func (e *Engine) TriggerSchedule(ctx context.Context, name string) (string, error) {
 	id, err := e.store.ScheduleTrigger(ctx, name, e.clock.Now())
 	if err != nil {
-		return "", scheduleError(name, err)
+		return "", refusal(aSchedule, name, err)
 	}
 	return id, nil
 }
@@ -107,7 +107,7 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 		sc.NextFireAt = &next
 		return nil
 	})
-	return scheduleError(name, err)
+	return refusal(aSchedule, name, err)
 }
 
 // CreateSchedule stores a new schedule; the same definition again is
@@ -123,7 +123,7 @@ func (e *Engine) CreateSchedule(ctx context.Context, sc records.Schedule) error 
 // UpdateSchedule lets change edit the named schedule under its lock.
 func (e *Engine) UpdateSchedule(ctx context.Context, name string, change func(*records.Schedule) error) error {
 	_, err := e.store.ScheduleUpdate(ctx, name, change)
-	return scheduleError(name, err)
+	return refusal(aSchedule, name, err)
 }
 
 // DeleteSchedule deletes a schedule; deleting a missing one succeeds.

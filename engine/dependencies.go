@@ -131,14 +131,14 @@ const parentsPage = 100
 func (e *Engine) JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error) {
 	j, err := e.store.JobGet(ctx, id)
 	if err != nil {
-		return nil, "", jobError(id, err)
+		return nil, "", refusal(aJob, id, err)
 	}
 	if worker != "" {
 		switch {
 		case j.Status != records.StatusRunning:
-			return nil, "", jobError(id, &records.StateError{Status: j.Status})
+			return nil, "", refusal(aJob, id, &records.StateError{Status: j.Status})
 		case j.WorkerID == nil || *j.WorkerID != worker:
-			return nil, "", jobError(id, &records.NotOwnerError{Owner: *j.WorkerID})
+			return nil, "", refusal(aJob, id, &records.NotOwnerError{Owner: *j.WorkerID})
 		}
 	}
 	rows, err := e.store.JobParentsPage(ctx, id, cursor, parentsPage)

@@ -144,7 +144,7 @@ func (e *Engine) WaitJob(ctx context.Context, id string, wait api.JobWait) (reco
 		j, err := e.store.JobGet(getCtx, id)
 		cancel()
 		if err != nil {
-			return j, false, jobError(id, err)
+			return j, false, refusal(aJob, id, err)
 		}
 		if records.IsTerminal(j.Status) {
 			return j, true, nil

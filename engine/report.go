@@ -25,7 +25,7 @@ func (e *Engine) Report(p records.Report) (wait func(context.Context) error) {
 	pending := g.Add(p)
 	return func(ctx context.Context) error {
 		err, gerr := pending.Wait(ctx)
-		return jobError(p.ID, cmp.Or(gerr, err))
+		return refusal(aJob, p.ID, cmp.Or(gerr, err))
 	}
 }
 
@@ -40,6 +40,6 @@ func (e *Engine) snooze(ctx context.Context, p records.Report) error {
 		}
 		// The snooze, or the job's end: failed past the limit, or
 		// cancelled when its cancellation was asked.
-		return stored(sfx, records.StatusSnoozed), jobError(p.ID, err)
+		return stored(sfx, records.StatusSnoozed), refusal(aJob, p.ID, err)
 	})
 }

@@ -25,18 +25,6 @@ func checkStep(p records.StepParams) error {
 	return nil
 }
 
-// stepError names the job a step call's refusal is about.
-func stepError(id string, err error) error {
-	var notBegun *records.StepNotBegunError
-	var attempts *records.StepAttemptsError
-	var kind *records.StepKindError
-	var limit *records.StepLimitError
-	if errors.As(err, &notBegun) || errors.As(err, &attempts) || errors.As(err, &kind) || errors.As(err, &limit) {
-		return refused(id, err)
-	}
-	return jobError(id, err)
-}
-
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
 // completed with in an earlier delivery for an equal input. It shares the
 // commit of the next group of begins.
@@ -46,9 +34,9 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 	}
 	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
 	if err != nil {
-		return records.StepBeginResult{}, jobError(p.JobID, err)
+		return records.StepBeginResult{}, refusal(aJob, p.JobID, err)
 	}
-	return res.Result, stepError(p.JobID, res.Err)
+	return res.Result, refusal(aJob, p.JobID, res.Err)
 }
 
 // runStepBegins serves a group of STEP.BEGINs; a begin past its step's
@@ -70,9 +58,9 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 	return func(ctx context.Context) error {
 		res, gerr := pending.Wait(ctx)
 		if gerr != nil {
-			return jobError(p.JobID, gerr)
+			return refusal(aJob, p.JobID, gerr)
 		}
-		return stepError(p.JobID, res.Err)
+		return refusal(aJob, p.JobID, res.Err)
 	}
 }
 
@@ -127,7 +115,7 @@ func (e *Engine) StepFail(ctx context.Context, p records.StepFailParams) (record
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, now, outcome, p.Message)
 			}
 		}
-		return fx, stepError(p.JobID, err)
+		return fx, refusal(aJob, p.JobID, err)
 	})
 	return res, err
 }
@@ -154,7 +142,7 @@ func (e *Engine) StepSleep(ctx context.Context, p records.StepSleepParams) (reco
 				e.trace.AttemptEnded(attemptOf(t), t.StartedAt, time.Now(), "sleeping", "")
 			}
 		}
-		return fx, stepError(p.JobID, err)
+		return fx, refusal(aJob, p.JobID, err)
 	})
 	return res, err
 }
@@ -166,10 +154,10 @@ func (e *Engine) JobSteps(ctx context.Context, p records.JobStepsParams) ([]reco
 	if errors.Is(err, records.ErrNotHolder) {
 		err = records.ErrStepsNotHolder
 	}
-	if errors.Is(err, records.ErrStepsNotHolder) || errors.Is(err, records.ErrNotFound) {
-		return nil, refused(p.JobID, err)
+	if err != nil {
+		return nil, refusal(aJob, p.JobID, err)
 	}
-	return steps, err
+	return steps, nil
 }
 
 // stepEffects are the effects of a step call that may have ended the job's

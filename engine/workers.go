@@ -2,12 +2,10 @@ package engine
 
 import (
 	"context"
-	"errors"
 
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/registry"
-	"github.com/agq/agq/store"
 )
 
 // ParseRegistration validates a WORKER.REGISTER document: the worker to
@@ -37,7 +35,7 @@ func (e *Engine) RegisterWorker(ctx context.Context, w records.Worker, running [
 // jobs it holds.
 func (e *Engine) Heartbeat(ctx context.Context, id string, stats []byte) (records.HeartbeatResult, error) {
 	res, err := e.store.WorkerHeartbeat(ctx, id, stats, e.Lease())
-	return res, workerError(id, err)
+	return res, refusal(aWorker, id, err)
 }
 
 // UnregisterWorker ends a worker's registration; the jobs it still holds
@@ -46,7 +44,7 @@ func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
 	return e.transition(ctx, func() (effects, error) {
 		ended, err := e.store.WorkerUnregister(ctx, id)
 		if err != nil {
-			return effects{}, workerError(id, err)
+			return effects{}, refusal(aWorker, id, err)
 		}
 		return effects{Effects: records.Effects{Parents: ended}, Messages: e.workerEvents(id, "unregistered")}, nil
 	})
@@ -60,7 +58,7 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 	}
 	w, err := e.store.WorkerGet(ctx, id)
 	if err != nil {
-		return workerError(id, err)
+		return refusal(aWorker, id, err)
 	}
 	if w.Principal != principal {
 		return &records.WorkerOfAnotherPrincipalError{ID: id}
@@ -72,24 +70,12 @@ func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin 
 // the worker holding it, and publishes it on channel to every node.
 func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line []byte) error {
 	if _, _, err := e.store.JobLogAppend(ctx, id, worker, string(line)); err != nil {
-		if errors.Is(err, records.ErrNotHolder) {
-			return refused(id, err)
-		}
-		return err
+		return refusal(aJob, id, err)
 	}
 	// Sent whether or not a subscriber is known: a line is kept and sent
 	// as the worker writes it, not a status someone may not want.
 	e.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
 	return nil
-}
-
-// workerError words a worker the store does not know as one that must
-// register.
-func workerError(id string, err error) error {
-	if errors.Is(err, store.ErrWorkerUnknown) || errors.Is(err, records.ErrNotFound) {
-		return &records.WorkerNotRegisteredError{ID: id}
-	}
-	return err
 }
 
 // workerEvents are worker.<id>.events's messages for event, while anyone

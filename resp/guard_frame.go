@@ -116,15 +116,8 @@ func (f *guardFrame) step(c byte) bool {
 		return f.fail(guardCommandTooBig)
 	}
 	switch f.state {
-	case guardCount:
-		switch {
-		case c >= '0' && c <= '9':
-			return f.digit(c, int64(f.lim.MaxArgs), guardBadMultibulkLen, guardTooManyArgs)
-		case c == '\r' && f.num > 0:
-			f.state = guardCountLF
-			return true
-		}
-		return f.fail(guardBadMultibulkLen)
+	case guardCount: // an array of at least one bulk
+		return f.length(c, int64(f.lim.MaxArgs), f.num > 0, guardCountLF, guardBadMultibulkLen, guardTooManyArgs)
 	case guardCountLF:
 		if c != '\n' {
 			return f.fail(guardBadMultibulkLen)
@@ -135,15 +128,8 @@ func (f *guardFrame) step(c byte) bool {
 			return f.fail(fmt.Sprintf("expected '$', got '%s'", guardPrintable(c)))
 		}
 		f.state, f.num, f.digits = guardBulkLen, 0, 0
-	case guardBulkLen:
-		switch {
-		case c >= '0' && c <= '9':
-			return f.digit(c, f.lim.MaxBulk, guardBadBulkLen, guardBulkTooBig)
-		case c == '\r' && f.digits > 0:
-			f.state = guardBulkLenLF
-			return true
-		}
-		return f.fail(guardBadBulkLen)
+	case guardBulkLen: // a bulk, empty or not
+		return f.length(c, f.lim.MaxBulk, f.digits > 0, guardBulkLenLF, guardBadBulkLen, guardBulkTooBig)
 	case guardBulkLenLF:
 		if c != '\n' {
 			return f.fail(guardBadBulkLen)
@@ -175,6 +161,19 @@ func (f *guardFrame) step(c byte) bool {
 		}
 	}
 	return true
+}
+
+// length reads c in a length up to limit: a digit, or the '\r' that ends
+// it, where complete says it may end, moving on to state then.
+func (f *guardFrame) length(c byte, limit int64, complete bool, then guardState, invalid, tooBig string) bool {
+	switch {
+	case c >= '0' && c <= '9':
+		return f.digit(c, limit, invalid, tooBig)
+	case c == '\r' && complete:
+		f.state = then
+		return true
+	}
+	return f.fail(invalid)
 }
 
 // digit appends c to the number being parsed. Like Redis, it refuses

@@ -32,35 +32,19 @@ func (s SimpleString) AppendRESP(b []byte, _ int) []byte {
 type Int int64
 
 // AppendRESP implements Reply.
-func (n Int) AppendRESP(b []byte, _ int) []byte {
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
-}
+func (n Int) AppendRESP(b []byte, _ int) []byte { return appendHeader(b, ':', int64(n)) }
 
 // Bulk is a binary-safe bulk string reply.
 type Bulk []byte
 
 // AppendRESP implements Reply.
-func (s Bulk) AppendRESP(b []byte, _ int) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
+func (s Bulk) AppendRESP(b []byte, _ int) []byte { return appendBulk(b, s) }
 
 // BulkString is a bulk string reply built from a Go string.
 type BulkString string
 
 // AppendRESP implements Reply.
-func (s BulkString) AppendRESP(b []byte, _ int) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
+func (s BulkString) AppendRESP(b []byte, _ int) []byte { return appendBulk(b, s) }
 
 type null struct{ array bool }
 
@@ -87,9 +71,7 @@ type Array []Reply
 
 // AppendRESP implements Reply.
 func (a Array) AppendRESP(b []byte, proto int) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(a)), 10)
-	b = append(b, '\r', '\n')
+	b = appendHeader(b, '*', int64(len(a)))
 	for _, r := range a {
 		b = r.AppendRESP(b, proto)
 	}
@@ -98,9 +80,14 @@ func (a Array) AppendRESP(b []byte, proto int) []byte {
 
 // StringArray is an array of bulk strings.
 func StringArray(items []string) Array {
+	return ArrayOf(items, func(s string) Reply { return BulkString(s) })
+}
+
+// ArrayOf is an array of the reply of each of items, in their order.
+func ArrayOf[T any](items []T, reply func(T) Reply) Array {
 	a := make(Array, len(items))
-	for i, s := range items {
-		a[i] = BulkString(s)
+	for i, item := range items {
+		a[i] = reply(item)
 	}
 	return a
 }
@@ -118,18 +105,30 @@ type KV struct {
 // AppendRESP implements Reply.
 func (m Map) AppendRESP(b []byte, proto int) []byte {
 	if proto >= 3 {
-		b = append(b, '%')
-		b = strconv.AppendInt(b, int64(len(m)), 10)
+		b = appendHeader(b, '%', int64(len(m)))
 	} else {
-		b = append(b, '*')
-		b = strconv.AppendInt(b, int64(2*len(m)), 10)
+		b = appendHeader(b, '*', int64(2*len(m)))
 	}
-	b = append(b, '\r', '\n')
 	for _, kv := range m {
-		b = BulkString(kv.Key).AppendRESP(b, proto)
+		b = appendBulk(b, kv.Key)
 		b = kv.Value.AppendRESP(b, proto)
 	}
 	return b
+}
+
+// appendHeader appends the head of a reply: its type byte and its length
+// (an integer's value), and the line's end.
+func appendHeader(b []byte, kind byte, n int64) []byte {
+	b = append(b, kind)
+	b = strconv.AppendInt(b, n, 10)
+	return append(b, '\r', '\n')
+}
+
+// appendBulk appends s as a bulk string: its length, then its bytes.
+func appendBulk[T ~string | ~[]byte](b []byte, s T) []byte {
+	b = appendHeader(b, '$', int64(len(s)))
+	b = append(b, s...)
+	return append(b, '\r', '\n')
 }
 
 // appendLine appends s with CR and LF replaced, since a simple string or an

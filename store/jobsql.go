@@ -59,7 +59,14 @@ func lostJobsSQL(errText, cond string) string {
 		         ELSE ` + withError(errText) + ` END,
 		step_failures = CASE WHEN j.cancel_requested THEN j.step_failures ELSE ` + stepFailuresCounted + ` END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()` + fromDecided(cond)
+}
+
+// fromDecided ends a statement that moves decided jobs (decided) out of
+// running: those still running, and meeting cond, move, each answering
+// movedColumns.
+func fromDecided(cond string) string {
+	return `
 	FROM ` + decided + `
 	WHERE j.id = d.id AND j.status = 'running' ` + cond + `
 	RETURNING ` + movedColumns

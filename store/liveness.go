@@ -59,30 +59,13 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 // attempt. A job whose cancellation was asked for ends cancelled instead of
 // being retried (jobs_running_lease).
 func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, error) {
-	n := 0
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+	return s.sweep(ctx, `
 			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
 			WHERE j.status = 'running' AND j.lease_expires_at < now()
 			ORDER BY j.lease_expires_at LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit)
-		if err != nil {
-			return err
-		}
-		d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
-		if err != nil || len(d.ids) == 0 {
-			return err
-		}
-		moved, err := tx.Query(ctx, recoverLeasesSQL, d.ids, d.retry, d.delays)
-		if err != nil {
-			return err
-		}
-		all, err := s.notifyMoved(ctx, tx, "expired_lease", moved)
-		n = len(all)
-		return err
-	})
-	return n, interpretError(err)
+			FOR UPDATE SKIP LOCKED`, []any{limit},
+		lostMove{failure: lostFailure, sql: recoverLeasesSQL, reason: "expired_lease"})
 }
 
 // recoverLeasesSQL gives back jobs whose lease ran out, through their key.
@@ -93,37 +76,23 @@ var recoverLeasesSQL = lostJobsSQL("'lease expired: worker stopped heartbeating'
 // the holding workers (jobs_running_deadline). The grace lets a worker that
 // enforces the timeout itself report what it killed.
 func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit int) (int, error) {
-	n := 0
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+	return s.sweep(ctx, `
 			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
 			WHERE j.status = 'running' AND j.deadline_at < now() - $2::interval
 			ORDER BY j.deadline_at LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit, grace)
-		if err != nil {
-			return err
-		}
-		d, err := s.decideRows(rows, records.Failure{Retryable: true})
-		if err != nil || len(d.ids) == 0 {
-			return err
-		}
-		// Counted before the jobs lose their holders.
-		if _, err := tx.Exec(ctx, `
+			FOR UPDATE SKIP LOCKED`, []any{limit, grace},
+		lostMove{failure: records.Failure{Retryable: true}, sql: failTimedOutSQL, reason: "timed_out_job", decided: countTimedOut})
+}
+
+// countTimedOut counts the timed-out jobs against their workers, before
+// the jobs lose their holders.
+func countTimedOut(ctx context.Context, tx pgx.Tx, ids []string) error {
+	_, err := tx.Exec(ctx, `
 			UPDATE workers w SET timed_out_jobs = w.timed_out_jobs + t.n, last_timeout_at = now()
 			FROM (SELECT worker_id, count(*) AS n FROM jobs WHERE id = ANY($1::text[]) GROUP BY worker_id) t
-			WHERE w.worker_id = t.worker_id`, d.ids); err != nil {
-			return err
-		}
-		moved, err := tx.Query(ctx, failTimedOutSQL, d.ids, d.retry, d.delays)
-		if err != nil {
-			return err
-		}
-		all, err := s.notifyMoved(ctx, tx, "timed_out_job", moved)
-		n = len(all)
-		return err
-	})
-	return n, interpretError(err)
+			WHERE w.worker_id = t.worker_id`, ids)
+	return err
 }
 
 // failTimedOutSQL fails the attempts of timed-out jobs, through their key.
@@ -135,10 +104,7 @@ var failTimedOutSQL = `
 		step_failures = CASE WHEN j.cancel_requested THEN j.step_failures ELSE ` + stepFailuresCounted + ` END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 		run_at = CASE WHEN j.cancel_requested OR NOT d.retry THEN j.run_at ELSE ` + retryAt + ` END,
-		` + clearRunning + `, updated_at = now()
-	FROM ` + decided + `
-	WHERE j.id = d.id AND j.status = 'running'
-	RETURNING ` + movedColumns
+		` + clearRunning + `, updated_at = now()` + fromDecided("")
 
 // RetentionParams says how long finished jobs are kept.
 type RetentionParams struct {

@@ -20,30 +20,13 @@ import (
 // retry policy's decisions.
 func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) {
 	const unackedLimit = 3
-	n := 0
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+	return s.sweep(ctx, `
 			SELECT `+decideColumns+`, j.unacked_returns + 1 >= $2 AND NOT j.cancel_requested
 			FROM jobs j
 			WHERE j.status = 'running' AND j.ack_deadline IS NOT NULL AND j.ack_deadline < now()
 			ORDER BY j.ack_deadline LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit, unackedLimit)
-		if err != nil {
-			return err
-		}
-		d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
-		if err != nil || len(d.ids) == 0 {
-			return err
-		}
-		moved, err := tx.Query(ctx, requeueUnackedSQL, d.ids, d.retry, d.delays, unackedLimit)
-		if err != nil {
-			return err
-		}
-		all, err := s.notifyMoved(ctx, tx, "unacked_delivery", moved)
-		n = len(all)
-		return err
-	})
-	return n, interpretError(err)
+			FOR UPDATE SKIP LOCKED`, []any{limit, unackedLimit},
+		lostMove{failure: lostFailure, sql: requeueUnackedSQL, args: []any{unackedLimit}, reason: "unacked_delivery"})
 }
 
 // requeueUnackedSQL gives back deliveries nobody acknowledged; on the
@@ -58,10 +41,61 @@ var requeueUnackedSQL = `
 		         ELSE j.errors END,
 		unacked_returns = CASE WHEN j.unacked_returns + 1 >= $4 THEN 0 ELSE j.unacked_returns + 1 END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END, run_at = ` + retryAt + `,
-		` + clearDelivery + `, updated_at = now()
-	FROM ` + decided + `
-	WHERE j.id = d.id AND j.status = 'running'
-	RETURNING ` + movedColumns
+		` + clearDelivery + `, updated_at = now()` + fromDecided("")
+
+// lostMove says how jobs a recovery found move out of running.
+type lostMove struct {
+	// failure is how the rules see the failure of a job whose attempt
+	// the move counts.
+	failure records.Failure
+	// sql moves the jobs: $1 their ids, $2 whether each is retried and
+	// $3 after how long, then args.
+	sql  string
+	args []any
+	// reason is told with each job moved (notifyMoved).
+	reason string
+	// decided, when set, runs with the jobs to move, before they move.
+	decided func(ctx context.Context, tx pgx.Tx, ids []string) error
+}
+
+// lostFailure is the failure of a delivery lost with its holder.
+var lostFailure = records.Failure{Retryable: true, Lost: true}
+
+// moveLost moves out of running the jobs of rows, rows of (decideColumns,
+// counts) that tx locked, as m says, and returns them. It closes rows.
+func (s *Store) moveLost(ctx context.Context, tx pgx.Tx, rows pgx.Rows, m lostMove) ([]movedJob, error) {
+	d, err := s.decideRows(rows, m.failure)
+	if err != nil || len(d.ids) == 0 {
+		return nil, err
+	}
+	if m.decided != nil {
+		if err := m.decided(ctx, tx, d.ids); err != nil {
+			return nil, err
+		}
+	}
+	moved, err := tx.Query(ctx, m.sql, append([]any{d.ids, d.retry, d.delays}, m.args...)...)
+	if err != nil {
+		return nil, err
+	}
+	return s.notifyMoved(ctx, tx, m.reason, moved)
+}
+
+// sweep runs one of the watchdog's recoveries in a transaction of its own:
+// the jobs query selects and locks, given args, move as m says. It answers
+// how many moved.
+func (s *Store) sweep(ctx context.Context, query string, args []any, m lostMove) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		moved, err := s.moveLost(ctx, tx, rows, m)
+		n = len(moved)
+		return err
+	})
+	return n, interpretError(err)
+}
 
 // endedOf lists the moved jobs that ended (a cancellation asked for while
 // they ran): their children's dependencies are to settle.

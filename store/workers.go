@@ -233,20 +233,12 @@ func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, cou
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
-	if err != nil || len(d.ids) == 0 {
-		return nil, err
-	}
-	moved, err := tx.Query(ctx, requeueHeldSQL, d.ids, d.retry, d.delays, countAttempt, workerID)
-	if err != nil {
-		return nil, err
-	}
 	reason := "worker_left"
 	if countAttempt {
 		reason = "dead_worker"
 	}
-	all, err := s.notifyMoved(ctx, tx, reason, moved)
-	return endedOf(all), err
+	moved, err := s.moveLost(ctx, tx, rows, lostMove{failure: lostFailure, sql: requeueHeldSQL, args: []any{countAttempt, workerID}, reason: reason})
+	return endedOf(moved), err
 }
 
 // requeueHeldSQL gives back the jobs of worker $5; $4 says whether their
@@ -260,10 +252,7 @@ var requeueHeldSQL = `
 		errors = CASE WHEN $4 THEN ` + withError("'worker ' || j.worker_id || ' was lost while holding the job'") + `
 		         ELSE j.errors END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()
-	FROM ` + decided + `
-	WHERE j.id = d.id AND j.worker_id = $5 AND j.status = 'running'
-	RETURNING ` + movedColumns
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()` + fromDecided("AND j.worker_id = $5")
 
 // WorkerGet returns one worker.
 func (s *Store) WorkerGet(ctx context.Context, id string) (records.Worker, error) {
@@ -321,16 +310,8 @@ func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, run
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.decideRows(rows, records.Failure{Retryable: true, Lost: true})
-	if err != nil || len(d.ids) == 0 {
-		return nil, err
-	}
-	moved, err := tx.Query(ctx, requeueLostSQL, d.ids, d.retry, d.delays, workerID)
-	if err != nil {
-		return nil, err
-	}
-	all, err := s.notifyMoved(ctx, tx, "worker_restarted", moved)
-	return endedOf(all), err
+	moved, err := s.moveLost(ctx, tx, rows, lostMove{failure: lostFailure, sql: requeueLostSQL, args: []any{workerID}, reason: "worker_restarted"})
+	return endedOf(moved), err
 }
 
 // requeueLostSQL gives back jobs worker $4 lost in a restart.

@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
-	"github.com/rs/zerolog"
-
 	"github.com/agq/agq/internal/config"
+	"github.com/agq/agq/internal/logging"
 	"github.com/agq/agq/internal/node"
 )
 
@@ -36,7 +33,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "agq: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(cfg)
+	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agq: %v\n", err)
 		return 2
@@ -79,25 +76,4 @@ func run(args []string) int {
 	}
 	log.Info().Msg("stopped")
 	return 0
-}
-
-func newLogger(cfg config.Config) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("log-level: %w", err)
-	}
-	format := cfg.LogFormat
-	if format == "" {
-		format = "json"
-		if isatty.IsTerminal(os.Stderr.Fd()) {
-			format = "console"
-		}
-	}
-	var log zerolog.Logger
-	if format == "console" {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
-	} else {
-		log = zerolog.New(os.Stderr)
-	}
-	return log.Level(level).With().Timestamp().Logger(), nil
 }

@@ -12,16 +12,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
 	"github.com/agq/agq/cmd/agw/internal/worker"
+	"github.com/agq/agq/internal/logging"
 )
 
 // version is agw's version, reported at registration; release builds set
@@ -41,7 +40,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agw: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(s, stderr)
+	log, err := logging.New(stderr, s.LogLevel, s.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "agw: %v\n", err)
 		return 2
@@ -145,26 +144,6 @@ func onSignals(log zerolog.Logger, cancel context.CancelFunc, w *worker.Worker) 
 		w.ForceStop()
 	}()
 	return func() { signal.Stop(signals) }
-}
-
-func newLogger(s settings, out io.Writer) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(strings.ToLower(s.LogLevel))
-	if err != nil || level == zerolog.NoLevel {
-		return zerolog.Logger{}, fmt.Errorf("log-level %q: must be debug, info, warn or error", s.LogLevel)
-	}
-	f, isFile := out.(*os.File)
-	terminal := isFile && isatty.IsTerminal(f.Fd())
-	format := s.LogFormat
-	if format == "" {
-		format = "json"
-		if terminal {
-			format = "console"
-		}
-	}
-	if format == "console" {
-		out = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly, NoColor: !terminal}
-	}
-	return zerolog.New(out).Level(level).With().Timestamp().Logger(), nil
 }
 
 // redisLogger sends go-redis's own messages (failed dials and the like,

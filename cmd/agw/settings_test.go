@@ -168,23 +168,6 @@ func TestDefaultWorkerID(t *testing.T) {
 	}
 }
 
-func TestNewLogger(t *testing.T) {
-	t.Parallel()
-	var out bytes.Buffer
-	log, err := newLogger(settings{LogLevel: "info"}, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log.Debug().Msg("hidden")
-	log.Info().Msg("shown")
-	if got := out.String(); !strings.HasPrefix(got, `{"level":"info"`) || strings.Contains(got, "hidden") {
-		t.Fatalf("%q: want JSON at info level when not on a terminal", got)
-	}
-	if _, err := newLogger(settings{LogLevel: "loud"}, &out); err == nil {
-		t.Fatal("accepted log level loud")
-	}
-}
-
 func TestSettingsTLS(t *testing.T) {
 	t.Parallel()
 	s, err := parseSettings(nil, env("AGQ_KEY", "k"), &bytes.Buffer{})

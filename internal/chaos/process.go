@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agq/agq/internal/pgcluster"
 )
 
 // process is a child process that can be killed, stopped and started again
@@ -40,7 +41,7 @@ func (p *process) start() error {
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGQ_") })
 	cmd.Stderr = logFile
-	// Nothing outlives a run that was killed.
+	// Nothing outlives a run that was killed (pgcluster.StartTied).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out io.ReadCloser
 	if p.lines != nil {
@@ -50,27 +51,18 @@ func (p *process) start() error {
 	} else {
 		cmd.Stdout = logFile
 	}
-	// The death signal fires when the thread that forked exits, not this
-	// process: the child is started and waited for from one goroutine
-	// locked to its thread, which thus lives exactly as long as the child.
-	exited, started := make(chan struct{}), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the child
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
+	exited := make(chan struct{})
+	err = pgcluster.StartTied(cmd, func() {
 		if out != nil {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				p.lines(sc.Text())
 			}
 		}
-		cmd.Wait()
+		_ = cmd.Wait()
 		close(exited)
-	}()
-	if err := <-started; err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	p.cmd, p.exited = cmd, exited

@@ -84,33 +84,14 @@ var settings = []setting{
 	{"direct-database-url", "", "PostgreSQL itself, for LISTEN, the leader's lock and migrations when database-url goes through PgBouncer (unset: database-url)", func(c *Config, v string) error { c.DirectDatabaseURL = v; return nil }},
 	{"data-dir", "./agq-data", "managed cluster and generated admin key", func(c *Config, v string) error { c.DataDir = v; return nil }},
 	{"admin-key", "", "an admin key (or sha256:<hex digest>)", func(c *Config, v string) error { c.AdminKey = v; return nil }},
-	{"heartbeat-interval", "30s", "heartbeat interval told to workers, whole seconds; dead after 3 missed", func(c *Config, v string) error {
-		// Workers are told the interval in whole seconds (heartbeat_interval=N).
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second || d%time.Second != 0 {
-			return fmt.Errorf("must be a duration of whole seconds, at least 1s, such as 30s")
-		}
-		c.HeartbeatInterval = d
-		return nil
-	}},
+	// Workers are told the interval in whole seconds (heartbeat_interval=N).
+	{"heartbeat-interval", "30s", "heartbeat interval told to workers, whole seconds; dead after 3 missed", setter(time.ParseDuration,
+		func(d time.Duration) bool { return d >= time.Second && d%time.Second == 0 }, "a duration of whole seconds, at least 1s, such as 30s",
+		func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
 	{"job-timeout", "1h", "default job timeout", durationSetter(func(c *Config) *time.Duration { return &c.JobTimeout })},
 	{"ack-timeout", "30s", "unacknowledged-delivery timeout", durationSetter(func(c *Config) *time.Duration { return &c.AckTimeout })},
-	{"max-payload", "2097152", "maximum bytes per job", func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("must be a positive number of bytes")
-		}
-		c.MaxPayload = n
-		return nil
-	}},
-	{"max-input-buffer", "268435456", "bytes all clients' unfinished commands may hold together", func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("must be a positive number of bytes")
-		}
-		c.MaxInputBuffer = n
-		return nil
-	}},
+	{"max-payload", "2097152", "maximum bytes per job", bytesSetter(func(c *Config) *int64 { return &c.MaxPayload })},
+	{"max-input-buffer", "268435456", "bytes all clients' unfinished commands may hold together", bytesSetter(func(c *Config) *int64 { return &c.MaxInputBuffer })},
 	{"max-attempts", "3", "default attempts per job", intSetter(func(c *Config) *int { return &c.MaxAttempts })},
 	{"max-snoozes", "100", "how often a job may be snoozed by its holder; the next snooze fails it", intSetter(func(c *Config) *int { return &c.MaxSnoozes })},
 	{"max-clients", "10000", "maximum client connections", intSetter(func(c *Config) *int { return &c.MaxClients })},
@@ -170,38 +151,37 @@ var settings = []setting{
 	}},
 }
 
-func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+// setter reads a flag's value into field with parse; a value parse cannot
+// read, or valid refuses, is refused as not what must says.
+func setter[T any](parse func(string) (T, error), valid func(T) bool, must string, field func(*Config) *T) func(*Config, string) error {
 	return func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("must be a positive duration such as 30s")
+		x, err := parse(v)
+		if err != nil || !valid(x) {
+			return fmt.Errorf("must be %s", must)
 		}
-		*field(c) = d
+		*field(c) = x
 		return nil
 	}
 }
 
+func positive[T int | int64 | time.Duration](x T) bool { return x > 0 }
+
+func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return setter(time.ParseDuration, positive, "a positive duration such as 30s", field)
+}
+
 func intSetter(field func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("must be a positive integer")
-		}
-		*field(c) = n
-		return nil
-	}
+	return setter(strconv.Atoi, positive, "a positive integer", field)
 }
 
 // countSetter is intSetter that also takes 0, for "the default".
 func countSetter(field func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("must be a non-negative integer")
-		}
-		*field(c) = n
-		return nil
-	}
+	return setter(strconv.Atoi, func(n int) bool { return n >= 0 }, "a non-negative integer", field)
+}
+
+func bytesSetter(field func(*Config) *int64) func(*Config, string) error {
+	parse := func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
+	return setter(parse, positive, "a positive number of bytes", field)
 }
 
 // EnvName is the environment variable of a flag: http-listen → AGQ_HTTP_LISTEN.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/agq/agq/engine/api"
 )
 
 // maxBulk bounds the jobs one "retry all shown" may name: one page.
@@ -20,43 +22,57 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, sess session)
 		return
 	}
 	name := r.PathValue("name")
-	ctx := r.Context()
-	target := r.PostFormValue("target")
-	var err error
-	var notice string
-	switch name {
-	case "retry":
-		err = d.eng.RetryJob(ctx, target)
-		notice = "Job " + target + " is queued again."
-	case "cancel":
-		err = d.eng.CancelJob(ctx, target)
-		notice = "Job " + target + " is cancelled (a running job's worker is told to stop)."
-	case "pause-queue", "resume-queue":
-		err = d.eng.PauseQueue(ctx, target, name == "pause-queue")
-		notice = "Queue " + target + " is " + map[bool]string{true: "paused", false: "resumed"}[name == "pause-queue"] + "."
-	case "drain":
-		err = d.eng.DrainWorker(ctx, target)
-		notice = "Worker " + target + " is draining: it takes no new jobs."
-	case "pause-schedule":
-		err = d.eng.PauseSchedule(ctx, target)
-		notice = "Schedule " + target + " is paused."
-	case "resume-schedule":
-		err = d.eng.ResumeSchedule(ctx, target, false)
-		notice = "Schedule " + target + " is resumed."
-	case "trigger-schedule":
-		var id string
-		id, err = d.eng.TriggerSchedule(ctx, target)
-		notice = "Schedule " + target + " fired job " + id + "."
-	case "retry-many":
+	if name == "retry-many" {
 		d.retryMany(w, r, sess)
 		return
-	default:
+	}
+	act, ok := actions[name]
+	if !ok {
 		http.NotFound(w, r)
 		return
 	}
+	notice, err := act(r.Context(), d.eng, r.PostFormValue("target"))
 	d.overview.invalidate()
 	d.summaries.invalidate()
 	d.back(w, r, notice, d.actionError(name, err))
+}
+
+// operation is what a form may ask of one job, queue, worker or schedule,
+// its target: it runs the engine method the RESP command runs, and says
+// what it did.
+type operation func(ctx context.Context, eng api.Engine, target string) (notice string, err error)
+
+// actions are the operations by the name a form gives.
+var actions = map[string]operation{
+	"retry": func(ctx context.Context, eng api.Engine, id string) (string, error) {
+		return "Job " + id + " is queued again.", eng.RetryJob(ctx, id)
+	},
+	"cancel": func(ctx context.Context, eng api.Engine, id string) (string, error) {
+		return "Job " + id + " is cancelled (a running job's worker is told to stop).", eng.CancelJob(ctx, id)
+	},
+	"pause-queue":  pauseQueue(true),
+	"resume-queue": pauseQueue(false),
+	"drain": func(ctx context.Context, eng api.Engine, id string) (string, error) {
+		return "Worker " + id + " is draining: it takes no new jobs.", eng.DrainWorker(ctx, id)
+	},
+	"pause-schedule": func(ctx context.Context, eng api.Engine, name string) (string, error) {
+		return "Schedule " + name + " is paused.", eng.PauseSchedule(ctx, name)
+	},
+	"resume-schedule": func(ctx context.Context, eng api.Engine, name string) (string, error) {
+		return "Schedule " + name + " is resumed.", eng.ResumeSchedule(ctx, name, false)
+	},
+	"trigger-schedule": func(ctx context.Context, eng api.Engine, name string) (string, error) {
+		id, err := eng.TriggerSchedule(ctx, name)
+		return "Schedule " + name + " fired job " + id + ".", err
+	},
+}
+
+// pauseQueue pauses a queue, or resumes it.
+func pauseQueue(paused bool) operation {
+	done := map[bool]string{true: "paused", false: "resumed"}[paused]
+	return func(ctx context.Context, eng api.Engine, queue string) (string, error) {
+		return "Queue " + queue + " is " + done + ".", eng.PauseQueue(ctx, queue, paused)
+	}
 }
 
 // retryMany retries the failed jobs a page showed: first a confirmation

@@ -5,6 +5,7 @@ package layering
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,7 +71,7 @@ func TestEachLayerImportsOnlyTheLayersBelowIt(t *testing.T) {
 	// The bottom layers import no package of agq but the records, which
 	// import none, nor any driver.
 	for pkg, allowed := range map[string]string{"records": "", "resp": "", "migrations": "", "internal/names": "",
-		"store": "records", "engine/api": "records"} {
+		"internal/logging": "", "internal/otlp": "", "internal/plainjson": "", "store": "records", "engine/api": "records"} {
 		for _, imp := range all[pkg] {
 			if strings.HasPrefix(imp, module) && imp != module+allowed {
 				t.Errorf("%s imports %s", pkg, strings.TrimPrefix(imp, module))
@@ -115,6 +116,33 @@ func TestTheWireLayerDependsOnNeitherStoreNorPgx(t *testing.T) {
 			if d == module+"store" || isPgx(d) {
 				t.Errorf("%s depends on %s", pkg, d)
 			}
+		}
+	}
+}
+
+// sharedWithClients are the packages the client and agw may share with
+// the server: small, importing nothing of agq, and about neither jobs nor
+// the wire.
+var sharedWithClients = []string{
+	"internal/logging",   // the logger agq and agw write
+	"internal/otlp",      // the OTEL_* variables, read the same way by agq and agw
+	"internal/plainjson", // the client's reports, and agw's measure of them
+}
+
+// The client library, and agw built on it, depend on no package of the
+// server, directly or not, nor on pgx: of agq, only on each other and
+// sharedWithClients.
+func TestTheClientAndAgwDependOnNoServerPackage(t *testing.T) {
+	for _, pkg := range []string{"client/...", "cmd/agw/..."} {
+		for _, d := range deps(t, pkg) {
+			if isPgx(d) {
+				t.Errorf("%s depends on %s", pkg, d)
+			}
+			p, ok := strings.CutPrefix(d, module)
+			if !ok || p == "client" || p == "cmd/agw" || strings.HasPrefix(p, "cmd/agw/") || slices.Contains(sharedWithClients, p) {
+				continue
+			}
+			t.Errorf("%s depends on %s", pkg, p)
 		}
 	}
 }

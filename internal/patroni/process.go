@@ -11,11 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agq/agq/internal/pgcluster"
 )
 
 // child is etcd or a Patroni member, run as the user PostgreSQL runs as.
@@ -33,9 +34,8 @@ type child struct {
 	exited chan struct{}
 }
 
-// start runs the child from a goroutine locked to its OS thread: the death
-// signal fires when the forking thread exits, so that thread must live as
-// long as the child.
+// start runs the child, tied to this process (pgcluster.StartTied): its
+// death signal reaches it should the test die without closing the cluster.
 func (p *child) start() error {
 	logFile, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -50,19 +50,13 @@ func (p *child) start() error {
 	cmd.Dir, cmd.Stdout, cmd.Stderr = p.dir, logFile, logFile
 	cmd.Env = append(os.Environ(), "HOME="+p.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: p.deathSignal, Credential: p.cred}
-	started := make(chan error, 1)
-	p.exited = make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the child
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
+	exited := make(chan struct{})
+	p.exited = exited
+	err = pgcluster.StartTied(cmd, func() {
 		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
+		close(exited)
+	})
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	p.cmd = cmd

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -119,24 +118,15 @@ func (b *PgBouncer) start(bin string, cred *syscall.Credential) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// It goes with us, however we end.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that started the child exits:
-		// this one lives until the child is reaped.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		b.proc = cmd.Process
-		started <- nil
-		cmd.Wait()
+	err = StartTied(cmd, func() {
+		_ = cmd.Wait()
 		close(b.exited)
-	}()
-	if err := <-started; err != nil {
+	})
+	if err != nil {
 		close(b.exited)
 		return fmt.Errorf("starting PgBouncer: %w", err)
 	}
+	b.proc = cmd.Process
 	return nil
 }
 

@@ -74,29 +74,40 @@ func (c *Cluster) postgresCommand(logFile *os.File) *exec.Cmd {
 	return cmd
 }
 
-// startPostmaster starts cmd from a goroutine locked to its OS thread.
-// Pdeathsig fires when the forking thread exits, not the process, so that
-// thread must live exactly as long as the child: the goroutine stays on it in
-// cmd.Wait, and the thread is destroyed only after the child is reaped.
+// startPostmaster starts cmd, tied to this process (StartTied).
 func startPostmaster(cmd *exec.Cmd, log zerolog.Logger) (*postmaster, error) {
 	pm := &postmaster{exited: make(chan struct{}), log: log}
+	err := StartTied(cmd, func() {
+		pm.waitErr = cmd.Wait()
+		log.Info().Int("pid", cmd.Process.Pid).Str("status", exitStatus(pm.waitErr)).Msg("postgres exited")
+		close(pm.exited)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting postgres: %w", err)
+	}
+	pm.process = cmd.Process
+	return pm, nil
+}
+
+// StartTied starts cmd, whose SysProcAttr.Pdeathsig is to reach it should
+// this process die, from a goroutine locked to its OS thread: the signal
+// fires when the thread that forked the child exits, not the process, so
+// that thread must live exactly as long as the child. Once the child has
+// started, the goroutine runs untilExit, which reads what the child
+// writes, if anything, and waits for it (cmd.Wait); the thread ends with
+// it.
+func StartTied(cmd *exec.Cmd, untilExit func()) error {
 	started := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with us
+		runtime.LockOSThread() // never unlocked: the thread exits with the child
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
 		}
-		pm.process = cmd.Process
 		started <- nil
-		pm.waitErr = cmd.Wait()
-		log.Info().Int("pid", cmd.Process.Pid).Str("status", exitStatus(pm.waitErr)).Msg("postgres exited")
-		close(pm.exited)
+		untilExit()
 	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("starting postgres: %w", err)
-	}
-	return pm, nil
+	return <-started
 }
 
 func exitStatus(err error) string {

@@ -13,18 +13,12 @@
 package tracing
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"os"
-	"strings"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agq/agq/internal/otlp"
 )
 
 // Tracer records the spans of jobs. A nil *Tracer is tracing off.
@@ -33,48 +27,13 @@ type Tracer struct {
 	tracer   trace.Tracer
 }
 
-// Enabled reports whether the environment asks for traces: an OTLP
-// endpoint is set, and neither OTEL_SDK_DISABLED nor
-// OTEL_TRACES_EXPORTER=none says otherwise.
-func Enabled() bool {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
-		return false
-	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-}
-
-// New builds the tracer the OTEL_* variables describe, exporting over
-// OTLP (HTTP/protobuf unless OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL is
-// grpc) as service (unless OTEL_SERVICE_NAME names another); nil when
-// tracing is off.
+// New builds the tracer the OTEL_* variables describe (package otlp), as
+// service; nil when tracing is off.
 func New(ctx context.Context, service string) (*Tracer, error) {
-	if !Enabled() {
-		return nil, nil
+	tp, err := otlp.NewProvider(ctx, service, sdktrace.WithIDGenerator(idGenerator{}))
+	if tp == nil || err != nil {
+		return nil, err
 	}
-	var exp sdktrace.SpanExporter
-	var err error
-	switch proto := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf"); proto {
-	case "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
-	default:
-		return nil, fmt.Errorf("OTLP protocol %q is not supported: use http/protobuf or grpc", proto)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating the OTLP exporter: %w", err)
-	}
-	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", service)),
-		resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil {
-		return nil, fmt.Errorf("describing the service: %w", err)
-	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(res),
-		sdktrace.WithIDGenerator(idGenerator{}),
-	)
 	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/agq/agq")}, nil
 }
 

@@ -30,11 +30,6 @@ func TestNoEndpointMeansNoTracerAndNoExporter(t *testing.T) {
 		t.Fatalf("Shutdown of no tracer: %v", err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-	t.Setenv("OTEL_SDK_DISABLED", "true")
-	if Enabled() {
-		t.Fatal("OTEL_SDK_DISABLED=true leaves tracing on")
-	}
-	t.Setenv("OTEL_SDK_DISABLED", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
 	if _, err := New(context.Background(), "agq"); err == nil {
 		t.Fatal("an unsupported protocol was accepted")

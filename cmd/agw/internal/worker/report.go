@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/agq/agq/client"
 	"github.com/agq/agq/cmd/agw/internal/pipeline"
+	"github.com/agq/agq/internal/plainjson"
 )
 
 // The JOB.UPDATE bodies.
@@ -133,21 +133,9 @@ func halve(s string) string {
 	return s[:n]
 }
 
-// marshal encodes v without escaping <, > and & (which would make a report
-// of HTML six times its size) and without a trailing newline.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 // mustMarshal encodes the update structs above, which cannot fail to encode.
 func mustMarshal(v any) []byte {
-	b, err := marshal(v)
+	b, err := plainjson.Marshal(v)
 	if err != nil {
 		panic(err)
 	}
