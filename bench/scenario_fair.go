@@ -161,19 +161,12 @@ func (e *scenarioEnv) quietPickup(ctx context.Context) ([]time.Duration, error) 
 	}
 	defer stop()
 	time.Sleep(200 * time.Millisecond) // every slot taken
-	var lat []time.Duration
-	for i := 0; i < 200 && left.Load() > int64(e.o.fairFlood)/5; i++ {
-		doc := fmt.Sprintf(`{"queue":%q,"type":"bench","fair_key":"quiet","payload":{"sent_at":%d}}`, queue, time.Now().UnixNano())
-		if err := e.s.admin.Do(ctx, "JOB.SUBMIT", doc).Err(); err != nil {
-			return nil, err
-		}
-		select {
-		case d := <-picked:
-			lat = append(lat, d)
-		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("a quiet key's job waited over 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
+	lat, err := e.s.timePickups(ctx, 200, 10*time.Millisecond, func() bool { return left.Load() > int64(e.o.fairFlood)/5 },
+		func(sentAt int64) string {
+			return fmt.Sprintf(`{"queue":%q,"type":"bench","fair_key":"quiet","payload":{"sent_at":%d}}`, queue, sentAt)
+		}, picked)
+	if err != nil {
+		return nil, err
 	}
 	if len(lat) < 10 {
 		return nil, fmt.Errorf("only %d samples before the backlog ran low", len(lat))

@@ -175,18 +175,27 @@ func agqPickup(ctx context.Context, s *agqServer, w *worker, samples int) ([]tim
 		}
 	}()
 	time.Sleep(200 * time.Millisecond) // blocked
+	return s.timePickups(ctx, samples, 5*time.Millisecond, func() bool { return true },
+		func(sentAt int64) string { return jobDoc("pickup", sentAt) }, lat)
+}
+
+// timePickups submits doc(now), one job at a time, up to samples times
+// while more says so, and collects how long each took to be picked up
+// (sent on picked).
+func (s *agqServer) timePickups(ctx context.Context, samples int, gap time.Duration, more func() bool,
+	doc func(sentAt int64) string, picked <-chan time.Duration) ([]time.Duration, error) {
 	var out []time.Duration
-	for range samples {
-		if err := s.admin.Do(ctx, "JOB.SUBMIT", jobDoc("pickup", time.Now().UnixNano())).Err(); err != nil {
+	for i := 0; i < samples && more(); i++ {
+		if err := s.admin.Do(ctx, "JOB.SUBMIT", doc(time.Now().UnixNano())).Err(); err != nil {
 			return nil, err
 		}
 		select {
-		case d := <-lat:
+		case d := <-picked:
 			out = append(out, d)
 		case <-time.After(10 * time.Second):
 			return nil, fmt.Errorf("a job was not picked up within 10s")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(gap)
 	}
 	return out, nil
 }

@@ -76,25 +76,19 @@ func parseLimits(args [][]byte, queue bool) (records.LimitsChange, error) {
 	var change records.LimitsChange
 	for i := 0; i < len(args); {
 		switch resp.Upper(args[i]) {
-		case "MAXRUNNINGPERKEY":
-			if !queue || i+1 >= len(args) || change.MaxRunningPerKey != nil {
+		case "MAXRUNNING", "MAXRUNNINGPERKEY":
+			field, name := &change.MaxRunning, "MAXRUNNING"
+			if resp.Is(args[i], "MAXRUNNINGPERKEY") {
+				field, name = &change.MaxRunningPerKey, "MAXRUNNINGPERKEY"
+			}
+			if i+1 >= len(args) || *field != nil || (field == &change.MaxRunningPerKey && !queue) {
 				return change, resp.ErrSyntax
 			}
-			n, err := limitValue(args[i+1], 1_000_000, "MAXRUNNINGPERKEY", true)
+			n, err := limitValue(args[i+1], 1_000_000, name, true)
 			if err != nil {
 				return change, err
 			}
-			change.MaxRunningPerKey = &n
-			i += 2
-		case "MAXRUNNING":
-			if i+1 >= len(args) || change.MaxRunning != nil {
-				return change, resp.ErrSyntax
-			}
-			n, err := limitValue(args[i+1], 1_000_000, "MAXRUNNING", true)
-			if err != nil {
-				return change, err
-			}
-			change.MaxRunning = &n
+			*field = &n
 			i += 2
 		case "RATE":
 			if i+1 >= len(args) || change.Rate != nil {
