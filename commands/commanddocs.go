@@ -113,7 +113,8 @@ var commandDocs = map[string]commandDoc{
 	"publish":  {group: groupPubSub, syntax: "channel message", summary: "Publishes a log line of a job the worker holds, on job.<id>.logs.", write: true},
 	"job.logs": {group: groupJobs, syntax: "job_id [attempt]", summary: "The log lines a job's worker published for an attempt (the last by default)."},
 
-	"job.parents": {group: groupWorkflows, syntax: "job_id [CURSOR cursor]", summary: "A page of the parents of a job its worker holds, with their statuses and results."},
+	"job.parents":  {group: groupWorkflows, syntax: "job_id [CURSOR cursor]", summary: "A page of the parents of a job its worker holds, with their statuses and results."},
+	"job.children": {group: groupWorkflows, syntax: "job_id [CURSOR cursor] [LIMIT n]", summary: "A page of the jobs after a job, with their statuses."},
 
 	"worker.register":   {group: groupWorkers, syntax: "json", summary: "Registers a worker with its capabilities, or takes its record over.", write: true},
 	"worker.heartbeat":  {group: groupWorkers, syntax: "worker_id [stats_json]", summary: "Records that the worker is alive and extends the leases of its jobs.", write: true},

@@ -35,6 +35,7 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.cancel", Arity: 2, Roles: producer, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producer, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: worker, Handler: s.cmdJobParents},
+		{Name: "job.children", Arity: -2, Roles: readers, Handler: s.cmdJobChildren},
 	}
 }
 
