@@ -396,7 +396,7 @@ func TestStepCallsRefuseClearly(t *testing.T) {
 		{w.c, []any{"STEP.BEGIN", id, strings.Repeat("s", 129)}, "ERR step_id must be 1-128 letters, digits, '_', '-', '.' or ':'"},
 		{w.c, []any{"STEP.BEGIN", waiting, "a"}, "ERR job " + waiting + " is not running"},
 		{w.c, []any{"STEP.BEGIN", "no-such-job", "a"}, "ERR no such job no-such-job"},
-		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", stale}, "ERR job " + id + " was delivered again (attempt 1): this report is about an earlier delivery"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", stale}, "ERR job " + id + " is not running for this delivery token (its current attempt is 1): it was delivered again since, or never with this token"},
 		{other.c, []any{"STEP.BEGIN", id, "a"}, "ERR job " + id + " is owned by holder"},
 		{other.c, []any{"JOB.STEPS", id}, "NOPERM only the worker holding job " + id + " reads its steps"},
 		{w.c, []any{"STEP.COMPLETE", id, "never"}, "ERR step never was not begun"},
