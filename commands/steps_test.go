@@ -406,6 +406,15 @@ func TestStepCallsRefuseClearly(t *testing.T) {
 		{w.c, []any{"STEP.SLEEP", id, "a", "0"}, "ERR seconds must be more than 0 and at most 2592000 (30 days)"},
 		{w.c, []any{"STEP.COMPLETE", id, "a", "{not json"}, "ERR invalid step output: must be JSON"},
 		{w.c, []any{"STEP.BEGIN", id}, "ERR wrong number of arguments for 'step.begin' command"},
+		// Unknown options are a syntax error, as in Redis.
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "FOO"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "DELIVERY", j.d.Delivery, "FOO"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", j.d.Delivery, "{}"}, "ERR syntax error"},
+		{w.c, []any{"STEP.COMPLETE", id, "a", "1", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.FAIL", id, "a", `{"message":"x"}`, "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.SLEEP", id, "a", "5", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.FAIL", id, "a", "DELIVERY", j.d.Delivery}, "ERR wrong number of arguments for 'step.fail' command"},
 	} {
 		err := tc.c.Do(ctx, tc.args...).Err()
 		if err == nil || err.Error() != tc.want {
