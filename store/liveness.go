@@ -37,21 +37,27 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 		if err != nil {
 			return err
 		}
-		for _, id := range dead {
-			// Subscribers on every node hear of the death, then of
-			// the jobs given back.
-			b, _ := json.Marshal(records.Moved{DeadWorker: id})
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
-				return err
-			}
-			// The leader's sweep settles what this ended.
-			if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.declaredDead(ctx, tx, dead)
 	})
 	return dead, interpretError(err)
+}
+
+// declaredDead gives back the jobs of workers tx just made DEAD, the
+// attempt counted, and tells every node of each death.
+func (s *Store) declaredDead(ctx context.Context, tx pgx.Tx, dead []string) error {
+	for _, id := range dead {
+		// Subscribers on every node hear of the death, then of the jobs
+		// given back.
+		b, _ := json.Marshal(records.Moved{DeadWorker: id})
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
+			return err
+		}
+		// The leader's sweep settles what this ended.
+		if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // JobsRecoverExpiredLeases gives back running jobs whose lease ran out —

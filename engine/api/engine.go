@@ -46,6 +46,11 @@ type Engine interface {
 	UnregisterWorker(ctx context.Context, id string) error
 	DrainWorker(ctx context.Context, id string) error
 	CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error
+	// WorkerConnected and WorkerDisconnected count the connections
+	// authenticated as a worker's principal: a worker none of whose
+	// connections is left is soon lost.
+	WorkerConnected(principal string)
+	WorkerDisconnected(principal string)
 	HeartbeatInterval() time.Duration
 
 	// Queues and types.
