@@ -96,8 +96,9 @@ type GoneParams struct {
 func (s *Store) WorkersMarkGone(ctx context.Context, p GoneParams) ([]string, error) {
 	var dead []string
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// Principals through worker_connections_gone, their rows by the
-		// key, their workers through workers_live_principal.
+		// Principals through worker_connections_gone, then their rows and
+		// workers: by the key and workers_live_principal, or, while the
+		// tables are small (a row per live worker and node), read whole.
 		rows, err := tx.Query(ctx, `
 			WITH up AS (
 				SELECT node_id, started_at, seen_at FROM agq_nodes WHERE seen_at > now() - $3::interval
