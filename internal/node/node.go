@@ -343,7 +343,8 @@ func (n *Node) startServices() error {
 	bg, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.newElector()
-	// The presence says the node runs before any client connects.
+	// The presence starts before the listeners open: the node is known to
+	// run as its first clients come.
 	n.services = []service.Service{n.hub, n.presence, n.elector}
 	return service.StartAll(bg, n.services...)
 }
