@@ -67,6 +67,8 @@ func TestClassify(t *testing.T) {
 		{replyErr("ERR Worker not registered: w-1"), outcomeNotRegistered},
 		{replyErr("NOPERM Worker ID already registered by another principal"), outcomeNoPerm},
 		{replyErr("ERR job j1 is owned by w-2"), outcomeLost},
+		{replyErr("ERR job j1 is not running for this delivery token (its current attempt is 2): it was delivered again since, or never with this token"), outcomeLost},
+		{replyErr("ERR job j1 was delivered again (attempt 2): this report is about an earlier delivery"), outcomeLost},
 		{replyErr("WRONGPASS invalid username-password pair or user is disabled."), outcomeRefused},
 		{replyErr("ERR payload too large"), outcomeRefused},
 	} {

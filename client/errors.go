@@ -127,7 +127,7 @@ func classify(err error) outcome {
 		return outcomeNoPerm
 	case strings.Contains(msg, "Worker not registered"):
 		return outcomeNotRegistered
-	case strings.Contains(msg, "was delivered again"), strings.Contains(msg, "is owned by"),
+	case strings.Contains(msg, "was delivered again"), strings.Contains(msg, "is not running for this delivery"), strings.Contains(msg, "is owned by"),
 		strings.Contains(msg, "is not running"), strings.Contains(msg, " is at attempt "):
 		return outcomeLost
 	}

@@ -101,6 +101,7 @@ var commandDocs = docsByName(map[string]map[string]commandDoc{
 		"step.sleep":    {syntax: "job_id step_id seconds [DELIVERY token]", summary: "Puts the job to sleep durably; in a later delivery the same call answers OK.", write: true},
 		"job.steps":     {syntax: "job_id [CURSOR c] [LIMIT n]", summary: "The job's steps, in the order first begun, as a JSON array."},
 		"job.parents":   {syntax: "job_id [CURSOR cursor]", summary: "A page of the parents of a job its worker holds, with their statuses and results."},
+		"job.children":  {syntax: "job_id [CURSOR cursor] [LIMIT n]", summary: "A page of the jobs after a job, with their statuses."},
 	},
 	groupKeys: {
 		"key.create": {syntax: "role principal", summary: "Mints a key for a principal with a role (admin, worker, producer) and answers it, once.", write: true},

@@ -95,6 +95,11 @@ func (s *Server) authenticate(ctx context.Context, sess *Session, user, key stri
 	if err == nil {
 		sess.setAuth(p, user, s.opts.Limits)
 		s.authenticated(sess)
+		if p.Role == auth.RoleWorker {
+			s.countAs(sess, p.Name)
+		} else {
+			s.countAs(sess, "")
+		}
 		s.log.Debug().Int64("conn", sess.ID).Str("principal", p.Name).Str("role", p.Role).Msg("authenticated")
 		return nil
 	}

@@ -616,3 +616,57 @@ func TestACancelledJobItsHolderReportsOnAnnouncesItAndSettlesItsChild(t *testing
 		}
 	}
 }
+
+func TestResubmittingAChildWithOtherParentsIsRefused(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"p1","queue":"rs","delay_seconds":3600},{"job_id":"p2","queue":"rs","delay_seconds":3600},
+		{"job_id":"kid","queue":"rs","after":["p1","p2"]},{"job_id":"plain","queue":"rs"}]`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "ERR job %s already exists with different contents"
+	for _, tc := range []struct{ doc, want string }{
+		// The same job, its parents in another order: the same set.
+		{`{"job_id":"kid","queue":"rs","after":["p1","p2"]}`, ""},
+		{`{"job_id":"kid","queue":"rs","after":["p2","p1"],"on_parent_failure":"cancel"}`, ""},
+		{`[{"job_id":"kid","queue":"rs","after":["p2","p1"]}]`, ""},
+		{`{"job_id":"plain","queue":"rs"}`, ""},
+		{`{"job_id":"plain","queue":"rs","on_parent_failure":"run"}`, ""},
+		{`{"job_id":"kid","queue":"rs","after":["p1"]}`, fmt.Sprintf(refused, "kid")},
+		{`{"job_id":"kid","queue":"rs","after":["p1","p2","plain"]}`, fmt.Sprintf(refused, "kid")},
+		{`{"job_id":"kid","queue":"rs"}`, fmt.Sprintf(refused, "kid")},
+		{`{"job_id":"kid","queue":"rs","after":["p1","p2"],"on_parent_failure":"run"}`, fmt.Sprintf(refused, "kid")},
+		{`{"job_id":"plain","queue":"rs","after":["p1"]}`, fmt.Sprintf(refused, "plain")},
+		{`[{"job_id":"p3","queue":"rs"},{"job_id":"kid","queue":"rs","after":["p1","p3"]}]`, "ERR job 1: " + fmt.Sprintf(refused, "kid")[4:]},
+		{`[{"job_id":"p3","queue":"rs"},{"job_id":"plain","queue":"rs","after":["p3"]}]`, "ERR job 1: " + fmt.Sprintf(refused, "plain")[4:]},
+		// Twice in one batch, with other parents the second time.
+		{`[{"job_id":"twin","queue":"rs","after":["p1"]},{"job_id":"twin","queue":"rs","after":["p2"]}]`, "ERR job 1: " + fmt.Sprintf(refused, "twin")[4:]},
+	} {
+		err := admin.Do(ctx, "JOB.SUBMIT", tc.doc).Err()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+			t.Errorf("JOB.SUBMIT %s: %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+	// Pipelined, each on its own: the other parents are refused too.
+	pipe := admin.Pipeline()
+	same := pipe.Do(ctx, "JOB.SUBMIT", `{"job_id":"kid","queue":"rs","after":["p2","p1"]}`)
+	other := pipe.Do(ctx, "JOB.SUBMIT", `{"job_id":"kid","queue":"rs","after":["p2"]}`)
+	_, _ = pipe.Exec(ctx)
+	if id, err := same.Text(); err != nil || id != "kid" {
+		t.Errorf("pipelined re-send: %q, %v", id, err)
+	}
+	if err := other.Err(); err == nil || err.Error() != fmt.Sprintf(refused, "kid") {
+		t.Errorf("pipelined re-send with other parents: %v", err)
+	}
+	v := getChild(t, admin, "kid")
+	if strings.Join(v.After, ",") != "p1,p2" || v.OnParentFailure != "cancel" || v.PendingParents != 2 {
+		t.Fatalf("kid after the refusals: %+v", v)
+	}
+	for _, id := range []string{"p3", "twin"} {
+		if err := admin.Do(ctx, "JOB.GET", id).Err(); err != redis.Nil {
+			t.Errorf("JOB.GET %s of a refused batch: %v", id, err)
+		}
+	}
+}

@@ -141,6 +141,7 @@ func (s *Server) admit(sess *Session, c *Command, name string, args [][]byte) er
 	}
 	if sess.revoked.Load() {
 		sess.clearAuth()
+		s.countAs(sess, "")
 		sess.revoked.Store(false)
 	}
 	if !c.NoAuth {

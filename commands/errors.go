@@ -122,7 +122,10 @@ func jobRefusal(id string, err error) *resp.Error {
 	case errors.Is(err, records.ErrJobCancelled):
 		return resp.CodeErrorf("CANCELLED", "job %s was cancelled", id)
 	case errors.As(err, &stale):
-		return resp.Errorf("job %s was delivered again (attempt %d): this report is about an earlier delivery", id, stale.Attempt)
+		// agq keeps no past tokens, so it cannot tell an earlier
+		// delivery's from one never issued: it says both (clients look
+		// for "was delivered again").
+		return resp.Errorf("job %s is not running for this delivery token (its current attempt is %d): it was delivered again since, or never with this token", id, stale.Attempt)
 	case errors.As(err, &owner):
 		return resp.Errorf("job %s is owned by %s", id, owner.Owner)
 	case errors.As(err, &state):

@@ -30,6 +30,7 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.cancel", Arity: 2, Roles: producers, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producers, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: workers, Handler: s.cmdJobParents},
+		{Name: "job.children", Arity: -2, Roles: readers, Handler: s.cmdJobChildren},
 	}
 }
 

@@ -824,3 +824,57 @@ func TestADeliveryTokenInAnyFormNamesItsDelivery(t *testing.T) {
 		t.Fatal("a completion naming another delivery was accepted")
 	}
 }
+
+// A delivery token the job was never delivered with is refused without
+// claiming a delivery that did not happen, in the words clients know for
+// stale deliveries; the job is untouched.
+func TestAMadeUpDeliveryTokenIsRefusedTruthfully(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	w := registerWorker(t, a, "tokens-w", "t")
+	id := submit(t, admin, map[string]any{"job_id": "tok", "queue": "tokens", "type": "t"})
+	_, d, ok := w.pop(t, "2", "tokens")
+	if !ok || d.JobID != id || d.Attempt != 1 {
+		t.Fatalf("popped %+v, %v", d, ok)
+	}
+	made := "00000000-0000-4000-8000-00000000abcd"
+	want := func(attempt int) string {
+		return fmt.Sprintf("ERR job tok is not running for this delivery token (its current attempt is %d): it was delivered again since, or never with this token", attempt)
+	}
+	for _, args := range [][]any{
+		{"JOB.UPDATE", id, `{"status":"completed","delivery":"` + made + `"}`},
+		{"JOB.UPDATE", id, `{"status":"running","delivery":"` + made + `"}`},
+		{"STEP.BEGIN", id, "s", "DELIVERY", made},
+		{"STEP.COMPLETE", id, "s", "1", "DELIVERY", made},
+		{"STEP.FAIL", id, "s", `{"message":"x"}`, "DELIVERY", made},
+		{"STEP.SLEEP", id, "s", "5", "DELIVERY", made},
+	} {
+		if err := w.c.Do(ctx, args...).Err(); err == nil || err.Error() != want(1) {
+			t.Errorf("%v: %v, want %s", args, err, want(1))
+		}
+	}
+	if v := getJob(t, admin, id); v.Status != "running" || v.Attempt != 1 || len(v.Errors) != 0 {
+		t.Fatalf("the job after made-up tokens: %+v", v)
+	}
+	// Delivered again (its worker came back without it), the first
+	// token gets the same answer.
+	if err := w.update(ctx, id, map[string]any{"status": "running", "delivery": d.Delivery}); err != nil {
+		t.Fatal(err)
+	}
+	reg := `{"worker_id":"tokens-w","hostname":"h","agw_version":"1","capabilities":{"tools":["t"]},"running_jobs":[]}`
+	if err := w.c.Do(ctx, "WORKER.REGISTER", reg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, d2, ok := w.pop(t, "5", "tokens")
+	if !ok || d2.Delivery == d.Delivery {
+		t.Fatalf("delivered again: %+v, %v", d2, ok)
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed", "delivery": d.Delivery}); err == nil || err.Error() != want(2) {
+		t.Errorf("the first delivery's report: %v, want %s", err, want(2))
+	}
+	if err := w.update(ctx, id, map[string]any{"status": "completed", "delivery": d2.Delivery}); err != nil {
+		t.Fatalf("the current delivery's report: %v", err)
+	}
+}

@@ -172,6 +172,7 @@ func (s *Server) connClosed(conn redcon.Conn, err error) {
 // sessionClosed forgets a closed connection's session.
 func (s *Server) sessionClosed(sess *Session, err error) {
 	sess.cancel()
+	s.countAs(sess, "")
 	s.mu.Lock()
 	s.forgetUnauthLocked(sess)
 	delete(s.sessions, sess.ID)
@@ -179,6 +180,25 @@ func (s *Server) sessionClosed(sess *Session, err error) {
 	s.metrics.connections.Dec()
 	if err != nil {
 		s.log.Debug().Int64("conn", sess.ID).Err(err).Msg("connection closed")
+	}
+}
+
+// countAs counts sess as a connection of worker principal (none: ""), and
+// no longer as one of the principal it was counted for: the engine learns
+// which workers hold connections to this node.
+func (s *Server) countAs(sess *Session, principal string) {
+	sess.mu.Lock()
+	was := sess.counted
+	sess.counted = principal
+	sess.mu.Unlock()
+	if was == principal {
+		return
+	}
+	if was != "" {
+		s.eng.WorkerDisconnected(was)
+	}
+	if principal != "" {
+		s.eng.WorkerConnected(principal)
 	}
 }
 

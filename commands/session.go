@@ -42,6 +42,9 @@ type Session struct {
 	who      auth.Principal
 	authUser string // the user named in AUTH, "" when none
 	workerID string // set by WORKER.REGISTER on this connection
+	// counted is the worker principal this connection is counted for
+	// (Server.countAs), "" when none.
+	counted string
 	// worker is the worker this session acts as, kept for the hot path.
 	worker *records.Worker
 	// unblock ends the blocking command running now, if any.

@@ -235,7 +235,8 @@ func utcOrNil(t *time.Time) *time.Time {
 
 // readStepCall reads what every STEP.* call has: the job, the step, the
 // trailing DELIVERY token, and the calling worker. It answers the
-// arguments between the step id and the token, at most most of them.
+// arguments between the step id and the token, at most most of them:
+// more are options it does not know, a syntax error as in Redis.
 func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte, most int) (records.StepParams, [][]byte, error) {
 	p := records.StepParams{JobID: string(args[1]), StepID: string(args[2])}
 	rest := args[3:]
@@ -247,7 +248,7 @@ func (s *Server) readStepCall(ctx context.Context, sess *Session, args [][]byte,
 		rest = rest[:n-2]
 	}
 	if len(rest) > most {
-		return p, nil, resp.Errorf("wrong number of arguments for '%s' command", resp.Lower(args[0]))
+		return p, nil, resp.ErrSyntax
 	}
 	for _, a := range rest {
 		if int64(len(a)) > s.opts.MaxPayload {

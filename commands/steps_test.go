@@ -396,7 +396,7 @@ func TestStepCallsRefuseClearly(t *testing.T) {
 		{w.c, []any{"STEP.BEGIN", id, strings.Repeat("s", 129)}, "ERR step_id must be 1-128 letters, digits, '_', '-', '.' or ':'"},
 		{w.c, []any{"STEP.BEGIN", waiting, "a"}, "ERR job " + waiting + " is not running"},
 		{w.c, []any{"STEP.BEGIN", "no-such-job", "a"}, "ERR no such job no-such-job"},
-		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", stale}, "ERR job " + id + " was delivered again (attempt 1): this report is about an earlier delivery"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", stale}, "ERR job " + id + " is not running for this delivery token (its current attempt is 1): it was delivered again since, or never with this token"},
 		{other.c, []any{"STEP.BEGIN", id, "a"}, "ERR job " + id + " is owned by holder"},
 		{other.c, []any{"JOB.STEPS", id}, "NOPERM only the worker holding job " + id + " reads its steps"},
 		{w.c, []any{"STEP.COMPLETE", id, "never"}, "ERR step never was not begun"},
@@ -406,6 +406,15 @@ func TestStepCallsRefuseClearly(t *testing.T) {
 		{w.c, []any{"STEP.SLEEP", id, "a", "0"}, "ERR seconds must be more than 0 and at most 2592000 (30 days)"},
 		{w.c, []any{"STEP.COMPLETE", id, "a", "{not json"}, "ERR invalid step output: must be JSON"},
 		{w.c, []any{"STEP.BEGIN", id}, "ERR wrong number of arguments for 'step.begin' command"},
+		// Unknown options are a syntax error, as in Redis.
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "FOO"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "{}", "DELIVERY", j.d.Delivery, "FOO"}, "ERR syntax error"},
+		{w.c, []any{"STEP.BEGIN", id, "a", "DELIVERY", j.d.Delivery, "{}"}, "ERR syntax error"},
+		{w.c, []any{"STEP.COMPLETE", id, "a", "1", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.FAIL", id, "a", `{"message":"x"}`, "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.SLEEP", id, "a", "5", "FOO", "bar"}, "ERR syntax error"},
+		{w.c, []any{"STEP.FAIL", id, "a", "DELIVERY", j.d.Delivery}, "ERR wrong number of arguments for 'step.fail' command"},
 	} {
 		err := tc.c.Do(ctx, tc.args...).Err()
 		if err == nil || err.Error() != tc.want {

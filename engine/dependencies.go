@@ -121,6 +121,14 @@ func (e *Engine) attachParents(ctx context.Context, jobs []records.Job) error {
 	return nil
 }
 
+// JobChildren is JOB.CHILDREN: a page of the jobs after job id, past
+// cursor, in id order, with their statuses; a refusal naming the job when
+// it does not exist.
+func (e *Engine) JobChildren(ctx context.Context, id, cursor string, limit int) ([]records.JobState, error) {
+	kids, err := e.store.JobChildren(ctx, id, cursor, limit)
+	return kids, refusal(aJob, id, err)
+}
+
 // parentsPage is how many parents one JOB.PARENTS reply holds at most.
 const parentsPage = 100
 

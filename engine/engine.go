@@ -23,6 +23,7 @@ import (
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/records"
+	"github.com/agq/agq/registry"
 	"github.com/agq/agq/store"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	Clock clock.Clock
 	// Tracer records the jobs' spans; nil: tracing is off.
 	Tracer *tracing.Tracer
+	// Presence keeps which workers hold connections to this node; nil:
+	// none is kept, and workers are lost by their heartbeats alone.
+	Presence *registry.Presence
 }
 
 // Engine runs the transitions of jobs and workers.

@@ -50,6 +50,21 @@ func (e *Engine) UnregisterWorker(ctx context.Context, id string) error {
 	})
 }
 
+// WorkerConnected counts a connection authenticated as principal, a
+// worker's.
+func (e *Engine) WorkerConnected(principal string) {
+	if e.cfg.Presence != nil {
+		e.cfg.Presence.Connected(principal)
+	}
+}
+
+// WorkerDisconnected counts one closed.
+func (e *Engine) WorkerDisconnected(principal string) {
+	if e.cfg.Presence != nil {
+		e.cfg.Presence.Disconnected(principal)
+	}
+}
+
 // CheckWorkerAccess refuses principal, unless admin, acting on a worker
 // another principal registered.
 func (e *Engine) CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error {

@@ -68,11 +68,11 @@ type NotOwnerError struct{ Owner string }
 func (e *NotOwnerError) Error() string { return "job is owned by " + e.Owner }
 
 // StaleDeliveryError: a report names a delivery that is not the job's
-// latest.
+// latest: an earlier one, or one never issued. Attempt is the job's now.
 type StaleDeliveryError struct{ Attempt int }
 
 func (e *StaleDeliveryError) Error() string {
-	return fmt.Sprintf("delivery is stale: the job was delivered again (attempt %d)", e.Attempt)
+	return fmt.Sprintf("delivery is not the job's current one (attempt %d)", e.Attempt)
 }
 
 // StateError: the job's status does not allow the transition.

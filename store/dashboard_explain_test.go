@@ -26,14 +26,27 @@ func dashboardStatements() []explainCase {
 			match: "CROSS JOIN unnest($2::text[]) AS st(status)", index: "jobs_queue_status", maxScanned: 60000,
 		},
 		{
-			// A job page's children: the few jobs naming it, not a walk of
-			// every job with an after.
-			name: "DashboardJobChildrenUseJobsChildren",
+			// A job page's children, and JOB.CHILDREN: the one job naming
+			// it, not a walk of every job with an after, nor of jobs_pkey
+			// in id order. (On the scratch database the job does not
+			// exist.)
+			name: "JobChildrenOfAJobWithFewUseJobsChildren",
 			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobChildren(ctx, "j00970021", 101)
-				return err
+				st.JobChildren(ctx, "j00970021", "", 101)
+				return nil
 			},
 			match: "WHERE after @> ARRAY[$1::text]", index: "jobs_children", maxScanned: 200,
+		},
+		{
+			// A page of a parent of 10,000 children reads them all through
+			// jobs_children and sorts them: the work of a page grows with
+			// the children, not with the table.
+			name: "JobChildrenOfAWideFanOutUseJobsChildren",
+			run: func(ctx context.Context, st *store.Store) error {
+				st.JobChildren(ctx, "j00800000", "j00800000-05000", 100)
+				return nil
+			},
+			match: "WHERE after @> ARRAY[$1::text]", index: "jobs_children", maxScanned: 12000,
 		},
 		{
 			name: "DashboardChartCountsTheLastHourFromJobsFinished",

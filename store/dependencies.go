@@ -455,24 +455,53 @@ func (s *Store) PendingParents(ctx context.Context, id string) (int, error) {
 	return n, interpretError(err)
 }
 
-// JobChildren reads up to limit of the jobs whose after names job id, with
-// their statuses, in no set order: an ORDER BY would walk jobs_pkey.
-func (s *Store) JobChildren(ctx context.Context, id string, limit int) ([]records.JobState, error) {
-	if !storable(id) {
-		return nil, nil
+// JobChildren reads the jobs whose after names job id, after cursor, in
+// id order, up to limit, with their statuses (JOB.CHILDREN, the
+// dashboard's job page). ErrNotFound when job id does not exist.
+func (s *Store) JobChildren(ctx context.Context, id, cursor string, limit int) ([]records.JobState, error) {
+	if !storable(id, cursor) {
+		return nil, records.ErrNotFound
 	}
-	// jobs_children: only jobs with an after are in it.
+	// The job by jobs_pkey; its children through jobs_children, each page
+	// reading them all and sorting them (a GIN index keeps no order). The
+	// fence keeps the planner from walking jobs_pkey in id order instead,
+	// which it would guess cheaper from after's missing statistics and
+	// which reads the whole table for a job with few children.
 	rows, err := s.Pool.Query(ctx, `
-		SELECT id, queue, status, attempt, worker_id FROM jobs
-		WHERE after @> ARRAY[$1::text] AND after IS NOT NULL LIMIT $2`, id, limit)
+		WITH c AS MATERIALIZED (
+			SELECT id, queue, status, attempt, worker_id FROM jobs
+			WHERE after @> ARRAY[$1::text] AND after IS NOT NULL AND id > $2
+		)
+		SELECT k.id, k.queue, k.status, k.attempt, k.worker_id
+		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c ORDER BY c.id LIMIT $3) k ON true
+		WHERE p.id = $1`, id, cursor, limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
-		var j records.JobState
-		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID)
-	})
-	return out, interpretError(err)
+	defer rows.Close()
+	found := false
+	out := make([]records.JobState, 0, min(limit, 1000))
+	for rows.Next() {
+		found = true
+		var k struct {
+			id, queue, status *string
+			attempt           *int
+			worker            *string
+		}
+		if err := rows.Scan(&k.id, &k.queue, &k.status, &k.attempt, &k.worker); err != nil {
+			return nil, interpretError(err)
+		}
+		if k.id != nil { // nil: the job has no children past cursor
+			out = append(out, records.JobState{ID: *k.id, Queue: *k.queue, Status: *k.status, Attempt: *k.attempt, WorkerID: k.worker})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	if !found {
+		return nil, records.ErrNotFound
+	}
+	return out, nil
 }
 
 // submitEachWithParents is JobsSubmitEach for a group of which some jobs

@@ -191,12 +191,14 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 		},
 		{
 			// Three weeks of completed jobs are past a week's retention.
+			// The first is a parent: its 10,000 children, all ended, are
+			// read through jobs_children.
 			name: "RetentionUsesJobsFinished",
 			run: func(ctx context.Context, st *store.Store) error {
 				_, err := st.JobsDeleteExpired(ctx, store.RetentionParams{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour, Limit: 500})
 				return err
 			},
-			match: "DELETE FROM jobs", index: "jobs_finished", maxScanned: 2000,
+			match: "DELETE FROM jobs", index: "jobs_finished", maxScanned: 13000,
 		},
 		{
 			name: "HeartbeatLeaseExtensionUsesJobsRunning",
@@ -210,6 +212,19 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 				return err
 			},
 			match: "RETURNING id, cancel_requested", index: "jobs_running", maxScanned: 100,
+		},
+		{
+			// Every second on the leader: the principals gone long enough
+			// through worker_connections_gone (80 rows); their other rows
+			// and their workers are read by key or, as here, the few pages
+			// of a row per live worker and node (900) read whole.
+			name: "GoneWorkersUseWorkerConnectionsGone",
+			run: func(ctx context.Context, st *store.Store) error {
+				_, err := st.WorkersMarkGone(ctx, store.GoneParams{After: 10 * time.Second, Grace: 10 * time.Second,
+					NodeSilence: 5 * time.Second, Limit: 500})
+				return err
+			},
+			match: "lost AS (", index: "worker_connections_gone", maxScanned: 3000,
 		},
 		{
 			// A queue holding one job in seven: walking the primary key in
@@ -417,6 +432,25 @@ INSERT INTO job_waits (parent_id, child_id)
 SELECT 'j' || lpad((970001 + (c * 20 + k) % 30000)::text, 8, '0'), 'child-' || c
 FROM generate_series(1, 1000) c, generate_series(0, 19) k;
 INSERT INTO dependency_checks (job_id) SELECT 'child-' || (1 + g % 1000) FROM generate_series(1, 20000) g;
+INSERT INTO jobs (id, queue, status, max_attempts, timeout_seconds, after)
+SELECT 'child-' || c, 'ready', 'pending', 3, 3600,
+       array_agg('j' || lpad((970001 + (c * 20 + k) % 30000)::text, 8, '0') ORDER BY k)
+FROM generate_series(1, 1000) c, generate_series(0, 19) k GROUP BY c;
+-- Three nodes up, holding the connections of the 300 live workers: the
+-- first 20 lost them all 30 s ago, the next 20 on one node only.
+INSERT INTO agq_nodes (node_id, started_at, seen_at)
+SELECT 'node-' || n, now() - interval '1 day', now() + interval '1 day' FROM generate_series(1, 3) n;
+INSERT INTO worker_connections (principal, node_id, gone_at)
+SELECT 'w' || g, 'node-' || n, CASE WHEN g <= 20 OR (g <= 40 AND n = 1) THEN now() - interval '30 seconds' END
+FROM generate_series(1, 300) g, generate_series(1, 3) n;
+UPDATE workers SET principal = 'w' || substr(worker_id, 8) WHERE state = 'ACTIVE';
+-- A fan-out that ran a week ago: one parent, 10,000 children. The parent
+-- is the oldest finished job, the first retention looks at.
+UPDATE jobs SET has_children = true, finished_at = now() - interval '31 days' WHERE id = 'j00800000';
+INSERT INTO jobs (id, queue, status, max_attempts, timeout_seconds, after, created_at, finished_at, updated_at)
+SELECT 'j00800000-' || lpad(g::text, 5, '0'), 'etl', 'completed', 3, 3600, '{j00800000}',
+       now() - interval '7 days', now() - interval '7 days', now() - interval '7 days'
+FROM generate_series(1, 10000) g;
 `
 
 // sinceLastAnalyze is what happened after ANALYZE, as it does between two

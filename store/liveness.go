@@ -37,21 +37,27 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 		if err != nil {
 			return err
 		}
-		for _, id := range dead {
-			// Subscribers on every node hear of the death, then of
-			// the jobs given back.
-			b, _ := json.Marshal(records.Moved{DeadWorker: id})
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
-				return err
-			}
-			// The leader's sweep settles what this ended.
-			if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.declaredDead(ctx, tx, dead)
 	})
 	return dead, interpretError(err)
+}
+
+// declaredDead gives back the jobs of workers tx just made DEAD, the
+// attempt counted, and tells every node of each death.
+func (s *Store) declaredDead(ctx context.Context, tx pgx.Tx, dead []string) error {
+	for _, id := range dead {
+		// Subscribers on every node hear of the death, then of the jobs
+		// given back.
+		b, _ := json.Marshal(records.Moved{DeadWorker: id})
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
+			return err
+		}
+		// The leader's sweep settles what this ended.
+		if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // JobsRecoverExpiredLeases gives back running jobs whose lease ran out —
@@ -115,8 +121,11 @@ type RetentionParams struct {
 
 // unfinishedChild is true of a job (jobs.id) any of whose children is not
 // finished: a parent is kept while its results may still be delivered.
-// jobs_children finds the children; only parents pay for it.
-const unfinishedChild = `EXISTS (SELECT 1 FROM jobs c WHERE c.after @> ARRAY[jobs.id] AND c.after IS NOT NULL
+// jobs_children finds the children; only parents pay for it. A count, not
+// EXISTS: after has no statistics, and for EXISTS the planner guesses a
+// sequential scan finds a child within a few hundred rows, when it reads
+// the whole table for a parent whose children all ended.
+const unfinishedChild = `0 < (SELECT count(*) FROM jobs c WHERE c.after @> ARRAY[jobs.id] AND c.after IS NOT NULL
 	AND c.status NOT IN ('completed', 'failed', 'cancelled'))`
 
 // JobsDeleteExpired deletes up to Limit completed and up to Limit failed or

@@ -102,7 +102,7 @@ func TestStepsBeginGroup(t *testing.T) {
 		{err: "job is owned by w-a"},
 		{execute: true, attempt: 1},
 		{execute: true, attempt: 1},
-		{err: "delivery is stale"},
+		{err: "delivery is not the job's current one"},
 		{err: "job was cancelled"},
 	}
 	res, fx := b.st.StepsBegin(b.ctx, calls)

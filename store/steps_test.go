@@ -155,7 +155,7 @@ func TestStepsCompleteGroup(t *testing.T) {
 		{false, ""},
 		{false, "step s2 was not begun"},
 		{false, ""},
-		{false, "delivery is stale"},
+		{false, "delivery is not the job's current one"},
 		{false, "job was cancelled"},
 	}
 	res, fx := b.st.StepsComplete(b.ctx, calls)

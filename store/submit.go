@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,7 +177,7 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 		return nil
 	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
-		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight)
+		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight, cols.afterFirst, cols.afterLast, cols.mode, cols.afterAll)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +204,11 @@ type submitColumns struct {
 	runAt                                      []*time.Time
 	ord                                        []int32
 	traceParent, traceState                    []string
+	// Each job's after, afterAll[afterFirst-1:afterLast] (none when
+	// afterLast < afterFirst), and its on_parent_failure: nil when no job
+	// names parents.
+	afterFirst, afterLast []int32
+	mode, afterAll        []string
 	// The distinct requirement lists, sent once each (most batches have
 	// one): a job names its list by position.
 	reqSets  []string
@@ -217,7 +223,7 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 	byID := make(map[string]int, len(jobs))
 	byKey := map[string]int{}
 	cols.reqIndex = map[string]int32{}
-	withTrace := traced(jobs)
+	withTrace, withAfter := traced(jobs), withParents(jobs)
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
 			firstOf[i] = k
@@ -233,6 +239,9 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 			byKey[j.UniqueKey] = i
 		}
 		cols.add(j, i, withTrace)
+		if withAfter {
+			cols.addAfter(j)
+		}
 	}
 	return firstOf, cols
 }
@@ -272,6 +281,14 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 	}
 }
 
+// addAfter lays out job j's after and on_parent_failure.
+func (c *submitColumns) addAfter(j records.NewJob) {
+	c.afterFirst = append(c.afterFirst, int32(len(c.afterAll)+1))
+	c.afterAll = append(c.afterAll, j.After...)
+	c.afterLast = append(c.afterLast, int32(len(c.afterAll)))
+	c.mode = append(c.mode, cmp.Or(j.OnParentFailure, records.ParentFailureCancel))
+}
+
 // insertJobsSQL inserts the jobs of submitColumns that no job holds the id or
 // unique key of, and answers for each its outcome: created, or the job
 // that holds its id or key, and whether that is the same submission.
@@ -282,9 +299,10 @@ var insertJobsSQL = `
 		), input AS MATERIALIZED (
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
-				$16::text[], $17::text[], $18::text[], $19::int[])
+				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight)
+				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight,
+				     after_first, after_last, mode)
 			JOIN reqs ON reqs.n = i.req
 		), q AS (
 			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
@@ -307,7 +325,8 @@ var insertJobsSQL = `
 		LEFT JOIN LATERAL (
 			-- The job that holds the id or the key. A job holding the id
 			-- must be this very submission sent again (run_at aside: a
-			-- re-sent delay_seconds names a later time).
+			-- re-sent delay_seconds names a later time), with the same
+			-- set of parents (linkParents stores them after this).
 			SELECT j.id, j.id <> i.id OR (j.queue = i.queue AND j.type = i.type
 				AND j.requires = i.requires
 				AND j.plan IS NOT DISTINCT FROM nullif(i.plan, '')::jsonb
@@ -316,7 +335,11 @@ var insertJobsSQL = `
 				AND j.priority = i.priority AND j.max_attempts = i.max_attempts
 				AND j.retry_backoff_seconds = i.backoff AND j.timeout_seconds = i.timeout_seconds
 				AND j.unique_key IS NOT DISTINCT FROM nullif(i.unique_key, '')
-				AND j.fair_key = i.fair_key AND j.fair_weight = i.fair_weight) AS same
+				AND j.fair_key = i.fair_key AND j.fair_weight = i.fair_weight
+				AND CASE WHEN coalesce(i.after_last < i.after_first, true) THEN j.after IS NULL
+					ELSE coalesce(j.after, '{}') @> ($23::text[])[i.after_first:i.after_last]
+						AND coalesce(j.after, '{}') <@ ($23::text[])[i.after_first:i.after_last]
+						AND j.on_parent_failure = i.mode END) AS same
 			FROM jobs j
 			WHERE ins.id IS NULL
 			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying')))
@@ -330,7 +353,18 @@ func sameSubmission(a, b records.NewJob) bool {
 		bytes.Equal(a.Plan, b.Plan) && bytes.Equal(a.Inputs, b.Inputs) && bytes.Equal(a.Payload, b.Payload) &&
 		a.Priority == b.Priority && a.MaxAttempts == b.MaxAttempts && a.RetryBackoffSeconds == b.RetryBackoffSeconds &&
 		a.TimeoutSeconds == b.TimeoutSeconds && a.UniqueKey == b.UniqueKey &&
-		a.FairKey == b.FairKey && weightOf(a) == weightOf(b)
+		a.FairKey == b.FairKey && weightOf(a) == weightOf(b) && sameParents(a, b)
+}
+
+// sameParents reports whether two submissions name the same set of parents
+// and, if any, the same on_parent_failure.
+func sameParents(a, b records.NewJob) bool {
+	if len(a.After) == 0 || len(b.After) == 0 {
+		return len(a.After) == len(b.After)
+	}
+	pa, pb := slices.Sorted(slices.Values(a.After)), slices.Sorted(slices.Values(b.After))
+	return slices.Equal(pa, pb) &&
+		cmp.Or(a.OnParentFailure, records.ParentFailureCancel) == cmp.Or(b.OnParentFailure, records.ParentFailureCancel)
 }
 
 func cmpOrEmpty(s []string) []string {

@@ -1,7 +1,8 @@
 // Package watchdog recovers work whose holders stopped answering and keeps
 // the jobs table small: deliveries nobody acknowledged go back to their
-// queues, workers silent for three heartbeat intervals become DEAD and lose
-// their jobs, running jobs past their lease or timeout have that attempt
+// queues, workers silent for three heartbeat intervals, or none of whose
+// connections is left for GoneAfter, become DEAD and lose their jobs,
+// running jobs past their lease or timeout have that attempt
 // failed, and finished jobs past their retention are deleted in small
 // batches. Every recovery re-checks the job's state in the same statement,
 // so a job that just moved on is left alone. It runs on the leader only.
@@ -30,6 +31,14 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// AckTimeout is how long a delivery may stay unacknowledged; default 30s.
 	AckTimeout time.Duration
+	// GoneAfter is how long a worker may have no connection left to any
+	// node (registry.Presence) before it is lost; negative: never.
+	// Default 10s; it is also the nodes' start-up grace, in which the
+	// connections they lose do not count.
+	GoneAfter time.Duration
+	// NodeSilence is how long a node may go unseen and still be taken
+	// to run; default 5s.
+	NodeSilence time.Duration
 	// RetainCompleted and RetainFailed (also for cancelled jobs) are how
 	// long finished jobs are kept; defaults 7 and 30 days.
 	RetainCompleted time.Duration
@@ -80,6 +89,8 @@ func NewRecoveredCounter() *prometheus.CounterVec {
 func New(cfg Config) *Watchdog {
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
+	cfg.GoneAfter = cmp.Or(cfg.GoneAfter, 10*time.Second)
+	cfg.NodeSilence = cmp.Or(cfg.NodeSilence, 5*time.Second)
 	cfg.RetainCompleted = cmp.Or(cfg.RetainCompleted, 7*24*time.Hour)
 	cfg.RetainFailed = cmp.Or(cfg.RetainFailed, 30*24*time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
@@ -112,6 +123,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	if heard >= w.cfg.AckTimeout {
 		steps = append(steps, step{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }})
 	}
+	if w.cfg.GoneAfter > 0 && heard >= w.cfg.GoneAfter {
+		steps = append(steps, step{"gone_worker", func() (int, error) { return w.markGone(ctx) }})
+	}
 	if heard >= 3*w.cfg.HeartbeatInterval {
 		steps = append(steps, w.livenessSteps(ctx)...)
 	}
@@ -128,7 +142,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
 				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
 			})
-		}})
+		}}, step{"forgotten_node", func() (int, error) { return w.cfg.Store.NodesForget(ctx, forgetNodesAfter) }})
 	}
 	return w.run(steps)
 }
@@ -151,6 +165,21 @@ func (w *Watchdog) livenessSteps(ctx context.Context) []step {
 		}},
 		{"expired_lease", func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
 	}
+}
+
+// forgetNodesAfter is how long a node that died without leaving keeps its
+// rows: one silent longer is not coming back under that id.
+const forgetNodesAfter = 10 * time.Minute
+
+// markGone declares lost the workers none of whose connections is left.
+func (w *Watchdog) markGone(ctx context.Context) (int, error) {
+	dead, err := w.cfg.Store.WorkersMarkGone(ctx, store.GoneParams{After: w.cfg.GoneAfter, Grace: w.cfg.GoneAfter,
+		NodeSilence: w.cfg.NodeSilence, Limit: w.cfg.Batch})
+	for _, id := range dead {
+		w.cfg.Logger.Warn().Str("worker", id).Dur("after", w.cfg.GoneAfter).
+			Msg("worker's connections all closed and it did not come back: DEAD, its jobs re-queued")
+	}
+	return len(dead), err
 }
 
 // run runs the steps; one failing must not keep the others from running.

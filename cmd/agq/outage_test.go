@@ -19,11 +19,13 @@ import (
 // Time in which agq or PostgreSQL was away is not the workers' silence: a
 // worker that holds a job through an outage longer than three heartbeat
 // intervals is not declared dead, its job is not run again, and its
-// completion of a job on its last attempt is accepted.
+// completion of a job on its last attempt is accepted. Nor are the
+// connections agq lost when it was killed: the worker is away from agq far
+// longer than --worker-gone-after.
 func TestOutagesAreNotBlamedOnWorkers(t *testing.T) {
 	t.Run("AgqKilled", func(t *testing.T) {
 		srv := newAgqProcess(t, buildAgq(t), agqtest.NewDatabase(t))
-		srv.extraArgs = []string{"--heartbeat-interval", "1s"}
+		srv.extraArgs = []string{"--heartbeat-interval", "1s", "--worker-gone-after", "1s"}
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		srv.start(ctx)
@@ -38,7 +40,7 @@ func TestOutagesAreNotBlamedOnWorkers(t *testing.T) {
 	t.Run("PostgresRestarted", func(t *testing.T) {
 		cl := agqtest.OwnCluster(t, nil)
 		srv := newAgqProcess(t, buildAgq(t), cl.ConnString("postgres"))
-		srv.extraArgs = []string{"--heartbeat-interval", "1s"}
+		srv.extraArgs = []string{"--heartbeat-interval", "1s", "--worker-gone-after", "1s"}
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		srv.start(ctx)

@@ -46,6 +46,11 @@ type Engine interface {
 	UnregisterWorker(ctx context.Context, id string) error
 	DrainWorker(ctx context.Context, id string) error
 	CheckWorkerAccess(ctx context.Context, principal string, admin bool, id string) error
+	// WorkerConnected and WorkerDisconnected count the connections
+	// authenticated as a worker's principal: a worker none of whose
+	// connections is left is soon lost.
+	WorkerConnected(principal string)
+	WorkerDisconnected(principal string)
 	HeartbeatInterval() time.Duration
 
 	// Queues and types.
@@ -76,7 +81,9 @@ type Reads interface {
 	JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error)
 	JobStates(ctx context.Context, ids []string) ([]records.JobState, error)
 	JobLogs(ctx context.Context, id string, attempt int) ([]string, int, error)
-	JobChildren(ctx context.Context, id string, limit int) ([]records.JobState, error)
+	// JobChildren is a page of the jobs after job id, in id order, past
+	// cursor ("" first).
+	JobChildren(ctx context.Context, id, cursor string, limit int) ([]records.JobState, error)
 	JobCounts(ctx context.Context) (map[string]int64, error)
 	RunningJobs(ctx context.Context, limit int) ([]records.Job, error)
 	FailedJobs(ctx context.Context, p records.FailedJobsParams) ([]records.Job, error)

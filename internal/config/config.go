@@ -26,6 +26,7 @@ type Config struct {
 	ConfigFile        string
 	AdminKey          string
 	HeartbeatInterval time.Duration
+	WorkerGoneAfter   time.Duration // a worker with no connection left is lost after it; negative: never
 	JobTimeout        time.Duration
 	AckTimeout        time.Duration
 	MaxPayload        int64
@@ -88,6 +89,18 @@ var settings = []setting{
 	{"heartbeat-interval", "30s", "heartbeat interval told to workers, whole seconds; dead after 3 missed", setter(time.ParseDuration,
 		func(d time.Duration) bool { return d >= time.Second && d%time.Second == 0 }, "a duration of whole seconds, at least 1s, such as 30s",
 		func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+	{"worker-gone-after", "10s", "a worker none of whose connections is left is lost after this unless it comes back (off: heartbeats alone)", func(c *Config, v string) error {
+		if strings.EqualFold(v, "off") {
+			c.WorkerGoneAfter = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("must be a positive duration such as 10s, or off")
+		}
+		c.WorkerGoneAfter = d
+		return nil
+	}},
 	{"job-timeout", "1h", "default job timeout", durationSetter(func(c *Config) *time.Duration { return &c.JobTimeout })},
 	{"ack-timeout", "30s", "unacknowledged-delivery timeout", durationSetter(func(c *Config) *time.Duration { return &c.AckTimeout })},
 	{"max-payload", "2097152", "maximum bytes per job", bytesSetter(func(c *Config) *int64 { return &c.MaxPayload })},

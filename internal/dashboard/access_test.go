@@ -336,3 +336,32 @@ func TestTurnedOffAndUnderAPrefix(t *testing.T) {
 	res, _ = b.do("GET", "static/app.js", nil)
 	wantStatus(t, "script under the prefix", res, http.StatusOK)
 }
+
+// Every page names the dashboard's icon, and the path browsers ask when a
+// page names none answers it too, rather than a 404 on every page.
+func TestPagesHaveAnIcon(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"/", "/ops/agq/"} {
+		a := agqtest.Start(t, func(c *config.Config) { c.UIPrefix = prefix })
+		b := newBrowser(t, "http://"+a.HTTPAddr+prefix)
+		link := `<link rel="icon" href="` + prefix + `static/favicon.svg" type="image/svg+xml">`
+		res, page := b.do("GET", "login", nil)
+		wantStatus(t, "login", res, http.StatusOK)
+		if !strings.Contains(page, link) {
+			t.Fatalf("under %s the sign-in page names no icon:\n%s", prefix, page)
+		}
+		wantStatus(t, "sign-in", b.signIn(a.AdminKey), http.StatusSeeOther)
+		for _, path := range []string{"", "workers", "failed", "schedules", "job?id=nope"} {
+			if _, page := b.do("GET", path, nil); !strings.Contains(page, link) {
+				t.Errorf("under %s page %q names no icon", prefix, path)
+			}
+		}
+		for _, path := range []string{"static/favicon.svg", "favicon.ico"} {
+			res, body := b.do("GET", path, nil)
+			wantStatus(t, path, res, http.StatusOK)
+			if ct := res.Header.Get("Content-Type"); ct != "image/svg+xml" || !strings.HasPrefix(body, "<svg") {
+				t.Errorf("under %s %s: %s, %.40q", prefix, path, ct, body)
+			}
+		}
+	}
+}

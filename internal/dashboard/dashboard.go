@@ -115,6 +115,11 @@ func (d *Dashboard) routes() {
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static")
 	m.Handle("GET "+p+"static/", http.StripPrefix(p+"static/", cacheFor(time.Hour, http.FileServerFS(static))))
+	// Pages name their icon; a browser that asks the usual path anyway
+	// gets it there too rather than a 404 in the log.
+	m.Handle("GET "+p+"favicon.ico", cacheFor(time.Hour, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, static, "favicon.svg")
+	})))
 	m.HandleFunc("GET "+p+"login", d.loginPage)
 	m.HandleFunc("POST "+p+"login", d.login)
 	m.HandleFunc("POST "+p+"logout", d.withSession(true, d.logout))

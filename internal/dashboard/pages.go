@@ -6,7 +6,6 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -189,7 +188,7 @@ type relative struct {
 }
 
 // relatives reads the job's first parents, in the order of its after, and
-// some of its children, in id order.
+// its first children, in id order.
 func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
 	after := data.Job.After
 	data.MoreParents = len(after) > jobRelativesShown
@@ -206,12 +205,11 @@ func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
 			}
 		}
 	}
-	kids, err := d.eng.JobChildren(ctx, data.Job.ID, jobRelativesShown+1)
+	kids, err := d.eng.JobChildren(ctx, data.Job.ID, "", jobRelativesShown+1)
 	if err != nil {
 		return
 	}
 	data.MoreChildren = len(kids) > jobRelativesShown
-	slices.SortFunc(kids, func(a, b records.JobState) int { return strings.Compare(a.ID, b.ID) })
 	for _, k := range kids[:min(len(kids), jobRelativesShown)] {
 		data.Children = append(data.Children, relative{ID: k.ID, Status: k.Status})
 	}

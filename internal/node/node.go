@@ -37,6 +37,7 @@ import (
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/internal/wakeup/listen"
 	"github.com/agq/agq/migrations"
+	"github.com/agq/agq/registry"
 	"github.com/agq/agq/resp"
 	"github.com/agq/agq/store"
 )
@@ -57,7 +58,8 @@ type Node struct {
 	httpLn   net.Listener
 	registry *prometheus.Registry
 	hub      *wakeup.Hub
-	sweeps   *store.Store // the leader services' own connection
+	sweeps   *store.Store // the presence's and the leader services' own connection
+	presence *registry.Presence
 	elector  *leader.Elector
 	// directURL reaches PostgreSQL itself, for LISTEN and the leader's
 	// lock, when the pool goes through a pooler.
@@ -246,6 +248,12 @@ func (n *Node) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The node's presence and the leader's services write every second on
+	// a connection of their own: the client pool can then close all its
+	// connections while clients idle.
+	if n.sweeps, err = n.store.Background(ctx); err != nil {
+		return err
+	}
 	if db.pooled {
 		n.logPooler()
 	}
@@ -300,6 +308,11 @@ func (n *Node) buildEngine(keys *keyring.Keyring) {
 		Send:   listen.Send(n.store),
 		Logger: n.log.With().Str("component", "listen").Logger(),
 	})
+	n.presence = registry.NewPresence(registry.PresenceConfig{
+		Store:  n.sweeps,
+		NodeID: n.ID,
+		Logger: n.log.With().Str("component", "presence").Logger(),
+	})
 	n.engine = engine.New(engine.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		AckTimeout:        cfg.AckTimeout,
@@ -310,6 +323,7 @@ func (n *Node) buildEngine(keys *keyring.Keyring) {
 		Logger:            n.log,
 		Registerer:        n.registry,
 		Tracer:            n.tracer,
+		Presence:          n.presence,
 	}, n.store, n.hub)
 	n.server = commands.New(commands.Options{
 		NodeID:                       n.ID,
@@ -328,10 +342,10 @@ func (n *Node) buildEngine(keys *keyring.Keyring) {
 func (n *Node) startServices() error {
 	bg, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	if err := n.newElector(bg); err != nil {
-		return err
-	}
-	n.services = []service.Service{n.hub, n.elector}
+	n.newElector()
+	// The presence starts before the listeners open: the node is known to
+	// run as its first clients come.
+	n.services = []service.Service{n.hub, n.presence, n.elector}
 	return service.StartAll(bg, n.services...)
 }
 
@@ -527,6 +541,14 @@ func (n *Node) Store() *store.Store { return n.store }
 // is managed, stops PostgreSQL. It is idempotent.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		if n.presence != nil && n.server != nil {
+			// Before the connections close: their closing is agq's doing.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := n.presence.Leave(ctx); err != nil {
+				n.log.Warn().Err(err).Msg("forgetting this node's workers' connections")
+			}
+			cancel()
+		}
 		if n.server != nil {
 			n.server.Close()
 		}

@@ -13,14 +13,8 @@ import (
 
 // newElector makes the elector that campaigns for leadership once
 // started; the leader runs the watchdog and the scheduler.
-func (n *Node) newElector(ctx context.Context) error {
-	// The leader's services sweep every second on a connection of their
-	// own: the client pool can then close all its connections while clients idle.
-	sweeps, err := n.store.Background(ctx)
-	if err != nil {
-		return err
-	}
-	n.sweeps = sweeps
+func (n *Node) newElector() {
+	sweeps := n.sweeps
 	recovered := watchdog.NewRecoveredCounter()
 	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "agq_leader", Help: "1 when this node is the leader running the watchdog and scheduler.",
@@ -48,6 +42,7 @@ func (n *Node) newElector(ctx context.Context) error {
 				Logger:            n.log.With().Str("component", "watchdog").Logger(),
 				HeartbeatInterval: n.cfg.HeartbeatInterval,
 				AckTimeout:        n.cfg.AckTimeout,
+				GoneAfter:         n.cfg.WorkerGoneAfter,
 				RetainCompleted:   n.cfg.RetainCompleted,
 				RetainFailed:      n.cfg.RetainFailed,
 				Recovered:         recovered,
@@ -63,7 +58,6 @@ func (n *Node) newElector(ctx context.Context) error {
 			service.StopAllParallel(leading...)
 		},
 	})
-	return nil
 }
 
 // IsLeader reports whether this node runs the leader-only services now.

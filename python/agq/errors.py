@@ -89,8 +89,9 @@ class DeliveryLost(Stopped):
 
 
 class StaleDelivery(ReplyError, DeliveryLost):
-    """``ERR job <id> was delivered again (attempt <n>)`` or ``ERR job <id>
-    is at attempt <current>, not <n>``: a report about an earlier delivery."""
+    """``ERR job <id> is not running for this delivery token …`` or ``ERR job
+    <id> is at attempt <current>, not <n>``: a report about an earlier
+    delivery (or naming a token agq never issued)."""
 
 
 class OwnedByAnotherWorker(ReplyError, DeliveryLost):
@@ -198,7 +199,7 @@ def reply_error(error: redis.RedisError) -> ReplyError:
         return TryAgain(code, msg)
     if msg.startswith("Worker not registered"):
         return NotRegistered(code, msg)
-    if " was delivered again " in msg or " is at attempt " in msg:
+    if " was delivered again " in msg or " is not running for this delivery " in msg or " is at attempt " in msg:
         return StaleDelivery(code, msg)
     if msg.startswith("step ") and msg.endswith("attempts: the job failed"):
         return StepAttemptsUsed(code, msg)
