@@ -25,13 +25,19 @@ func (e *scenarioEnv) fairRows(ctx context.Context, r *report) error {
 	var plain, keyed []measure
 	for i := range max(e.o.repeat, 1) {
 		e.say("burn-down of %d jobs by one client package worker, plain then over %d fair keys (run %d of %d)", e.o.jobs, fairKeys, i+1, max(e.o.repeat, 1))
-		p, err := agqBurnDownClient(ctx, e.cl, e.s, e.o.jobs, 100+i)
-		if err != nil {
-			return fmt.Errorf("plain client burn-down: %w", err)
-		}
-		k, err := agqBurnDownClientKeyed(ctx, e.cl, e.s, e.o.jobs, 100+i, fairKeys)
-		if err != nil {
-			return fmt.Errorf("keyed client burn-down: %w", err)
+		// In turn, which goes first too: a burn-down runs on what the one
+		// before it left in the table.
+		var p, k measure
+		var err error
+		for _, keyed := range []bool{i%2 == 1, i%2 == 0} {
+			if keyed {
+				k, err = agqBurnDownClientKeyed(ctx, e.cl, e.s, e.o.jobs, 100+i, fairKeys)
+			} else {
+				p, err = agqBurnDownClient(ctx, e.cl, e.s, e.o.jobs, 100+i)
+			}
+			if err != nil {
+				return fmt.Errorf("client burn-down (keyed %v): %w", keyed, err)
+			}
 		}
 		e.say("jobs/s: plain %.0f, over %d fair keys %.0f (%.2f×)", p.rate(), fairKeys, k.rate(), k.rate()/p.rate())
 		plain, keyed = append(plain, p), append(keyed, k)
