@@ -42,8 +42,9 @@ const fairBase = `coalesce(
 
 // fairPasses is the CTEs fair_groups, fair_bases and fair_passes: the pass
 // of each row of the CTE input (columns ord, queue, priority, fair_key,
-// fair_weight) for which due holds, in ord order within its key. One base
-// is looked up per key, however many of its jobs are written.
+// fair_weight) for which due holds, in order within its key: how a claim
+// places the due jobs it finds (statements that write jobs get their
+// places laid out in Go, fairPlaces). One base is looked up per key.
 func fairPasses(input, order, due string) string {
 	return fmt.Sprintf(`fair_groups AS (
 			SELECT DISTINCT i.queue, i.priority, i.fair_key FROM %[1]s i WHERE %[3]s
@@ -76,45 +77,82 @@ func placeDue(queue string) *pgx.QueuedQuery {
 	return &pgx.QueuedQuery{SQL: placeDueSQL, Arguments: []any{queue}}
 }
 
+// fairPlaces are the places of a statement's jobs among their keys, laid
+// out here so that the statement only looks up one base a key (fairBases)
+// and adds: the distinct keys (queue, priority, fair_key) of the jobs
+// placed now, and for each job its key's number (from 1; 0: placed by a
+// claim once due) and its offset, the strides of its key's jobs up to and
+// including it, in the statement's order.
+type fairPlaces struct {
+	queues, keys []string
+	priorities   []int32
+	group        []int32
+	offset       []int64
+	index        map[fairKey]int32
+	sums         []int64
+}
+
+type fairKey struct {
+	queue    string
+	priority int
+	key      string
+}
+
+// add places j next: now, or (now false) once it is due.
+func (f *fairPlaces) add(j records.NewJob, now bool) {
+	if !now {
+		f.group, f.offset = append(f.group, 0), append(f.offset, 0)
+		return
+	}
+	if f.index == nil {
+		f.index = map[fairKey]int32{}
+	}
+	k := fairKey{j.Queue, j.Priority, j.FairKey}
+	n, ok := f.index[k]
+	if !ok {
+		f.queues, f.priorities, f.keys = append(f.queues, j.Queue), append(f.priorities, int32(j.Priority)), append(f.keys, j.FairKey)
+		f.sums = append(f.sums, 0)
+		n = int32(len(f.queues))
+		f.index[k] = n
+	}
+	f.sums[n-1] += fairUnit / int64(weightOf(j))
+	f.group, f.offset = append(f.group, n), append(f.offset, f.sums[n-1])
+}
+
+// fairBases is the CTE fair_bases: the base (fairBase) of each key of a
+// fairPlaces sent as $q, $p and $k, numbered n from 1.
+func fairBases(q, p, k int) string {
+	return fmt.Sprintf(`fair_bases AS (
+			SELECT g.n, %s AS base
+			FROM unnest($%d::text[], $%d::int[], $%d::text[]) WITH ORDINALITY AS g(queue, priority, fair_key, n)
+		)`, fairBase, q, p, k)
+}
+
 // registerAndPlace registers queues and computes the passes of jobs all
 // due now, which a COPY inserts: one statement looks up the base of each
 // key the jobs name.
 func registerAndPlace(ctx context.Context, tx pgx.Tx, queues []string, jobs []records.NewJob) ([]int64, error) {
-	type group struct {
-		queue    string
-		priority int
-		key      string
-	}
-	index := map[group]int{}
-	var groupQueues, keys []string
-	var priorities []int32
+	var f fairPlaces
 	for _, j := range jobs {
-		g := group{j.Queue, j.Priority, j.FairKey}
-		if _, ok := index[g]; !ok {
-			index[g] = len(groupQueues)
-			groupQueues, priorities, keys = append(groupQueues, g.queue), append(priorities, int32(g.priority)), append(keys, g.key)
-		}
+		f.add(j, true)
 	}
 	rows, err := tx.Query(ctx, `
 		WITH q AS (
 			INSERT INTO queues (name) SELECT unnest($4::text[]) ON CONFLICT DO NOTHING
-		)
-		SELECT `+fairBase+` FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY AS g(queue, priority, fair_key, n)
-		ORDER BY g.n`, groupQueues, priorities, keys, queues)
+		), `+fairBases(1, 2, 3)+`
+		SELECT base FROM fair_bases ORDER BY n`, f.queues, f.priorities, f.keys, queues)
 	bases, err := collect(rows, err, func(row pgx.CollectableRow) (b int64, err error) {
 		return b, row.Scan(&b)
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(bases) != len(groupQueues) {
-		return nil, fmt.Errorf("placing jobs: %d bases for %d keys", len(bases), len(groupQueues))
+	if len(bases) != len(f.queues) {
+		return nil, fmt.Errorf("placing jobs: %d bases for %d keys", len(bases), len(f.queues))
 	}
 	passes := make([]int64, len(jobs))
-	for i, j := range jobs {
-		n := index[group{j.Queue, j.Priority, j.FairKey}]
-		bases[n] += fairUnit / int64(weightOf(j))
-		passes[i] = bases[n]
+	for i := range jobs {
+		passes[i] = bases[f.group[i]-1] + f.offset[i]
 	}
 	return passes, nil
 }

@@ -177,7 +177,8 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 		return nil
 	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
-		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight, cols.afterFirst, cols.afterLast, cols.mode, cols.afterAll)
+		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight, cols.afterFirst, cols.afterLast, cols.mode, cols.afterAll,
+		cols.fair.group, cols.fair.offset, cols.fair.queues, cols.fair.priorities, cols.fair.keys)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +201,9 @@ type submitColumns struct {
 	priority, maxAttempts, timeout             []int32
 	fairKey                                    []string
 	fairWeight                                 []int32
+	// fair places the jobs due now among their keys.
+	fair fairPlaces
+	now  time.Time
 	backoff                                    []float64
 	runAt                                      []*time.Time
 	ord                                        []int32
@@ -222,7 +226,7 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 	firstOf = make([]int, len(jobs))
 	byID := make(map[string]int, len(jobs))
 	byKey := map[string]int{}
-	cols.reqIndex = map[string]int32{}
+	cols.reqIndex, cols.now = map[string]int32{}, time.Now()
 	withTrace, withAfter := traced(jobs), withParents(jobs)
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
@@ -275,6 +279,7 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 	c.ord = append(c.ord, int32(ord))
 	c.fairKey = append(c.fairKey, j.FairKey)
 	c.fairWeight = append(c.fairWeight, int32(weightOf(j)))
+	c.fair.add(j, !j.RunAt.After(c.now))
 	if withTrace {
 		c.traceParent = append(c.traceParent, j.TraceParent)
 		c.traceState = append(c.traceState, j.TraceState)
@@ -299,14 +304,14 @@ var insertJobsSQL = `
 		), input AS MATERIALIZED (
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
-				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[])
+				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[], $24::int[], $25::int8[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight,
-				     after_first, after_last, mode)
+				     after_first, after_last, mode, fair_group, fair_offset)
 			JOIN reqs ON reqs.n = i.req
 		), q AS (
 			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
-		), ` + fairPasses("input", "i.ord", "(i.run_at IS NULL OR i.run_at <= now())") + `, ins AS (
+		), ` + fairBases(26, 27, 28) + `, ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate,
 				fair_key, fair_weight, fair_pass)
@@ -314,8 +319,8 @@ var insertJobsSQL = `
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
-				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight, p.pass
-			FROM input LEFT JOIN fair_passes p USING (ord) ORDER BY ord
+				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight, b.base + fair_offset
+			FROM input LEFT JOIN fair_bases b ON b.n = fair_group ORDER BY ord
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		)

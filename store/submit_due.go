@@ -138,6 +138,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	priorities, attempts, timeouts, ords := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	backoffs := make([]float64, n)
 	handTo, fairKeys, weights := make([]string, n), make([]string, n), make([]int32, n)
+	var fair fairPlaces
 	var ack, lease time.Duration
 	var offered bool
 	// Every job's requirements in one array; a job's are the slice from
@@ -150,6 +151,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 		priorities[i], attempts[i], timeouts[i], backoffs[i], ords[i] = int32(j.Priority), int32(j.MaxAttempts),
 			int32(j.TimeoutSeconds), j.RetryBackoffSeconds, int32(i)
 		fairKeys[i], weights[i] = j.FairKey, int32(weightOf(j))
+		fair.add(j, true)
 		first[i] = int32(len(reqs) + 1)
 		reqs = append(reqs, j.Requires...)
 		last[i] = int32(len(reqs))
@@ -161,7 +163,8 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	handed := map[string]*records.Job{}
 	traceParents, traceStates := traceArrays(jobs)
 	sql, args := insertDueSQL, []any{ids, queues, types, first, last, plans, inputs, payloads, keys, priorities,
-		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates, fairKeys, weights}
+		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates, fairKeys, weights,
+		fair.group, fair.offset, fair.queues, fair.priorities, fair.keys}
 	scan := func(rows pgx.Rows) error {
 		var id string
 		err := rows.Scan(&id)
@@ -211,17 +214,17 @@ var insertDueSQL = `
 		), i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
-				$18::text[], $19::int[])
+				$18::text[], $19::int[], $20::int[], $21::int8[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight)
-		), ` + fairPasses("i", "i.ord", "true") + `
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset)
+		), ` + fairBases(22, 23, 24) + `
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
-			i.fair_key, i.fair_weight, p.pass
-		FROM i JOIN fair_passes p ON p.ord = i.ord
+			i.fair_key, i.fair_weight, b.base + i.fair_offset
+		FROM i JOIN fair_bases b ON b.n = i.fair_group
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id`
@@ -242,10 +245,10 @@ var handDueSQL = `
 		), i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
-				$18::text[], $19::int[], $20::text[])
+				$18::text[], $19::int[], $20::int[], $21::int8[], $25::text[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, hand_to)
-		), ` + fairPasses("i", "i.ord", "true") + `, h AS (
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset, hand_to)
+		), ` + fairBases(22, 23, 24) + `, h AS (
 			SELECT i.ord, i.hand_to AS worker_id FROM i
 			-- The worker's row by its key, one probe a job (LIMIT keeps
 			-- it a probe: a join would read every ACTIVE worker under the
@@ -278,14 +281,14 @@ var handDueSQL = `
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
 			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
-			i.fair_key, i.fair_weight, p.pass,
+			i.fair_key, i.fair_weight, b.base + i.fair_offset,
 			h.worker_id, CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
 			CASE WHEN h.worker_id IS NOT NULL THEN gen_random_uuid() END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $21::interval END,
-			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $22::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $26::interval END,
+			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + $27::interval END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() + make_interval(secs => i.timeout_seconds) END
-		FROM i JOIN fair_passes p ON p.ord = i.ord LEFT JOIN h ON h.ord = i.ord
+		FROM i JOIN fair_bases b ON b.n = i.fair_group LEFT JOIN h ON h.ord = i.ord
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id, delivery::text, seq, run_at,
