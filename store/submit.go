@@ -201,9 +201,6 @@ type submitColumns struct {
 	priority, maxAttempts, timeout             []int32
 	fairKey                                    []string
 	fairWeight                                 []int32
-	// fair places the jobs due now among their keys.
-	fair fairPlaces
-	now  time.Time
 	backoff                                    []float64
 	runAt                                      []*time.Time
 	ord                                        []int32
@@ -217,6 +214,9 @@ type submitColumns struct {
 	// one): a job names its list by position.
 	reqSets  []string
 	reqIndex map[string]int32
+	// fair places the jobs due at now among their keys.
+	fair fairPlaces
+	now  time.Time
 }
 
 // columnsOf lays out the jobs to send. A job repeating an earlier one's id
