@@ -40,36 +40,26 @@ const fairBase = `coalesce(
 		 ORDER BY w.fair_pass LIMIT 1),
 		0)`
 
-// fairPasses is the CTEs fair_groups, fair_bases and fair_passes: the pass
-// of each row of the CTE input (columns ord, queue, priority, fair_key,
-// fair_weight) for which due holds, in order within its key: how a claim
-// places the due jobs it finds (statements that write jobs get their
-// places laid out in Go, fairPlaces). One base is looked up per key.
-func fairPasses(input, order, due string) string {
-	return fmt.Sprintf(`fair_groups AS (
-			SELECT DISTINCT i.queue, i.priority, i.fair_key FROM %[1]s i WHERE %[3]s
-		), fair_bases AS (
-			SELECT g.queue, g.priority, g.fair_key, %[4]s AS base FROM fair_groups g
-		), fair_passes AS (
-			SELECT i.ord, b.base + sum(%[5]d / i.fair_weight) OVER (
-				PARTITION BY i.queue, i.priority, i.fair_key ORDER BY %[2]s) AS pass
-			FROM %[1]s i JOIN fair_bases b ON b.queue = i.queue AND b.priority = i.priority AND b.fair_key = i.fair_key
-			WHERE %[3]s
-		)`, input, order, due, fairBase, fairUnit)
-}
-
 // placeDueSQL places the due jobs of queue $1 that have no pass yet, the
 // oldest first, a bounded number a call (the claim that follows takes
-// from them; the next claim places more). Rows another claim is placing
-// are skipped. With none to place it is one probe of jobs_unplaced.
-var placeDueSQL = `
+// from them; the next claim places more), each key's after its last, in
+// due order. Rows another claim is placing are skipped. With none to
+// place it is one probe of jobs_unplaced.
+var placeDueSQL = fmt.Sprintf(`
 	WITH due AS (
-		SELECT id AS ord, queue, priority, fair_key, fair_weight, run_at, seq FROM jobs
+		SELECT id, queue, priority, fair_key, fair_weight, run_at, seq FROM jobs
 		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND fair_pass IS NULL AND run_at <= now()
 		ORDER BY run_at, seq LIMIT 1000
 		FOR UPDATE SKIP LOCKED
-	), ` + fairPasses("due", "i.run_at, i.seq", "true") + `
-	UPDATE jobs j SET fair_pass = p.pass FROM fair_passes p WHERE j.id = p.ord`
+	), fair_bases AS (
+		SELECT g.priority, g.fair_key, %s AS base
+		FROM (SELECT DISTINCT queue, priority, fair_key FROM due) g
+	), placed AS (
+		SELECT d.id, b.base + sum(%d / d.fair_weight) OVER (
+			PARTITION BY d.priority, d.fair_key ORDER BY d.run_at, d.seq) AS pass
+		FROM due d JOIN fair_bases b ON b.priority = d.priority AND b.fair_key = d.fair_key
+	)
+	UPDATE jobs j SET fair_pass = p.pass FROM placed p WHERE j.id = p.id`, fairBase, fairUnit)
 
 // placeDue is placeDueSQL queued before a claim of queue, in its
 // transaction, so that the claim sees the jobs it placed.
