@@ -331,3 +331,32 @@ func TestAScheduledJobTakesItsTurnAmongTheKeys(t *testing.T) {
 		t.Fatalf("pops %v: the fired job waited behind the backlog", keys)
 	}
 }
+
+// A job re-sent with its key and weight is the same job; with another key
+// or weight it is refused as other contents, and stays as it was.
+func TestFairShareResubmissionComparesTheKeyAndWeight(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	doc := `{"job_id":"fk-1","queue":"resent","fair_key":"acme","fair_weight":2}`
+	for range 2 {
+		if id, err := admin.Do(ctx, "JOB.SUBMIT", doc).Text(); err != nil || id != "fk-1" {
+			t.Fatalf("JOB.SUBMIT %s: %q %v", doc, id, err)
+		}
+	}
+	for _, other := range []string{
+		`{"job_id":"fk-1","queue":"resent","fair_key":"globex","fair_weight":2}`,
+		`{"job_id":"fk-1","queue":"resent","fair_key":"acme","fair_weight":3}`,
+		`{"job_id":"fk-1","queue":"resent"}`,
+	} {
+		err := admin.Do(ctx, "JOB.SUBMIT", other).Err()
+		if err == nil || !strings.Contains(err.Error(), "already exists with different contents") {
+			t.Errorf("JOB.SUBMIT %s: %v, want it refused", other, err)
+		}
+	}
+	raw, err := admin.Do(ctx, "JOB.GET", "fk-1").Text()
+	if err != nil || !strings.Contains(raw, `"fair_key":"acme","fair_weight":2`) {
+		t.Fatalf("JOB.GET after the refusals: %s %v", raw, err)
+	}
+}
