@@ -360,3 +360,40 @@ func TestFairShareResubmissionComparesTheKeyAndWeight(t *testing.T) {
 		t.Fatalf("JOB.GET after the refusals: %s %v", raw, err)
 	}
 }
+
+// A queue no job named a key in serves its jobs by due time alone, single
+// submissions and batches alike. Its first keyed job turns it fair: the
+// jobs waiting from before go first, in their order, and from then on
+// keyless jobs are one more key among the others.
+func TestAPlainQueueTurnsFairWithItsFirstKey(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	for i := range 5 {
+		j := fairJob("plain", "", 0)
+		j["payload"] = map[string]any{"key": fmt.Sprintf("before-%d", i)}
+		b, _ := json.Marshal(j)
+		if err := admin.Do(ctx, "JOB.SUBMIT", string(b)).Err(); err != nil {
+			t.Fatalf("JOB.SUBMIT: %v", err)
+		}
+	}
+	submitBacklog(t, admin, "plain", "", 0, 20)
+	submitBacklog(t, admin, "plain", "tenant", 0, 20)
+	submitBacklog(t, admin, "plain", "", 0, 20)
+	w := registerWorker(t, a, "plain-w", "t")
+	got := w.popKeys(t, "plain", 45, 10)
+	for i, k := range got[:5] {
+		if want := fmt.Sprintf("before-%d", i); k != want {
+			t.Fatalf("pop %d: %q, want %q (the plain queue's jobs in submission order): %v", i, k, want, got)
+		}
+	}
+	for i, k := range got[5:25] {
+		if k != "" {
+			t.Fatalf("pop %d: key %q before the 25 jobs that waited before the first key: %v", i+5, k, got)
+		}
+	}
+	if n := strings.Count(strings.Join(got[25:], ","), "tenant"); n < 8 || n > 12 {
+		t.Fatalf("the key had %d of the 20 pops after the earlier jobs, want about half: %v", n, got[25:])
+	}
+}

@@ -183,7 +183,7 @@ func (s *Store) QueueFairKeys(ctx context.Context, queue string, limit int) ([]r
 	rows, err := s.Pool.Query(ctx, `
 		SELECT fair_key, sum(ready)::bigint, sum(running)::bigint FROM (
 			SELECT fair_key, count(*) AS ready, 0 AS running FROM jobs
-			WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND fair_pass IS NOT NULL AND fair_key <> ''
+			WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND fair_pass > 0 AND fair_key <> ''
 			GROUP BY fair_key
 			UNION ALL
 			SELECT fair_key, 0, count(*) FROM jobs

@@ -58,7 +58,7 @@ func TestFairShareStatementsStayIndexScansOverAMillionJobs(t *testing.T) {
 }
 
 const fillFairBacklog = `
-INSERT INTO queues (name) VALUES ('tenants');
+INSERT INTO queues (name, fair) VALUES ('tenants', true);
 INSERT INTO workers (worker_id, principal, state, hostname, agw_version, capabilities, metadata)
 SELECT 'worker-' || g, 'w', 'ACTIVE', 'host', '1.0.0', '{}', '{}' FROM generate_series(1, 2) g;
 INSERT INTO jobs (id, queue, type, status, max_attempts, timeout_seconds, run_at, created_at, updated_at,

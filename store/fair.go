@@ -26,19 +26,42 @@ import (
 const fairUnit = 1_000_000
 
 // fairBase is the pass after which the next job of a key goes, over a row
-// g of queue, priority and fair_key: the key's last waiting pass, else the
+// g of queue, priority, fair_key and keyed (whether a job of g's queue in
+// the same statement names a key): the key's last waiting pass, else the
 // queue's first waiting pass at that priority, else 0 (nothing waits).
-// Each is one probe of an index (jobs_fair_tail, jobs_waiting).
-const fairBase = `coalesce(
+// Each is one probe of an index (jobs_fair_tail, jobs_waiting). In a plain
+// queue, one no job ever named a key in, a keyless job has no base (NULL):
+// it stands at pass 0, the order by due time alone, with no probe of jobs
+// and no entry in jobs_fair_tail.
+const fairBase = `CASE WHEN g.fair_key = '' AND NOT g.keyed
+		AND NOT coalesce((SELECT f.fair FROM queues f WHERE f.name = g.queue), false) THEN NULL
+	ELSE coalesce(
 		(SELECT w.fair_pass FROM jobs w
 		 WHERE w.queue = g.queue AND w.priority = g.priority AND w.fair_key = g.fair_key
-		   AND w.status IN ('queued', 'scheduled', 'retrying') AND w.fair_pass IS NOT NULL
+		   AND w.status IN ('queued', 'scheduled', 'retrying') AND w.fair_pass > 0
 		 ORDER BY w.fair_pass DESC LIMIT 1),
 		(SELECT w.fair_pass FROM jobs w
 		 WHERE w.queue = g.queue AND w.priority = g.priority
 		   AND w.status IN ('queued', 'scheduled', 'retrying') AND w.fair_pass IS NOT NULL
 		 ORDER BY w.fair_pass LIMIT 1),
-		0)`
+		0) END`
+
+// registerQueues are the CTEs q and fq of a statement writing jobs whose
+// queues and fair keys are the arrays queues and keys (SQL expressions):
+// q registers new queues, fair when one of the jobs names a key; fq turns
+// a plain queue fair for good once a job of it names one (one write in a
+// queue's life: later statements find it fair and write nothing).
+func registerQueues(queues, keys string) string {
+	return fmt.Sprintf(`q AS (
+			INSERT INTO queues (name, fair)
+			SELECT queue, bool_or(fair_key <> '') FROM unnest(%[1]s, %[2]s) AS x(queue, fair_key) GROUP BY queue
+			ON CONFLICT DO NOTHING
+		), fq AS (
+			UPDATE queues SET fair = true
+			WHERE name = ANY (ARRAY(SELECT queue FROM unnest(%[1]s, %[2]s) AS x(queue, fair_key) WHERE fair_key <> ''))
+			  AND NOT fair
+		)`, queues, keys)
+}
 
 // placeDueSQL places the due jobs of queue $1 that have no pass yet, the
 // oldest first, a bounded number a call (the claim that follows takes
@@ -53,10 +76,11 @@ var placeDueSQL = fmt.Sprintf(`
 		FOR UPDATE SKIP LOCKED
 	), fair_bases AS (
 		SELECT g.priority, g.fair_key, %s AS base
-		FROM (SELECT DISTINCT queue, priority, fair_key FROM due) g
+		FROM (SELECT k.*, bool_or(k.fair_key <> '') OVER () AS keyed
+		      FROM (SELECT DISTINCT queue, priority, fair_key FROM due) k) g
 	), placed AS (
-		SELECT d.id, b.base + sum(%d / d.fair_weight) OVER (
-			PARTITION BY d.priority, d.fair_key ORDER BY d.run_at, d.seq) AS pass
+		SELECT d.id, coalesce(b.base + sum(%d / d.fair_weight) OVER (
+			PARTITION BY d.priority, d.fair_key ORDER BY d.run_at, d.seq), 0) AS pass
 		FROM due d JOIN fair_bases b ON b.priority = d.priority AND b.fair_key = d.fair_key
 	)
 	UPDATE jobs j SET fair_pass = p.pass FROM placed p WHERE j.id = p.id`, fairBase, fairUnit)
@@ -110,28 +134,34 @@ func (f *fairPlaces) add(j records.NewJob, now bool) {
 }
 
 // fairBases is the CTE fair_bases: the base (fairBase) of each key of a
-// fairPlaces sent as $q, $p and $k, numbered n from 1.
+// fairPlaces sent as $q, $p and $k, numbered n from 1. A job's pass is
+// fairPass of its base and offset.
 func fairBases(q, p, k int) string {
 	return fmt.Sprintf(`fair_bases AS (
 			SELECT g.n, %s AS base
-			FROM unnest($%d::text[], $%d::int[], $%d::text[]) WITH ORDINALITY AS g(queue, priority, fair_key, n)
+			FROM (SELECT u.*, bool_or(u.fair_key <> '') OVER (PARTITION BY u.queue) AS keyed
+			      FROM unnest($%d::text[], $%d::int[], $%d::text[]) WITH ORDINALITY AS u(queue, priority, fair_key, n)) g
 		)`, fairBase, q, p, k)
 }
 
-// registerAndPlace registers queues and computes the passes of jobs all
-// due now, which a COPY inserts: one statement looks up the base of each
-// key the jobs name.
-func registerAndPlace(ctx context.Context, tx pgx.Tx, queues []string, jobs []records.NewJob) ([]int64, error) {
+// fairPass is the pass of a job placed now from its base and offset: 0 in
+// a plain queue (no base).
+func fairPass(base, offset string) string {
+	return fmt.Sprintf("coalesce(%s + %s, 0)", base, offset)
+}
+
+// registerAndPlace registers the queues of jobs all due now, which a COPY
+// inserts, and computes their passes: one statement looks up the base of
+// each key the jobs name (0 for all in a plain queue).
+func registerAndPlace(ctx context.Context, tx pgx.Tx, jobs []records.NewJob) ([]int64, error) {
 	var f fairPlaces
 	for _, j := range jobs {
 		f.add(j, true)
 	}
 	rows, err := tx.Query(ctx, `
-		WITH q AS (
-			INSERT INTO queues (name) SELECT unnest($4::text[]) ON CONFLICT DO NOTHING
-		), `+fairBases(1, 2, 3)+`
-		SELECT base FROM fair_bases ORDER BY n`, f.queues, f.priorities, f.keys, queues)
-	bases, err := collect(rows, err, func(row pgx.CollectableRow) (b int64, err error) {
+		WITH `+registerQueues("$1::text[]", "$3::text[]")+`, `+fairBases(1, 2, 3)+`
+		SELECT base FROM fair_bases ORDER BY n`, f.queues, f.priorities, f.keys)
+	bases, err := collect(rows, err, func(row pgx.CollectableRow) (b *int64, err error) {
 		return b, row.Scan(&b)
 	})
 	if err != nil {
@@ -142,7 +172,9 @@ func registerAndPlace(ctx context.Context, tx pgx.Tx, queues []string, jobs []re
 	}
 	passes := make([]int64, len(jobs))
 	for i := range jobs {
-		passes[i] = bases[f.group[i]-1] + f.offset[i]
+		if b := bases[f.group[i]-1]; b != nil {
+			passes[i] = *b + f.offset[i]
+		}
 	}
 	return passes, nil
 }

@@ -309,9 +309,7 @@ var insertJobsSQL = `
 				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight,
 				     after_first, after_last, mode, fair_group, fair_offset)
 			JOIN reqs ON reqs.n = i.req
-		), q AS (
-			INSERT INTO queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
-		), ` + fairBases(26, 27, 28) + `, ins AS (
+		), ` + registerQueues("$2::text[]", "$18::text[]") + `, ` + fairBases(26, 27, 28) + `, ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate,
 				fair_key, fair_weight, fair_pass)
@@ -319,7 +317,8 @@ var insertJobsSQL = `
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
-				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight, b.base + fair_offset
+				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight,
+				CASE WHEN b.n IS NOT NULL THEN ` + fairPass("b.base", "fair_offset") + ` END
 			FROM input LEFT JOIN fair_bases b ON b.n = fair_group ORDER BY ord
 			ON CONFLICT DO NOTHING
 			RETURNING id

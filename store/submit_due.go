@@ -90,13 +90,7 @@ func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 	if withTrace {
 		columns = tracedCopyColumns
 	}
-	var queues []string
-	seen := map[string]bool{}
 	for i, j := range jobs {
-		if !seen[j.Queue] {
-			seen[j.Queue] = true
-			queues = append(queues, j.Queue)
-		}
 		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
 			nullJSON(j.Payload), int32(j.Priority), records.StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
 			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey), j.FairKey, int32(weightOf(j)), nil}
@@ -105,7 +99,7 @@ func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 		}
 	}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		passes, err := registerAndPlace(ctx, tx, queues, jobs)
+		passes, err := registerAndPlace(ctx, tx, jobs)
 		if err != nil {
 			return err
 		}
@@ -209,9 +203,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 
 // insertDueSQL is insertDue's statement.
 var insertDueSQL = `
-		WITH q AS (
-			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
-		), i AS (
+		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
 				$18::text[], $19::int[], $20::int[], $21::int8[])
@@ -223,7 +215,7 @@ var insertDueSQL = `
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
-			i.fair_key, i.fair_weight, b.base + i.fair_offset
+			i.fair_key, i.fair_weight, ` + fairPass("b.base", "i.fair_offset") + `
 		FROM i JOIN fair_bases b ON b.n = i.fair_group
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
@@ -240,9 +232,7 @@ var insertDueSQL = `
 // the job's priority or above (scheduled ones, and ones for other
 // workers, included) hands nothing over: its jobs are claimed as usual.
 var handDueSQL = `
-		WITH q AS (
-			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
-		), i AS (
+		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
 				$18::text[], $19::int[], $20::int[], $21::int8[], $25::text[])
@@ -281,7 +271,7 @@ var handDueSQL = `
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
 			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
-			i.fair_key, i.fair_weight, b.base + i.fair_offset,
+			i.fair_key, i.fair_weight, ` + fairPass("b.base", "i.fair_offset") + `,
 			h.worker_id, CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
 			CASE WHEN h.worker_id IS NOT NULL THEN gen_random_uuid() END,
 			CASE WHEN h.worker_id IS NOT NULL THEN statement_timestamp() END,
