@@ -286,6 +286,31 @@ func TestDashboardInABrowser(t *testing.T) {
 		waitProcesses(t, 10*time.Second, 0, "sleep", secs)
 	})
 
+	t.Run("AJobsGraphIsDrawn", func(t *testing.T) {
+		graph := `[{"job_id":"extract","plan":{"tasks":[{"tool":"echo","args":["rows"]}]}},
+			{"job_id":"clean-orders","queue":"etl","after":["extract"]},{"job_id":"clean-customers","queue":"etl","after":["extract"]},
+			{"job_id":"join","queue":"etl","after":["clean-orders","clean-customers"]},{"job_id":"publish","queue":"etl","after":["join"]},
+			{"job_id":"notify","queue":"etl","after":["join"],"on_parent_failure":"run"}]`
+		if err := admin.Do(ctx, "JOB.SUBMIT", graph).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if j := waitJob(t, admin, "extract", 20*time.Second); j.Status != "completed" {
+			t.Fatalf("extract: %+v", j)
+		}
+		run(t, b, "graph", chromedp.Navigate(base+"job?id=join"), chromedp.WaitVisible(chromedp.ID(`job-graph`)))
+		// Its two parents, their parent, its two children, and itself;
+		// a click on a box opens that job's page.
+		if n := value(t, b, "counting the graph's jobs", chromedp.Evaluate[float64](`document.querySelectorAll("#job-graph a").length`)); n != 6 {
+			t.Fatalf("the graph draws %v jobs, want 6", n)
+		}
+		screenshot(t, b, "job-graph")
+		run(t, b, "following the graph", chromedp.Click(`#job-graph a[href$="id=extract"] rect`),
+			chromedp.WaitVisible(chromedp.ID(`job-graph`)))
+		if title := value(t, b, "reading the title", chromedp.Text(chromedp.CSS(`h1`))); !strings.Contains(title, "extract") {
+			t.Fatalf("a click on extract's box opened %q", title)
+		}
+	})
+
 	t.Run("SearchFindsAJobByID", func(t *testing.T) {
 		run(t, b, "searching",
 			chromedp.Navigate(base),

@@ -264,3 +264,18 @@ type JobSpec struct {
 	TraceParent string `json:"traceparent"`
 	TraceState  string `json:"tracestate"`
 }
+
+// GraphNode is a job of a job's graph: its ancestors and descendants
+// through after, with its own parents (After, as stored).
+type GraphNode struct {
+	ID, Queue, Status string
+	After             []string
+}
+
+// JobGraph is a job's graph, bounded: the job, then up to a limit of its
+// ancestors and of its descendants, nearest first. MoreAncestors and
+// MoreDescendants say the limit cut one side short.
+type JobGraph struct {
+	Nodes                          []GraphNode
+	MoreAncestors, MoreDescendants bool
+}

@@ -84,6 +84,9 @@ type Reads interface {
 	// JobChildren is a page of the jobs after job id, in id order, past
 	// cursor ("" first).
 	JobChildren(ctx context.Context, id, cursor string, limit int) ([]records.JobState, error)
+	// JobGraph is job id with up to limit of its ancestors and of its
+	// descendants, nearest first.
+	JobGraph(ctx context.Context, id string, limit int) (records.JobGraph, error)
 	JobCounts(ctx context.Context) (map[string]int64, error)
 	RunningJobs(ctx context.Context, limit int) ([]records.Job, error)
 	FailedJobs(ctx context.Context, p records.FailedJobsParams) ([]records.Job, error)

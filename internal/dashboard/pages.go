@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"html/template"
@@ -161,59 +160,18 @@ type jobError struct {
 }
 
 type jobData struct {
-	Job      records.Job
-	Errors   []jobError
-	Logs     []string
-	Steps    []records.Step
-	More     bool // the job has more steps than the page lists
-	Parents  []relative
-	Children []relative
-	// MoreParents and MoreChildren: the page lists the first ones only.
-	MoreParents  bool
-	MoreChildren bool
-	Terminal     bool
-	Retry        bool // failed or cancelled: JOB.RETRY applies
+	Job    records.Job
+	Errors []jobError
+	Logs   []string
+	Steps  []records.Step
+	More   bool // the job has more steps than the page lists
+	relativesData
+	Terminal bool
+	Retry    bool // failed or cancelled: JOB.RETRY applies
 }
 
 // jobStepsShown bounds the steps a job page lists.
 const jobStepsShown = 200
-
-// jobRelativesShown bounds the parents, and the children, a job page lists.
-const jobRelativesShown = 100
-
-// relative is a parent or a child of a job; Status is "" for a parent
-// deleted since.
-type relative struct {
-	ID, Status string
-}
-
-// relatives reads the job's first parents, in the order of its after, and
-// its first children, in id order.
-func (d *Dashboard) relatives(ctx context.Context, data *jobData) {
-	after := data.Job.After
-	data.MoreParents = len(after) > jobRelativesShown
-	after = after[:min(len(after), jobRelativesShown)]
-	if len(after) > 0 {
-		states, err := d.eng.JobStates(ctx, after)
-		if err == nil {
-			status := make(map[string]string, len(states))
-			for _, st := range states {
-				status[st.ID] = st.Status
-			}
-			for _, id := range after {
-				data.Parents = append(data.Parents, relative{ID: id, Status: status[id]})
-			}
-		}
-	}
-	kids, err := d.eng.JobChildren(ctx, data.Job.ID, "", jobRelativesShown+1)
-	if err != nil {
-		return
-	}
-	data.MoreChildren = len(kids) > jobRelativesShown
-	for _, k := range kids[:min(len(kids), jobRelativesShown)] {
-		data.Children = append(data.Children, relative{ID: k.ID, Status: k.Status})
-	}
-}
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
@@ -235,7 +193,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 	if steps, err := d.eng.JobSteps(r.Context(), records.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
 		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
 	}
-	d.relatives(r.Context(), &data)
+	d.relatives(r.Context(), &data.relativesData, j, r.URL.Query())
 	refresh := 2
 	if data.Terminal {
 		refresh = 0
