@@ -22,7 +22,10 @@ import (
 // standby, with the nodes listening only over TLS and every client on it,
 // then under Patroni (with etcd): a switchover done by Patroni, and the
 // primary's postmaster killed so that Patroni fails over to the
-// synchronous standby. Nothing acknowledged may be lost or left unfinished,
+// synchronous standby; and a workflow run (graphs of step jobs with
+// sleeps) under agq's, the workers' and PostgreSQL's faults, where no step
+// answered +OK may run again and no child start before its parent ended.
+// Nothing acknowledged may be lost or left unfinished,
 // no completion answered OK may be missing, no late report accepted, and
 // every fault must be recovered from: a worker on every node completing
 // jobs again without a restart, and a node leading.
@@ -43,6 +46,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 		{"PrimaryAndStandby", []string{"-faults", "agq-kill,worker-kill,worker-stop,pg-restart-fast,pg-restart-immediate,failover"}},
 		{"SinglePostgresOverTLS", []string{"-tls", "-no-standby", "-faults", "pg-restart-fast,pg-restart-immediate"}},
 		{"Patroni", []string{"-patroni", "-faults", "switchover,primary-kill"}},
+		{"Workflows", []string{"-workflows", "-rate", "30", "-faults", "agq-kill,worker-kill,worker-stop,pg-restart-immediate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "agqchaos")
@@ -84,6 +88,9 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			}
 			if rep.Acknowledged == 0 || rep.Completed != rep.Acknowledged {
 				t.Fatalf("%d acknowledged, %d completed", rep.Acknowledged, rep.Completed)
+			}
+			if asked := slices.Contains(tc.args, "-workflows"); rep.Workflows != asked || (asked && rep.StepsCompleted == 0) {
+				t.Errorf("asked for workflows: %v; the report says %v with %d steps completed", asked, rep.Workflows, rep.StepsCompleted)
 			}
 			if strings.Contains(tc.args[len(tc.args)-1], "worker-stop") && rep.ReportsRefused == 0 {
 				t.Errorf("the worker stopped while it held a job had no report refused")

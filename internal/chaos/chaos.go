@@ -74,6 +74,9 @@ type Config struct {
 	Fsync bool
 	// NoStandby runs a single PostgreSQL, without fail-over.
 	NoStandby bool
+	// Workflows submits graphs of step jobs with sleeps instead of plain
+	// jobs (see workflow.go).
+	Workflows bool
 	// TLS runs the nodes with only a TLS listener that requires a client
 	// certificate, and every worker and producer connects over it.
 	TLS bool
@@ -146,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.startWorkers(ctx); err != nil {
 		return nil, err
 	}
-	rep := &Report{TLS: cfg.TLS, SubmitRate: cfg.Rate, WorkerCapacity: float64(cfg.Workers) * float64(time.Second) / float64(workTime), StuckAfter: cfg.StuckAfter}
+	rep := &Report{TLS: cfg.TLS, Workflows: cfg.Workflows, SubmitRate: cfg.Rate, WorkerCapacity: float64(cfg.Workers) * float64(time.Second) / float64(workTime), StuckAfter: cfg.StuckAfter}
 	r.say("%d workers can take at most %.0f jobs/s (each runs one job at a time, %s each); submitting %d/s",
 		cfg.Workers, rep.WorkerCapacity, workTime, cfg.Rate)
 	r.submitUnderFaults(ctx, rep)
@@ -285,6 +288,9 @@ func (r *run) startWorkers(ctx context.Context) error {
 		}
 		args := append(append([]string{}, r.cfg.WorkerCommand...), "-addr", r.addrs[node], "-id", id, "-key", key,
 			"-queue", queue, "-heartbeat", heartbeatInterval.String(), "-work", workTime.String())
+		if r.cfg.Workflows {
+			args = append(args, "-workflows")
+		}
 		if r.cfg.TLS {
 			args = append(args, "-tls-ca-cert-file", r.tlsFiles.CA, "-tls-cert-file", r.tlsFiles.ClientCert, "-tls-key-file", r.tlsFiles.ClientKey)
 		}
@@ -334,12 +340,17 @@ func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
 				case <-tokens:
 				}
 				id := fmt.Sprintf("chaos-%07d", next.Add(1))
-				doc := fmt.Sprintf(`{"job_id":%q,"queue":%q,"type":"chaos","max_attempts":100}`, id, queue)
+				doc, ids := fmt.Sprintf(`{"job_id":%q,"queue":%q,"type":"chaos","max_attempts":100}`, id, queue), []string{id}
+				if r.cfg.Workflows {
+					doc, ids = flowGraph(id)
+				}
 				// After an error the next node is tried.
 				for try, wait := n, time.Duration(0); sleep(ctx, wait); try, wait = try+1, backoff(wait) {
 					err := clients[try%len(clients)].Do(ctx, "JOB.SUBMIT", doc).Err()
 					if err == nil {
-						r.ledger.ack(id)
+						for _, id := range ids {
+							r.ledger.ack(id)
+						}
 						break
 					}
 					if ctx.Err() == nil {

@@ -26,11 +26,16 @@ type ledger struct {
 	errs     map[string]int
 	doneAt   []time.Time  // per node: the last accepted completion by one of its workers
 	holding  map[int]held // per worker: the job between its exec line and its done line
+	// Workflow runs: the steps answered +OK (job/step), the steps whose
+	// work ran again after that, and the children delivered early.
+	stepsOK    map[string]bool
+	stepsRerun []string
+	early      []string
 }
 
 func newLedger(nodes int) *ledger {
 	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
-		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}}
+		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}, stepsOK: map[string]bool{}}
 }
 
 // held is a delivery a worker runs.
@@ -92,6 +97,16 @@ func (l *ledger) workerLine(worker, node int, line string) {
 	case f[0] == "done":
 		l.refused++
 		delete(l.holding, worker)
+	case f[0] == "parked":
+		delete(l.holding, worker)
+	case f[0] == "step" && len(f) == 4:
+		if l.stepsOK[f[1]+"/"+f[2]] {
+			l.stepsRerun = append(l.stepsRerun, f[1]+"/"+f[2])
+		}
+	case f[0] == "stepok" && len(f) == 3:
+		l.stepsOK[f[1]+"/"+f[2]] = true
+	case f[0] == "early" && len(f) == 4:
+		l.early = append(l.early, f[1]+" before "+f[2]+" ("+f[3]+")")
 	case f[0] == "err" && len(f) >= 3:
 		words := f[2:]
 		l.errs["worker "+f[1]+": "+strings.Join(words[:min(len(words), 4)], " ")]++
@@ -180,6 +195,13 @@ func (l *ledger) account(ctx context.Context, conn *pgx.Conn, r *Report) error {
 		}
 	}
 	r.ReportsRefused = l.refused
+	r.StepsCompleted, r.StepsRerun, r.ChildrenEarly = len(l.stepsOK), len(l.stepsRerun), len(l.early)
+	for _, s := range l.stepsRerun {
+		r.RerunIDs = appendSome(r.RerunIDs, s)
+	}
+	for _, s := range l.early {
+		r.EarlyIDs = appendSome(r.EarlyIDs, s)
+	}
 	r.ClientErrors = maps.Clone(l.errs)
 	return rows.Err()
 }
@@ -202,6 +224,14 @@ type Report struct {
 	RunMoreThanOnce     int `json:"run_more_than_once"`
 	LateReportsAccepted int `json:"late_reports_accepted"`
 	ReportsRefused      int `json:"reports_refused"`
+	// Workflow runs: steps answered +OK, those whose work ran again after
+	// that, and children delivered before a parent ended.
+	Workflows      bool     `json:"workflows"`
+	StepsCompleted int      `json:"steps_completed"`
+	StepsRerun     int      `json:"steps_rerun_after_ok"`
+	ChildrenEarly  int      `json:"children_started_early"`
+	RerunIDs       []string `json:"rerun_ids,omitempty"`
+	EarlyIDs       []string `json:"early_ids,omitempty"`
 	// TLS says every client connected over TLS with a client certificate.
 	TLS bool `json:"tls"`
 	// SubmitRate is the submissions asked per second; WorkerCapacity what
@@ -239,10 +269,12 @@ type FaultResult struct {
 }
 
 // OK reports whether nothing acknowledged was lost or left unfinished (no
-// submission, no completion answered OK), no late report was accepted, and
-// every fault was recovered from.
+// submission, no completion answered OK), no late report was accepted, no
+// completed step ran again nor child before its parents ended, and every
+// fault was recovered from.
 func (r *Report) OK() bool {
-	ok := r.Lost == 0 && r.Stuck == 0 && r.LateReportsAccepted == 0 && r.CompletionsLost == 0
+	ok := r.Lost == 0 && r.Stuck == 0 && r.LateReportsAccepted == 0 && r.CompletionsLost == 0 &&
+		r.StepsRerun == 0 && r.ChildrenEarly == 0
 	for _, f := range r.Faults {
 		ok = ok && f.Recovered && f.Error == ""
 	}
@@ -266,6 +298,11 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  executed more than once:          %d\n", r.RunMoreThanOnce)
 	fmt.Fprintf(w, "final reports accepted from a worker that had lost the job: %d %v\n", r.LateReportsAccepted, r.LateIDs)
 	fmt.Fprintf(w, "final reports refused (stale):      %d\n", r.ReportsRefused)
+	if r.Workflows {
+		fmt.Fprintf(w, "steps answered +OK:                 %d\n", r.StepsCompleted)
+		fmt.Fprintf(w, "  whose work ran again after that:  %d %v\n", r.StepsRerun, r.RerunIDs)
+		fmt.Fprintf(w, "children started before a parent ended: %d %v\n", r.ChildrenEarly, r.EarlyIDs)
+	}
 	fmt.Fprintf(w, "faults:\n")
 	for _, f := range r.Faults {
 		state := fmt.Sprintf("recovered in %.2fs, writes paused %.2fs", f.Recovery.Seconds(), f.WritePause.Seconds())

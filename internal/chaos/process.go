@@ -38,16 +38,25 @@ func (p *process) start() error {
 		return err
 	}
 	defer logFile.Close()
+	closeTee := func() error { return nil }
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGQ_") })
 	cmd.Stderr = logFile
 	// Nothing outlives a run that was killed (pgcluster.StartTied).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out io.ReadCloser
+	var out io.Reader
 	if p.lines != nil {
-		if out, err = cmd.StdoutPipe(); err != nil {
+		pipe, err := cmd.StdoutPipe()
+		if err != nil {
 			return err
 		}
+		// The lines go to the log too, where a failed run is read.
+		tee, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		out = io.TeeReader(pipe, tee)
+		closeTee = tee.Close
 	} else {
 		cmd.Stdout = logFile
 	}
@@ -58,11 +67,13 @@ func (p *process) start() error {
 			for sc.Scan() {
 				p.lines(sc.Text())
 			}
+			closeTee()
 		}
 		_ = cmd.Wait()
 		close(exited)
 	})
 	if err != nil {
+		closeTee()
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	p.cmd, p.exited = cmd, exited

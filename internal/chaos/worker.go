@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,15 +18,17 @@ import (
 type WorkerConfig struct {
 	Addr, ID, Key, Queue string
 	Heartbeat            time.Duration
-	// Work is how long each job runs.
+	// Work is how long each job runs (each step, in a workflow run).
 	Work time.Duration
+	// Workflows works the graphs of a workflow run (runFlow).
+	Workflows bool
 	// TLSCACertFile, when set, connects over TLS to a server whose
 	// certificate that CA signed, presenting TLSCertFile/TLSKeyFile.
 	TLSCACertFile, TLSCertFile, TLSKeyFile string
 }
 
 // RunWorker is a worker process as a go-redis user would write one:
-// register, heartbeat, pop, report completion naming the delivery, and
+// register (naming the job it runs, none at first), heartbeat, pop, report completion naming the delivery, and
 // after an error carry on (registering again when told to). It prints
 // one line per event to out, before acting on it, so that what it did is
 // known even if it is killed right after:
@@ -61,6 +64,10 @@ type chaosWorker struct {
 	out   io.Writer
 
 	registering sync.Mutex // held while (re-)registering
+	// running is the job this process runs now ("" none): a registration
+	// names it in running_jobs, so that a job an earlier process of this
+	// id held and acknowledged goes back to its queue at once.
+	running atomic.Value
 }
 
 // chaosJob is the part of a delivery the worker reports against.
@@ -80,7 +87,13 @@ func (w *chaosWorker) say(format string, args ...any) {
 func (w *chaosWorker) register() {
 	w.registering.Lock()
 	defer w.registering.Unlock()
-	reg := fmt.Sprintf(`{"worker_id":%q,"hostname":"chaos","agw_version":"0.0.0","capabilities":{"tools":["chaos"]}}`, w.cfg.ID)
+	running := []string{}
+	if id, _ := w.running.Load().(string); id != "" {
+		running = append(running, id)
+	}
+	names, _ := json.Marshal(running)
+	reg := fmt.Sprintf(`{"worker_id":%q,"hostname":"chaos","agw_version":"0.0.0","capabilities":{"tools":["chaos"]},"running_jobs":%s}`,
+		w.cfg.ID, names)
 	for wait := time.Duration(0); sleep(w.ctx, wait); wait = backoff(wait) {
 		err := w.c.Do(w.ctx, "WORKER.REGISTER", reg).Err()
 		if err == nil {
@@ -130,8 +143,14 @@ func (w *chaosWorker) work() {
 			continue
 		}
 		w.say("exec %s %d %s", job.JobID, job.Attempt, job.Delivery)
-		time.Sleep(w.cfg.Work)
-		w.complete(job)
+		w.running.Store(job.JobID)
+		if w.cfg.Workflows {
+			w.runFlow(res[1], job)
+		} else {
+			time.Sleep(w.cfg.Work)
+			w.complete(job)
+		}
+		w.running.Store("")
 	}
 }
 
