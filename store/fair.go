@@ -74,7 +74,7 @@ var placeDueSQL = fmt.Sprintf(`
 		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND fair_pass IS NULL AND run_at <= now()
 		ORDER BY run_at, seq LIMIT 1000
 		FOR UPDATE SKIP LOCKED
-	), fair_bases AS (
+	), fair_bases AS MATERIALIZED (
 		SELECT g.priority, g.fair_key, %s AS base
 		FROM (SELECT k.*, bool_or(k.fair_key <> '') OVER () AS keyed
 		      FROM (SELECT DISTINCT queue, priority, fair_key FROM due) k) g
@@ -135,9 +135,10 @@ func (f *fairPlaces) add(j records.NewJob, now bool) {
 
 // fairBases is the CTE fair_bases: the base (fairBase) of each key of a
 // fairPlaces sent as $q, $p and $k, numbered n from 1. A job's pass is
-// fairPass of its base and offset.
+// fairPass of its base and offset. Materialized, so that each key's base
+// is looked up once, not once for each of its jobs.
 func fairBases(q, p, k int) string {
-	return fmt.Sprintf(`fair_bases AS (
+	return fmt.Sprintf(`fair_bases AS MATERIALIZED (
 			SELECT g.n, %s AS base
 			FROM (SELECT u.*, bool_or(u.fair_key <> '') OVER (PARTITION BY u.queue) AS keyed
 			      FROM unnest($%d::text[], $%d::int[], $%d::text[]) WITH ORDINALITY AS u(queue, priority, fair_key, n)) g
