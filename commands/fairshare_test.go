@@ -380,7 +380,14 @@ func TestAPlainQueueTurnsFairWithItsFirstKey(t *testing.T) {
 	}
 	submitBacklog(t, admin, "plain", "", 0, 20)
 	submitBacklog(t, admin, "plain", "tenant", 0, 20)
-	submitBacklog(t, admin, "plain", "", 0, 20)
+	// Single submissions without a key, in a queue now fair, are written
+	// unplaced and placed by the next claim behind the jobs without a key.
+	for range 20 {
+		b, _ := json.Marshal(fairJob("plain", "", 0))
+		if err := admin.Do(ctx, "JOB.SUBMIT", string(b)).Err(); err != nil {
+			t.Fatalf("JOB.SUBMIT: %v", err)
+		}
+	}
 	w := registerWorker(t, a, "plain-w", "t")
 	got := w.popKeys(t, "plain", 45, 10)
 	for i, k := range got[:5] {

@@ -165,6 +165,9 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 		done[id] = true
 		return err
 	}
+	if !offered && !slices.ContainsFunc(jobs, func(j records.NewJob) bool { return j.FairKey != "" }) {
+		sql, args = plainDueSQL, args[:21]
+	}
 	if offered {
 		// The statement that hands jobs over costs a third more: it runs
 		// only for groups with jobs to offer.
@@ -201,25 +204,46 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	return inserted, delivered, nil
 }
 
-// insertDueSQL is insertDue's statement.
-var insertDueSQL = `
-		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, i AS (
+// dueInput is the CTE i of the lean statements: the jobs sent, one
+// element of each array a job.
+const dueInput = `i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
 				$18::text[], $19::int[], $20::int[], $21::int8[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset)
-		), ` + fairBases(22, 23, 24) + `
+		)`
+
+// dueInsert inserts the jobs of i, each at pass (an SQL expression), read
+// from from, in their order, skipping those whose id or key is held.
+func dueInsert(pass, from string) string {
+	return `
 		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass)
 		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
-			i.fair_key, i.fair_weight, ` + fairPass("b.base", "i.fair_offset") + `
-		FROM i JOIN fair_bases b ON b.n = i.fair_group
+			i.fair_key, i.fair_weight, ` + pass + `
+		FROM ` + from + `
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id`
+}
+
+// insertDueSQL is insertDue's statement: each key's place looked up.
+var insertDueSQL = `
+		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, ` + dueInput + `, ` + fairBases(22, 23, 24) +
+	dueInsert(fairPass("b.base", "i.fair_offset"), "i JOIN fair_bases b ON b.n = i.fair_group")
+
+// plainDueSQL is insertDueSQL for jobs none of which names a key (its
+// arguments the first 21): no place is looked up. In a plain queue they
+// stand at pass 0; in a fair one they are written unplaced, and the next
+// claim of the queue places them behind its jobs without a key.
+var plainDueSQL = `
+		WITH q AS (
+			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
+		), ` + dueInput +
+	dueInsert(`CASE WHEN coalesce((SELECT f.fair FROM queues f WHERE f.name = i.queue), false) THEN NULL ELSE 0 END`, "i")
 
 // handDueSQL is insertDueSQL for a group with jobs to hand over (their
 // workers in $18, empty for the others). A job is handed over (h) only
