@@ -51,12 +51,29 @@ func TestCookbookStepsWorkerRunsAsPrinted(t *testing.T) {
 	do(first, "STEP.COMPLETE", "order-1", "charge", `"receipt-o-1"`, "DELIVERY", held.Delivery)
 	do(first, "WORKER.UNREGISTER", "first-1")
 
+	// An earlier process of shipper-1 took order-3, began charging it and
+	// was killed: its registration and the job stay while nobody says
+	// otherwise. The worker's first registration (running_jobs: []) sends
+	// order-3 back at once instead of after its timeout.
+	shipperKey := a.CreateKey(t, "worker", "shipper-1")
+	earlier := a.Client(t, redis.Options{Username: "shipper-1", Password: shipperKey})
+	do(admin, "JOB.SUBMIT", `{"job_id":"order-3","type":"order","queue":"orders","priority":1,"payload":{"order":"o-3","cents":500}}`)
+	do(earlier, "WORKER.REGISTER", `{"worker_id":"shipper-1","hostname":"h","agw_version":"1","capabilities":{"tools":[],"types":["order"]}}`)
+	var taken struct {
+		ID       string `json:"job_id"`
+		Delivery string `json:"delivery"`
+	}
+	if err := json.Unmarshal([]byte(do(earlier, "RPOP", "queue:orders")), &taken); err != nil || taken.ID != "order-3" {
+		t.Fatalf("the earlier process took %q (%v), want order-3", taken.ID, err)
+	}
+	do(earlier, "STEP.BEGIN", "order-3", "charge", `{"input":{"order":"o-3","cents":500}}`, "DELIVERY", taken.Delivery)
+
 	cmd := exec.Command(worker)
-	cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID=shipper-1", "AGQ_KEY="+a.CreateKey(t, "worker", "shipper-1"))
+	cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID=shipper-1", "AGQ_KEY="+shipperKey)
 	p := startProcess(t, "steps-worker.go", cmd)
 	do(admin, "JOB.SUBMIT", `{"job_id":"order-2","type":"order","queue":"orders","payload":{"order":"o-2","cents":990}}`)
 
-	for _, c := range []struct{ id, order string }{{"order-1", "o-1"}, {"order-2", "o-2"}} {
+	for _, c := range []struct{ id, order string }{{"order-1", "o-1"}, {"order-2", "o-2"}, {"order-3", "o-3"}} {
 		j := decodeJob(t, do(admin, "JOB.WAIT", c.id, 20))
 		var result struct {
 			Status string            `json:"status"`
