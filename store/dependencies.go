@@ -369,22 +369,7 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 		}
 	}
 	if len(failKids) > 0 {
-		// By key; only pending children that do not run on a parent's
-		// failure. The trigger marks those that are parents themselves.
-		rows, err := tx.Query(ctx, `
-			UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now(), cancelled_by = c.cause,
-				errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'error', c.error, 'at', now()))
-			FROM unnest($1::text[], $2::text[], $3::text[]) AS c(id, error, cause)
-			WHERE j.id = c.id AND j.status = 'pending' AND j.on_parent_failure = 'cancel'
-			RETURNING j.id, j.queue, j.attempt`, failKids, failTexts, failCauses)
-		if err != nil {
-			return false, nil, nil, err
-		}
-		cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
-			j := records.JobState{Status: records.StatusCancelled}
-			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
-		})
-		if err != nil {
+		if cancelled, err = cancelDescendants(ctx, tx, failKids, failTexts, failCauses); err != nil {
 			return false, nil, nil, err
 		}
 	}
