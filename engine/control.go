@@ -8,6 +8,7 @@ import (
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/scheduler"
+	"github.com/agq/agq/store"
 )
 
 // The operations of operators — the RESP commands and the dashboard act
@@ -43,14 +44,18 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // or pending while a parent has not ended; the jobs its end cancelled are
 // restored down the graph.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (effects, error) {
+	err := e.transition(ctx, func() (effects, error) {
 		rfx, err := e.store.JobRetry(ctx, id)
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
 			return effects{Effects: rfx}, refusal(aJob, id, err)
 		}
-		// Moved holds the job and the jobs of its graph it restored.
 		return effects{Effects: rfx, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
 	})
+	if err == nil {
+		// The jobs its end cancelled, down the graph, once committed.
+		e.walk(ctx, store.WalkRestore, []string{id})
+	}
+	return err
 }
 
 // PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).

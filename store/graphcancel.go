@@ -11,7 +11,7 @@ import (
 // maxCascade bounds the jobs one transaction cancels down a graph: the
 // last ones it reaches are parents marked by the trigger, and the next
 // round carries on from them.
-const maxCascade = 5000
+const maxCascade = 10000
 
 // cancelDescendantsSQL finds the pending children ($1, with their errors
 // $2 and the parents $3 that cancel them) that do not run on a parent's
