@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agq/agq/internal/agqtest"
 )
@@ -117,5 +118,37 @@ func TestAChainOfFiveThousandIsCancelledAndRestoredQuickly(t *testing.T) {
 		if v := getChild(t, admin, id); v.PendingParents != 1 {
 			t.Fatalf("%s after the retry: %+v", id, v)
 		}
+	}
+}
+
+// A command that runs past its deadline says so; it is not blamed on the
+// database, which is fine. Here a transaction holds the job's row.
+func TestACommandPastItsDeadlineSaysItTimedOut(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Client(t, redis.Options{Password: a.AdminKey, ReadTimeout: time.Minute})
+	submitGraph(t, a, []graphJob{{ID: "held", Queue: "held", Type: "t"}})
+	db, err := pgx.Connect(ctx, a.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	err = admin.Do(ctx, "JOB.CANCEL", "held").Err()
+	if err == nil || err.Error() != "ERR JOB.CANCEL timed out after 10s" {
+		t.Fatalf("JOB.CANCEL of a job whose row is held: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "JOB.CANCEL", "held").Err(); err != nil {
+		t.Fatalf("JOB.CANCEL once the row is free: %v", err)
 	}
 }
