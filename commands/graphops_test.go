@@ -152,3 +152,139 @@ func TestACommandPastItsDeadlineSaysItTimedOut(t *testing.T) {
 		t.Fatalf("JOB.CANCEL once the row is free: %v", err)
 	}
 }
+
+// JOB.CANCEL … CASCADE of a job that completed: its running child is asked
+// to stop (its holder hears it on its heartbeat), and the jobs after that
+// child, one of which runs whatever its parents' ends, are cancelled.
+func TestCancelCascadeReachesRunningAndRunChildren(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	w := registerWorker(t, a, "casc-w", "t")
+	submitGraph(t, a, []graphJob{{ID: "cp", Queue: "casc", Type: "t"}})
+	w.finish(t, "casc", "cp", "completed")
+	submitGraph(t, a, []graphJob{
+		{ID: "cc", Queue: "casc", Type: "t", After: []string{"cp"}},
+		{ID: "cg", Queue: "casc", Type: "t", After: []string{"cc"}},
+		{ID: "cr", Queue: "casc", Type: "t", After: []string{"cc"}, OnParentFailure: "run"},
+		{ID: "cl", Queue: "casc", Type: "t", After: []string{"cg", "cr"}, OnParentFailure: "run"},
+	})
+	_, d, ok := w.pop(t, "2", "casc")
+	if !ok || d.JobID != "cc" {
+		t.Fatalf("popped %+v", d)
+	}
+	if err := admin.Do(ctx, "JOB.CANCEL", "cp", "CASCADE").Err(); err != nil {
+		t.Fatalf("JOB.CANCEL of a completed job, CASCADE: %v", err)
+	}
+	for _, id := range []string{"cg", "cr", "cl"} {
+		waitStatus(t, admin, id, "cancelled")
+	}
+	if got := getChild(t, admin, "cp").Status; got != "completed" {
+		t.Fatalf("the completed job: %s", got)
+	}
+	hb, err := w.c.Do(ctx, "WORKER.HEARTBEAT", "casc-w").Text()
+	if err != nil || hb != "OK cancel=cc" {
+		t.Fatalf("the holder's heartbeat: %q, %v", hb, err)
+	}
+	err = w.update(ctx, "cc", map[string]any{"status": "completed", "delivery": d.Delivery})
+	if err == nil || err.Error() != "CANCELLED job cc was cancelled" {
+		t.Fatalf("the holder's report: %v", err)
+	}
+	waitStatus(t, admin, "cc", "cancelled")
+	// Sent again: nothing left to cancel, +OK all the same.
+	if err := admin.Do(ctx, "JOB.CANCEL", "cp", "cascade").Err(); err != nil {
+		t.Fatalf("JOB.CANCEL … CASCADE again: %v", err)
+	}
+	for _, c := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"JOB.CANCEL", "nope", "CASCADE"}, "ERR no such job nope"},
+		{[]any{"JOB.CANCEL", "cp", "CASCADES"}, "ERR syntax error"},
+		{[]any{"JOB.CANCEL", "cp", "CASCADE", "now"}, "ERR syntax error"},
+	} {
+		if err := admin.Do(ctx, c.args...).Err(); err == nil || err.Error() != c.want {
+			t.Errorf("%v: %v, want %s", c.args, err, c.want)
+		}
+	}
+}
+
+// A fan-out of 10,000 children of one job: cancelling the parent cancels
+// them all, retrying it restores them all.
+func TestAFanOutOfTenThousandIsCancelledAndRestoredQuickly(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	const n = 10000
+	submitGraph(t, a, []graphJob{{ID: "fan", Queue: "fan", Type: "t", DelaySeconds: 3600}})
+	var jobs []graphJob
+	for i := range n {
+		jobs = append(jobs, graphJob{ID: fmt.Sprintf("fan-%d", i), Queue: "fan", Type: "t", After: []string{"fan"}})
+	}
+	submitGraph(t, a, jobs)
+	start := time.Now()
+	if err := admin.Do(ctx, "JOB.CANCEL", "fan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "fan", map[string]int{"cancelled": n + 1}, 30*time.Second)
+	t.Logf("cancel of a fan-out of %d: all cancelled in %v", n, time.Since(start))
+	start = time.Now()
+	if err := admin.Do(ctx, "JOB.RETRY", "fan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "fan", map[string]int{"queued": 1, "pending": n}, 30*time.Second)
+	t.Logf("restore of a fan-out of %d: all restored in %v", n, time.Since(start))
+	start = time.Now()
+	if err := admin.Do(ctx, "JOB.CANCEL", "fan", "CASCADE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "fan", map[string]int{"cancelled": n + 1}, 30*time.Second)
+	t.Logf("cascade over a fan-out of %d: all cancelled in %v", n, time.Since(start))
+}
+
+// A lattice, 100 levels of 50 jobs, each after the two jobs above it
+// (wrapping around): a job reached from two parents is cancelled and
+// restored once, and waits again for both.
+func TestALatticeIsCancelledAndRestored(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	const levels, width = 100, 50
+	jobs := []graphJob{{ID: "lat", Queue: "lat", Type: "t", DelaySeconds: 3600}}
+	name := func(l, i int) string { return fmt.Sprintf("lat-%d-%d", l, i) }
+	for l := range levels {
+		for i := range width {
+			j := graphJob{ID: name(l, i), Queue: "lat", Type: "t", After: []string{"lat"}}
+			if l > 0 {
+				j.After = []string{name(l-1, i), name(l-1, (i+1)%width)}
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	submitGraph(t, a, jobs)
+	const n = levels*width + 1
+	start := time.Now()
+	if err := admin.Do(ctx, "JOB.CANCEL", "lat").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "lat", map[string]int{"cancelled": n}, 30*time.Second)
+	t.Logf("cancel of a lattice of %d: all cancelled in %v", n, time.Since(start))
+	start = time.Now()
+	if err := admin.Do(ctx, "JOB.RETRY", "lat").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "lat", map[string]int{"queued": 1, "pending": n - 1}, 30*time.Second)
+	t.Logf("restore of a lattice of %d: all restored in %v", n, time.Since(start))
+	if v := getChild(t, admin, name(levels-1, 7)); v.PendingParents != 2 {
+		t.Fatalf("a job of the last level after the retry: %+v", v)
+	}
+	start = time.Now()
+	if err := admin.Do(ctx, "JOB.CANCEL", "lat", "CASCADE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatuses(t, a, "lat", map[string]int{"cancelled": n}, 30*time.Second)
+	t.Logf("cascade over a lattice of %d: all cancelled in %v", n, time.Since(start))
+}

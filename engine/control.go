@@ -23,21 +23,46 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
 			return effects{Effects: cfx}, refusal(aJob, id, err)
 		}
-		return effects{Effects: cfx, AsIs: []AsIs{{IDs: []string{id},
-			Event: func(j records.JobState) string {
-				if j.Status == records.StatusRunning {
-					return "cancel_requested"
-				}
-				return j.Status
-			},
-			Tell: func(j records.JobState) []wakeup.Message {
-				if j.Status == records.StatusRunning {
-					return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
-				}
-				return nil
-			},
-		}}}, nil
+		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
 	})
+}
+
+// CancelJobCascade is JOB.CANCEL … CASCADE: the job, unless it ended, is
+// cancelled as CancelJob cancels it, then every job after it, down the
+// graph, that has not ended, in bounded batches; a job that ended is no
+// refusal.
+func (e *Engine) CancelJobCascade(ctx context.Context, id string) error {
+	err := e.transition(ctx, func() (effects, error) {
+		cfx, err := e.store.JobCancelCascade(ctx, id)
+		if err != nil || len(cfx.Moved) == 0 {
+			return effects{Effects: cfx}, refusal(aJob, id, err)
+		}
+		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
+	})
+	if err == nil {
+		e.walk(ctx, store.WalkCascade, []string{id})
+		e.settle(ctx, []string{id})
+	}
+	return err
+}
+
+// cancelAsIs announces job id's cancellation as the database has it: done,
+// or asked of its holder, who is told.
+func cancelAsIs(id string) AsIs {
+	return AsIs{IDs: []string{id},
+		Event: func(j records.JobState) string {
+			if j.Status == records.StatusRunning {
+				return "cancel_requested"
+			}
+			return j.Status
+		},
+		Tell: func(j records.JobState) []wakeup.Message {
+			if j.Status == records.StatusRunning {
+				return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
+			}
+			return nil
+		},
+	}
 }
 
 // RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued,

@@ -23,15 +23,26 @@ const maxWalkRounds = 100
 // walk runs the walk of kind from the marks of ids until none is left,
 // publishing each batch's effects: restored jobs announced "retried",
 // cancelled ones "cancelled", running ones "cancel_requested" with their
-// holders told, and the jobs to settle settled.
+// holders told, and the jobs to settle settled — a cascade's once it is
+// over, so that no child it is about to cancel is released first.
 func (e *Engine) walk(ctx context.Context, kind string, ids []string) {
+	var held []string
+	defer func() {
+		if len(held) > 0 {
+			e.settle(ctx, held)
+		}
+	}()
 	for range maxWalkRounds {
 		w, err := e.store.GraphWalk(ctx, kind, ids, walkRound)
 		if err != nil {
 			e.log.Warn().Err(err).Str("walk", kind).Msg("walking a job graph; the leader's sweep will carry on")
 			return
 		}
-		e.publish(ctx, walkedEffects(w))
+		fx := walkedEffects(w)
+		if kind == store.WalkCascade {
+			held, fx.Parents = append(held, fx.Parents...), nil
+		}
+		e.publish(ctx, fx)
 		if len(w.Next) == 0 && !w.More {
 			return
 		}

@@ -105,6 +105,3 @@ func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit 
 	})
 	return out, interpretError(err)
 }
-
-// cascadeBatch is written below.
-func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) { return Walked{}, nil }
