@@ -27,8 +27,11 @@ func (s *Server) errorReply(sess *Session, name string, err error) resp.Reply {
 		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("database unavailable")
 		return resp.CodeErrorf("TRYAGAIN", "database unavailable, retry later")
 	case errors.Is(err, context.DeadlineExceeded):
+		// Its work ran out of time, the database answering: what it
+		// committed stands (a graph walk it began is carried on by the
+		// leader), what it did not was rolled back.
 		s.log.Warn().Int64("conn", sess.ID).Str("command", name).Err(err).Msg("command timed out")
-		return resp.CodeErrorf("TRYAGAIN", "command timed out, retry later")
+		return resp.Errorf("%s timed out after %s", strings.ToUpper(name), s.opts.CommandTimeout)
 	}
 	s.log.Error().Int64("conn", sess.ID).Str("principal", sess.principal().Name).Str("command", name).Err(err).Msg("command failed")
 	return resp.Errorf("internal error while running '%s'", name)

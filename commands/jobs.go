@@ -27,7 +27,7 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
 		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
-		{Name: "job.cancel", Arity: 2, Roles: producers, Handler: s.cmdJobCancel},
+		{Name: "job.cancel", Arity: -2, Roles: producers, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producers, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: workers, Handler: s.cmdJobParents},
 		{Name: "job.children", Arity: -2, Roles: readers, Handler: s.cmdJobChildren},
@@ -307,9 +307,15 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 	return resp.Array{resp.BulkString(next), items}, nil
 }
 
-// JOB.CANCEL job_id
+// JOB.CANCEL job_id [CASCADE]
 func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return okOr(s.eng.CancelJob(ctx, string(args[1])))
+	switch {
+	case len(args) == 2:
+		return okOr(s.eng.CancelJob(ctx, string(args[1])))
+	case len(args) == 3 && strings.EqualFold(string(args[2]), "cascade"):
+		return okOr(s.eng.CancelJobCascade(ctx, string(args[1])))
+	}
+	return nil, resp.ErrSyntax
 }
 
 // JOB.RETRY job_id

@@ -8,6 +8,7 @@ import (
 	"github.com/agq/agq/internal/wakeup"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/scheduler"
+	"github.com/agq/agq/store"
 )
 
 // The operations of operators — the RESP commands and the dashboard act
@@ -22,35 +23,64 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 		if err != nil || len(cfx.Moved) == 0 { // a cancellation sent again is announced once
 			return effects{Effects: cfx}, refusal(aJob, id, err)
 		}
-		return effects{Effects: cfx, AsIs: []AsIs{{IDs: []string{id},
-			Event: func(j records.JobState) string {
-				if j.Status == records.StatusRunning {
-					return "cancel_requested"
-				}
-				return j.Status
-			},
-			Tell: func(j records.JobState) []wakeup.Message {
-				if j.Status == records.StatusRunning {
-					return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
-				}
-				return nil
-			},
-		}}}, nil
+		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
 	})
+}
+
+// CancelJobCascade is JOB.CANCEL … CASCADE: the job, unless it ended, is
+// cancelled as CancelJob cancels it, then every job after it, down the
+// graph, that has not ended, in bounded batches; a job that ended is no
+// refusal.
+func (e *Engine) CancelJobCascade(ctx context.Context, id string) error {
+	err := e.transition(ctx, func() (effects, error) {
+		cfx, err := e.store.JobCancelCascade(ctx, id)
+		if err != nil || len(cfx.Moved) == 0 {
+			return effects{Effects: cfx}, refusal(aJob, id, err)
+		}
+		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
+	})
+	if err == nil {
+		e.walk(ctx, store.WalkCascade, []string{id})
+		e.settle(ctx, []string{id})
+	}
+	return err
+}
+
+// cancelAsIs announces job id's cancellation as the database has it: done,
+// or asked of its holder, who is told.
+func cancelAsIs(id string) AsIs {
+	return AsIs{IDs: []string{id},
+		Event: func(j records.JobState) string {
+			if j.Status == records.StatusRunning {
+				return "cancel_requested"
+			}
+			return j.Status
+		},
+		Tell: func(j records.JobState) []wakeup.Message {
+			if j.Status == records.StatusRunning {
+				return []wakeup.Message{{Channel: "job.cancel", Payload: j.ID}}
+			}
+			return nil
+		},
+	}
 }
 
 // RetryJob is JOB.RETRY: a failed or cancelled job goes back to queued,
 // or pending while a parent has not ended; the jobs its end cancelled are
 // restored down the graph.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
-	return e.transition(ctx, func() (effects, error) {
+	err := e.transition(ctx, func() (effects, error) {
 		rfx, err := e.store.JobRetry(ctx, id)
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
 			return effects{Effects: rfx}, refusal(aJob, id, err)
 		}
-		// Moved holds the job and the jobs of its graph it restored.
 		return effects{Effects: rfx, AsIs: []AsIs{named("retried", rfx.Moved...)}}, nil
 	})
+	if err == nil {
+		// The jobs its end cancelled, down the graph, once committed.
+		e.walk(ctx, store.WalkRestore, []string{id})
+	}
+	return err
 }
 
 // PauseQueue is QUEUE.PAUSE (paused) and QUEUE.RESUME (not paused).

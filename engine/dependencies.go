@@ -87,7 +87,8 @@ func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error)
 	if st.More {
 		n = max(n, limit)
 	}
-	return n, nil
+	walked, err := e.sweepWalks(ctx, limit)
+	return n + walked, err
 }
 
 // settledEffects: released jobs wake pops and say ready; cancelled ones

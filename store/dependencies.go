@@ -369,22 +369,7 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 		}
 	}
 	if len(failKids) > 0 {
-		// By key; only pending children that do not run on a parent's
-		// failure. The trigger marks those that are parents themselves.
-		rows, err := tx.Query(ctx, `
-			UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now(), cancelled_by = c.cause,
-				errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'error', c.error, 'at', now()))
-			FROM unnest($1::text[], $2::text[], $3::text[]) AS c(id, error, cause)
-			WHERE j.id = c.id AND j.status = 'pending' AND j.on_parent_failure = 'cancel'
-			RETURNING j.id, j.queue, j.attempt`, failKids, failTexts, failCauses)
-		if err != nil {
-			return false, nil, nil, err
-		}
-		cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
-			j := records.JobState{Status: records.StatusCancelled}
-			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
-		})
-		if err != nil {
+		if cancelled, err = cancelDescendants(ctx, tx, failKids, failTexts, failCauses); err != nil {
 			return false, nil, nil, err
 		}
 	}
@@ -599,48 +584,16 @@ func (s *Store) JobParentsPage(ctx context.Context, id, cursor string, limit int
 
 // retryInGraph completes JobRetry of job id (locked, made queued by tx)
 // when it has parents or children: it waits again, pending, for the
-// parents not ended; the jobs its end cancelled, and theirs down the
-// graph, are restored to pending, waiting likewise; and its pending
-// children wait for it again. It answers whether the job itself waits,
-// and the jobs restored.
-func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, restored []string, err error) {
-	// The descendants cancelled because of it, level by level (their
-	// parents found through jobs_children).
-	rows, err := tx.Query(ctx, `
-		WITH RECURSIVE d(id) AS (
-			SELECT c.id FROM jobs c WHERE c.after @> ARRAY[$1::text] AND c.after IS NOT NULL
-				AND c.status = 'cancelled' AND c.cancelled_by = $1
-			UNION
-			SELECT c.id FROM d JOIN jobs c ON c.after @> ARRAY[d.id] AND c.after IS NOT NULL
-				AND c.status = 'cancelled' AND c.cancelled_by = d.id
-		)
-		UPDATE jobs j SET status = 'pending', finished_at = NULL, cancelled_by = NULL, attempt = 0,
-			worker_id = NULL, cancel_requested = false, updated_at = now()
-		FROM d WHERE j.id = d.id
-		RETURNING j.id`, id)
-	if err != nil {
-		return false, nil, err
+// parents not ended, and its pending children wait for it again. The
+// jobs its end cancelled, and theirs down the graph, are restored by a
+// walk (graph_walks) marked here and carried on after the commit. It
+// answers whether the job itself waits.
+func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, err error) {
+	if err := waitAgain(ctx, tx, []string{id}, true); err != nil {
+		return false, err
 	}
-	if restored, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return false, nil, err
-	}
-	// Waits again: the job and the restored ones for each parent not
-	// ended (locked, as a submission locks them, so that a parent's end
-	// either comes first or sees has_children), and the job's pending
-	// children for the job.
-	waiting := append([]string{id}, restored...)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT p.id FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
-		WHERE c.id = ANY($1::text[]) ORDER BY p.id FOR NO KEY UPDATE OF p`, waiting)
-	b.Queue(`UPDATE jobs p SET has_children = true FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id)
-		WHERE c.id = ANY($1::text[]) AND p.id = a.id AND NOT p.has_children
-		  AND p.status NOT IN ('completed', 'failed', 'cancelled')`, waiting)
-	b.Queue(`INSERT INTO job_waits (parent_id, child_id)
-		SELECT p.id, c.id FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
-		WHERE c.id = ANY($1::text[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
-		UNION
-		SELECT $2, c.id FROM jobs c WHERE c.after @> ARRAY[$2::text] AND c.after IS NOT NULL AND c.status = 'pending'
-		ON CONFLICT DO NOTHING`, waiting, id)
+	// job_waits_child: one probe.
 	b.Queue(`UPDATE jobs j SET status = 'pending'
 		WHERE j.id = $1 AND EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
 		RETURNING true`, id).QueryRow(func(r pgx.Row) error {
@@ -650,11 +603,8 @@ func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, rest
 		}
 		return err
 	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, nil, err
-	}
-	if len(restored) > 0 {
-		_, err = tx.Exec(ctx, `UPDATE jobs SET has_children = true WHERE id = $1 AND NOT has_children`, id)
-	}
-	return pending, restored, err
+	// jobs_cancelled_by: is anything to restore?
+	b.Queue(`INSERT INTO graph_walks (job_id, kind)
+		SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM jobs WHERE cancelled_by = $1 AND status = 'cancelled')`, id, WalkRestore)
+	return pending, tx.SendBatch(ctx, b).Close()
 }

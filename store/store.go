@@ -152,6 +152,13 @@ func interpretError(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return records.ErrNotFound
 	}
+	var connErr *pgconn.ConnectError
+	if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &connErr) {
+		// The caller's deadline or end met a statement under way: pgx
+		// reports it as a timeout of the connection, but the database
+		// may be fine. (Not so when no connection could be made.)
+		return err
+	}
 	if errors.Is(err, records.ErrUnavailable) || errors.Is(err, records.ErrNotFound) || errors.Is(err, records.ErrConflict) || errors.Is(err, records.ErrInvalidInput) {
 		return err // interpreted already
 	}

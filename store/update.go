@@ -292,7 +292,7 @@ func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error
 			return nil
 		}
 		_, err := tx.Exec(ctx, `
-			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false,
+			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
 			WHERE id = $1`, id)
 		if err != nil {
@@ -303,11 +303,10 @@ func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error
 			return err
 		}
 		if inGraph {
-			pending, restored, err := retryInGraph(ctx, tx, id)
+			pending, err := retryInGraph(ctx, tx, id)
 			if pending {
 				fx.Ready = nil
 			}
-			fx.Moved = append(fx.Moved, restored...)
 			return err
 		}
 		return nil

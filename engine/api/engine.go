@@ -28,6 +28,7 @@ type Engine interface {
 	WaitJob(ctx context.Context, id string, wait JobWait) (records.Job, bool, error)
 	Report(p records.Report) (wait func(context.Context) error)
 	CancelJob(ctx context.Context, id string) error
+	CancelJobCascade(ctx context.Context, id string) error
 	RetryJob(ctx context.Context, id string) error
 	AppendLog(ctx context.Context, id, worker, channel string, line []byte) error
 	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error)

@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
+)
+
+// waitingStatuses are the unfinished statuses of a job no worker holds:
+// a cascade cancels them at once (a running job is asked to stop). A
+// status added among the unfinished ones that holds no worker belongs here.
+const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying'`
+
+// childrenOf is the lateral step from a job (col) to its children, one
+// probe of jobs_children a job; OFFSET 0 keeps it a nested loop over that
+// index.
+func childrenOf(col string) string {
+	return `CROSS JOIN LATERAL (SELECT c.id FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) k`
+}
+
+// cascadeWalkSQL finds every job after the jobs $1, down the graph,
+// whatever its status (an ended job's children may not have ended), each
+// once, up to $2.
+var cascadeWalkSQL = `
+	WITH RECURSIVE r(id) AS (
+		SELECT k.id FROM unnest($1::text[]) AS m(id) ` + childrenOf("m.id") + `
+	  UNION
+		SELECT k.id FROM r ` + childrenOf("r.id") + `
+	)
+	SELECT id FROM r LIMIT $2`
+
+// cascadeFrontierSQL names the jobs of $1 with a child outside $1: where
+// a walk cut at its bound goes on.
+var cascadeFrontierSQL = `
+	SELECT DISTINCT w.id FROM unnest($1::text[]) AS w(id) ` + childrenOf("w.id") + `
+	LEFT JOIN unnest($1::text[]) AS f(id) ON f.id = k.id
+	WHERE f.id IS NULL`
+
+// cascadeCancelSQL cancels the jobs found that no worker holds (by key,
+// jobs_pkey); the trigger marks those that are parents.
+var cascadeCancelSQL = `
+	UPDATE jobs j SET status = 'cancelled', finished_at = now(), ` + clearRunning + `, updated_at = now()
+	FROM unnest($1::text[]) AS d(id)
+	WHERE j.id = d.id AND j.status IN (` + waitingStatuses + `)
+	RETURNING j.id, j.queue, j.attempt`
+
+// cascadeAskSQL asks the workers holding the running jobs found to stop,
+// as JOB.CANCEL does; their heartbeats and reports tell them.
+const cascadeAskSQL = `
+	UPDATE jobs j SET cancel_requested = true, updated_at = now()
+	FROM unnest($1::text[]) AS d(id)
+	WHERE j.id = d.id AND j.status = 'running' AND NOT j.cancel_requested
+	RETURNING j.id`
+
+// cascadeBatch cancels, down the graph from the marks' jobs, every job
+// not ended, up to maxCascade jobs walked.
+func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) {
+	var out Walked
+	from := make([]string, 0, len(marks))
+	for _, m := range marks {
+		if m.status != "" {
+			from = append(from, m.job)
+		}
+	}
+	rows, err := tx.Query(ctx, cascadeWalkSQL, from, maxCascade)
+	if err != nil {
+		return out, err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(found) == 0 {
+		return out, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(cascadeCancelSQL, found).Query(func(rows pgx.Rows) error {
+		out.Cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
+			j := records.JobState{Status: records.StatusCancelled}
+			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
+		})
+		return err
+	})
+	b.Queue(cascadeAskSQL, found).Query(func(rows pgx.Rows) error {
+		out.Asked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if len(found) >= maxCascade {
+		b.Queue(cascadeFrontierSQL, append(from, found...)).Query(func(rows pgx.Rows) error {
+			out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return out, err
+	}
+	for _, c := range out.Cancelled {
+		out.Check = append(out.Check, c.ID)
+	}
+	return out, nil
+}
+
+// JobCancelCascade is JOB.CANCEL … CASCADE: job id, unless it ended,
+// is cancelled as JobCancel cancels it, and a walk (graph_walks) is marked
+// that cancels every job after it, down the graph, that has not ended;
+// the caller carries it on once committed. A job that ended is no
+// refusal. Its effects are JobCancel's, without the job's children to
+// settle: the walk settles them once it has cancelled them.
+func (s *Store) JobCancelCascade(ctx context.Context, id string) (records.Effects, error) {
+	var fx records.Effects
+	if !storable(id) {
+		return fx, records.ErrNotFound
+	}
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		fx = records.Effects{}
+		var status string
+		var asked bool
+		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
+			return err
+		}
+		switch {
+		case records.IsTerminal(status):
+			return nil
+		case status == records.StatusRunning:
+			if !asked {
+				fx.Moved = []string{id}
+			}
+			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
+			return err
+		}
+		fx.Moved, fx.Done = []string{id}, []string{id}
+		return finish(ctx, tx, id, records.StatusCancelled, nil)
+	})
+	if err != nil {
+		return records.Effects{}, interpretError(err)
+	}
+	return fx, nil
+}

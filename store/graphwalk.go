@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/records"
+)
+
+// Walks down a job graph too large for one bounded transaction: restoring
+// what a parent's end cancelled (JOB.RETRY of the parent) and JOB.CANCEL …
+// CASCADE. A walk is a set of marks in graph_walks, each naming a job whose
+// descendants are still to be walked. A batch takes some marks, walks down
+// from them up to maxCascade jobs, applies its change to the jobs it
+// reached, and replaces the marks it took by marks on the jobs it reached
+// whose children it did not: all in one transaction, so a crash half way
+// loses nothing and the leader's sweep carries the walk on.
+
+// Kinds of walk, graph_walks.kind.
+const (
+	WalkRestore = "restore"
+	WalkCascade = "cascade"
+)
+
+// Walked is what one batch of a walk did.
+type Walked struct {
+	// Restored are jobs a restore made pending again.
+	Restored []string
+	// Cancelled are jobs a cascade cancelled; Asked, running jobs whose
+	// cancellation it asked.
+	Cancelled []records.JobState
+	Asked     []string
+	// Check are jobs to settle once committed: restored jobs that wait for
+	// no parent (to release), and jobs a cascade ended.
+	Check []string
+	// Next are the jobs of the marks the batch left, where the walk goes
+	// on; More, whether any mark it may not have seen is left.
+	Next []string
+	More bool
+}
+
+// mark is one row of graph_walks with its job's status ("" when the job
+// is gone).
+type mark struct {
+	id      int64
+	job     string
+	status  string
+	resumed bool
+}
+
+// takeMarks locks marks of kind, those of the jobs named or, with ids
+// nil, the oldest, up to limit; marks another walker holds are skipped.
+func takeMarks(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int) ([]mark, error) {
+	// graph_walks_job finds a job's marks; the primary key, the oldest.
+	rows, err := tx.Query(ctx, `
+		SELECT g.id, g.job_id, coalesce(j.status, ''), g.resumed FROM graph_walks g LEFT JOIN jobs j ON j.id = g.job_id
+		WHERE g.kind = $1 AND ($2::text[] IS NULL OR g.job_id = ANY($2::text[]))
+		ORDER BY g.id LIMIT $3 FOR UPDATE OF g SKIP LOCKED`, kind, ids, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (mark, error) {
+		var m mark
+		return m, r.Scan(&m.id, &m.job, &m.status, &m.resumed)
+	})
+}
+
+// replaceMarks deletes the marks taken and marks the jobs of next, kind,
+// as a walk resumed.
+func replaceMarks(ctx context.Context, tx pgx.Tx, kind string, taken []mark, next []string) error {
+	ids := make([]int64, len(taken))
+	for i, m := range taken {
+		ids[i] = m.id
+	}
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM graph_walks WHERE id = ANY($1::bigint[])`, ids)
+	if len(next) > 0 {
+		b.Queue(`INSERT INTO graph_walks (job_id, kind, resumed) SELECT unnest($1::text[]), $2, true`, next, kind)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// GraphWalk runs one batch of the walks of kind: from the marks of the
+// jobs named, or, with ids nil, the oldest (the leader's sweep), up to
+// limit marks.
+func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit int) (Walked, error) {
+	var out Walked
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		out = Walked{}
+		marks, err := takeMarks(ctx, tx, kind, ids, limit)
+		if err != nil || len(marks) == 0 {
+			return err
+		}
+		if kind == WalkRestore {
+			out, err = restoreBatch(ctx, tx, marks)
+		} else {
+			out, err = cascadeBatch(ctx, tx, marks)
+		}
+		if err != nil {
+			return err
+		}
+		out.More = out.More || len(marks) >= limit
+		return replaceMarks(ctx, tx, kind, marks, out.Next)
+	})
+	return out, interpretError(err)
+}
