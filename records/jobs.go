@@ -19,6 +19,9 @@ const (
 	StatusSnoozed = "snoozed"
 	// StatusPending is a job waiting for its parents.
 	StatusPending = "pending"
+	// StatusAwaiting is a job whose step waits for a signal or other jobs
+	// (STEP.WAIT): it holds no worker until the wait ends.
+	StatusAwaiting = "awaiting"
 )
 
 // IsTerminal reports whether a job in this status never moves again
