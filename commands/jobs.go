@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -273,10 +274,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 			p.Queue = v
 		case "STATUS":
 			p.Status = strings.ToLower(v)
-			switch p.Status {
-			case records.StatusPending, records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
-				records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
-			default:
+			if !slices.Contains(records.Statuses, p.Status) {
 				return nil, resp.Errorf("unknown status '%s'", v)
 			}
 		case "TYPE":

@@ -80,3 +80,8 @@ func (e *Engine) ExpireWaits(ctx context.Context, limit int) (int, error) {
 	e.publish(ctx, fx)
 	return len(woken), nil
 }
+
+// JobSignals reads a job's first signals, up to limit, in arrival order.
+func (e *Engine) JobSignals(ctx context.Context, id string, limit int) ([]records.Signal, error) {
+	return e.store.JobSignals(ctx, id, limit)
+}

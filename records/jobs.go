@@ -24,6 +24,10 @@ const (
 	StatusAwaiting = "awaiting"
 )
 
+// Statuses are a job's statuses in the order listings show them.
+var Statuses = []string{StatusPending, StatusQueued, StatusScheduled, StatusRunning, StatusRetrying, StatusAwaiting,
+	StatusCompleted, StatusFailed, StatusCancelled}
+
 // IsTerminal reports whether a job in this status never moves again
 // without JOB.RETRY.
 func IsTerminal(status string) bool {

@@ -88,6 +88,15 @@ type SignalResult struct {
 	Woke   string // the step id of the wait it ended
 }
 
+// Signal is a signal stored for a job, as the dashboard shows it.
+type Signal struct {
+	Name    string
+	Payload json.RawMessage
+	// TakenBy is the wait that took it, nil while none has.
+	TakenBy *string
+	At      time.Time
+}
+
 // StepWaitParams is one STEP.WAIT: for the signal Signal, or for the jobs
 // Jobs, until Timeout (0: no deadline).
 type StepWaitParams struct {

@@ -370,3 +370,21 @@ func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, p records.StepWai
 		p.JobID, p.StepID, out)
 	return err
 }
+
+// JobSignals reads a job's first signals, up to limit, in arrival order
+// (job_signals' key).
+func (s *Store) JobSignals(ctx context.Context, id string, limit int) ([]records.Signal, error) {
+	if !storable(id) {
+		return nil, records.ErrNotFound
+	}
+	rows, err := s.Pool.Query(ctx, `
+		SELECT name, payload, taken_by, created_at FROM job_signals WHERE job_id = $1 ORDER BY seq LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.Signal, error) {
+		var g records.Signal
+		return g, r.Scan(&g.Name, &g.Payload, &g.TakenBy, &g.At)
+	})
+	return out, interpretError(err)
+}
