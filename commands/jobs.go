@@ -18,7 +18,7 @@ import (
 
 func (s *Server) jobCommands() []*Command {
 	return []*Command{
-		{Name: "job.submit", Arity: 2, Roles: producers, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
+		{Name: "job.submit", Arity: 2, Roles: producers | roleWorker, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
 		{Name: "lpush", Arity: -3, Roles: producers, Handler: s.cmdLPush, Prepare: s.prepareSubmission},
 		{Name: "brpop", Arity: -3, Roles: workers, Blocking: true, Handler: s.cmdBRPop},
 		{Name: "rpop", Arity: -2, Roles: workers, Handler: s.cmdRPop},

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -88,7 +89,12 @@ func (s *Server) cmdStepWait(ctx context.Context, sess *Session, args [][]byte) 
 		return nil, err
 	}
 	if !r.Awaiting {
-		return resp.Bulk(r.Output), nil
+		// As STEP.BEGIN's: compact, not as PostgreSQL prints jsonb.
+		var out bytes.Buffer
+		if err := json.Compact(&out, r.Output); err != nil {
+			return nil, err
+		}
+		return resp.Bulk(out.Bytes()), nil
 	}
 	return resp.SimpleString("AWAITING " + deadlineText(r.Deadline)), nil
 }
