@@ -215,6 +215,14 @@ func TestASignalWakesAnAwaitingJob(t *testing.T) {
 	if again := submit(t, admin, map[string]any{"type": "a", "queue": "approvals", "unique_key": "approval-7"}); again != id {
 		t.Fatalf("the unique key of an awaiting job gave another job %s", again)
 	}
+	// A signal of another name is kept, and wakes nothing; JOB.WAIT goes
+	// on waiting.
+	if err := admin.Do(ctx, "JOB.SIGNAL", id, "comment", `"looks fine"`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "JOB.WAIT", id, "0.3").Err(); err != redis.Nil {
+		t.Fatalf("JOB.WAIT of an awaiting job: %v, want nil", err)
+	}
 	if _, _, ok := w.pop(t, "0.3", "approvals"); ok {
 		t.Fatal("delivered while awaiting")
 	}
@@ -260,6 +268,7 @@ func TestAWaitTimesOut(t *testing.T) {
 	admin := a.Admin(t)
 	w := registerWorker(t, a, "patient", "a")
 	id := submit(t, admin, map[string]any{"type": "a", "queue": "deadlines"})
+	events := followStatus(t, admin, id)
 	j := popStep(t, w, "deadlines")
 	got := j.text("STEP.WAIT", "approval", "SIGNAL", "approve", "TIMEOUT", "1")
 	deadline, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(got, "AWAITING "))
@@ -270,6 +279,7 @@ func TestAWaitTimesOut(t *testing.T) {
 		t.Fatalf("JOB.STEPS: %+v", steps)
 	}
 	j = popStep(t, w, "deadlines")
+	expectInOrder(t, events, "awaiting approval", "woken")
 	if time.Now().Before(deadline) {
 		t.Fatalf("delivered before its deadline %v", deadline)
 	}
