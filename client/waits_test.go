@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agq/agq/client"
+	"github.com/agq/agq/internal/agqtest"
 )
 
 func TestWaits(t *testing.T) {
@@ -112,15 +113,14 @@ func TestWaits(t *testing.T) {
 // awaitStatus waits for the job to reach status.
 func awaitStatus(t *testing.T, b *testBundle, id, status string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	agqtest.Eventually(t, 10*time.Second, func() error {
 		j, err := b.producer.Get(context.Background(), id)
-		if err == nil && j.Status == status {
-			return
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s is not %s: %+v %v", id, status, j, err)
+		if j.Status != status {
+			return fmt.Errorf("job %s is %s, not %s", id, j.Status, status)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
