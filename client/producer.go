@@ -180,6 +180,21 @@ func (p *Producer) Cancel(ctx context.Context, id string) error {
 	return p.rdb.Do(ctx, "JOB.CANCEL", id).Err()
 }
 
+// Signal sends the signal name with payload (any JSON value) to a job,
+// ending its wait for it (WaitSignal). A non-empty id makes the signal
+// one however often it is sent, so a call may be repeated after an error.
+func (p *Producer) Signal(ctx context.Context, jobID, name string, payload any, id string) error {
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("client: signal %s: payload is not JSON: %w", name, err)
+	}
+	args := []any{"JOB.SIGNAL", jobID, name, string(body)}
+	if id != "" {
+		args = append(args, "ID", id)
+	}
+	return p.rdb.Do(ctx, args...).Err()
+}
+
 // Retry puts a failed or cancelled job back, with fresh attempts.
 func (p *Producer) Retry(ctx context.Context, id string) error {
 	return p.rdb.Do(ctx, "JOB.RETRY", id).Err()
@@ -187,14 +202,16 @@ func (p *Producer) Retry(ctx context.Context, id string) error {
 
 // Event is one transition of a job, from job.<id>.status.
 type Event struct {
-	JobID    string    `json:"job_id"`
-	Queue    string    `json:"queue"`
-	Event    string    `json:"event"`
-	Status   string    `json:"status"`
-	Attempt  int       `json:"attempt"`
-	WorkerID string    `json:"worker_id"`
-	StepID   string    `json:"step_id"`
-	At       time.Time `json:"at"`
+	JobID    string `json:"job_id"`
+	Queue    string `json:"queue"`
+	Event    string `json:"event"`
+	Status   string `json:"status"`
+	Attempt  int    `json:"attempt"`
+	WorkerID string `json:"worker_id"`
+	StepID   string `json:"step_id"`
+	// Signal names the signal of a signal event.
+	Signal string    `json:"signal"`
+	At     time.Time `json:"at"`
 }
 
 // Finished reports whether the event ends the job.

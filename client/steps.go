@@ -112,11 +112,13 @@ func (j *Job) endDelivery() {
 
 // stepCommand sends a STEP.* command about this delivery, retrying
 // connection trouble (agq answers a repeated call as the first).
-func (j *Job) stepCommand(ctx context.Context, name, stepID, arg string) (string, error) {
+func (j *Job) stepCommand(ctx context.Context, name, stepID string, args ...any) (string, error) {
 	w := j.w
 	b := w.newBackoff()
+	cmd := append([]any{name, j.ID(), stepID}, args...)
+	cmd = append(cmd, "DELIVERY", j.msg.Delivery)
 	for {
-		reply, err := w.rdb.Do(ctx, name, j.ID(), stepID, arg, "DELIVERY", j.msg.Delivery).Text()
+		reply, err := w.rdb.Do(ctx, cmd...).Text()
 		switch classify(err) {
 		case outcomeOK:
 			return reply, nil

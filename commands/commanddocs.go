@@ -99,6 +99,8 @@ var commandDocs = docsByName(map[string]map[string]commandDoc{
 		"step.complete": {syntax: "job_id step_id [output_json] [DELIVERY token]", summary: "Keeps the output of a step the worker began.", write: true},
 		"step.fail":     {syntax: "job_id step_id error_json [DELIVERY token]", summary: "Fails the open step: the job retries at the step's backoff, or fails.", write: true},
 		"step.sleep":    {syntax: "job_id step_id seconds [DELIVERY token]", summary: "Puts the job to sleep durably; in a later delivery the same call answers OK.", write: true},
+		"step.wait":     {syntax: "job_id step_id (SIGNAL name | JOBS id [id …]) [TIMEOUT seconds] [DELIVERY token]", summary: "Waits durably for a signal or for other jobs to end; in the delivery after the wait ended the same call answers its output.", write: true},
+		"job.signal":    {syntax: "job_id name json [ID token]", summary: "Stores a signal for a job, once per ID; it ends the job's wait for it.", write: true},
 		"job.steps":     {syntax: "job_id [CURSOR c] [LIMIT n]", summary: "The job's steps, in the order first begun, as a JSON array."},
 		"job.parents":   {syntax: "job_id [CURSOR cursor]", summary: "A page of the parents of a job its worker holds, with their statuses and results."},
 		"job.children":  {syntax: "job_id [CURSOR cursor] [LIMIT n]", summary: "A page of the jobs after a job, with their statuses."},

@@ -50,6 +50,7 @@ func TestSyntaxBecomesCommandDocsArguments(t *testing.T) {
 		{"[ACTIVE|DRAINING]", "active-draining:oneof+optional(ACTIVE/active:pure-token DRAINING/draining:pure-token)"},
 		{"[protover [AUTH principal key]]", "protover-principal-key:block+optional(protover:integer principal-key:block+optional(AUTH/principal:string key:key))"},
 		{"[COUNT | INFO name …]", "count-name:oneof+optional(COUNT/count:pure-token INFO/name:string+multiple)"},
+		{"(SIGNAL name | JOBS id [id …])", "name-id-id:oneof(SIGNAL/name:string id-id:block(JOBS/id:string id:string+multiple+optional))"},
 	} {
 		args, err := parseSyntax(tc.syntax)
 		if err != nil {

@@ -67,6 +67,7 @@ func refusalReply(err error) *resp.Error {
 		badName    *records.InvalidNameError
 		exists     *records.JobExistsError
 		noParent   *records.ParentNotFoundError
+		noAwaited  *records.AwaitedNotFoundError
 	)
 	switch {
 	case errors.As(err, &notWorker):
@@ -81,7 +82,7 @@ func refusalReply(err error) *resp.Error {
 		return resp.Errorf("no such schedule '%s'", noSchedule.Name)
 	case errors.As(err, &cannotFire), errors.As(err, &scheduleEx), errors.As(err, &badName):
 		return resp.Errorf("%s", err.Error())
-	case errors.As(err, &noParent):
+	case errors.As(err, &noParent), errors.As(err, &noAwaited):
 		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &exists):
 		// An id is one job: submitting it again is idempotent only with
@@ -108,12 +109,18 @@ func jobRefusal(id string, err error) *resp.Error {
 		attempts *records.StepAttemptsError
 		kind     *records.StepKindError
 		steps    *records.StepLimitError
+		ended    *records.JobEndedError
+		signals  *records.SignalLimitError
 	)
 	switch {
 	case errors.As(err, &notBegun), errors.As(err, &attempts), errors.As(err, &kind):
 		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &steps):
 		return resp.Errorf("job %s %s", id, steps)
+	case errors.As(err, &ended):
+		return resp.Errorf("job %s %s", id, ended)
+	case errors.As(err, &signals):
+		return resp.Errorf("job %s %s", id, signals)
 	case errors.Is(err, records.ErrStepsNotHolder):
 		return resp.CodeErrorf("NOPERM", "only the worker holding job %s reads its steps", id)
 	case errors.As(err, &snoozes):

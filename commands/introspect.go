@@ -263,8 +263,7 @@ func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
 		return nil, err
 	}
 	var fields [][2]string
-	for _, st := range []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
-		records.StatusCompleted, records.StatusFailed, records.StatusCancelled} {
+	for _, st := range records.Statuses {
 		fields = append(fields, [2]string{"jobs_" + st, fmt.Sprint(counts[st])})
 	}
 	return fields, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 func (s *Server) jobCommands() []*Command {
 	return []*Command{
-		{Name: "job.submit", Arity: 2, Roles: producers, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
+		{Name: "job.submit", Arity: 2, Roles: producers | roleWorker, Handler: s.cmdJobSubmit, Prepare: s.prepareSubmission},
 		{Name: "lpush", Arity: -3, Roles: producers, Handler: s.cmdLPush, Prepare: s.prepareSubmission},
 		{Name: "brpop", Arity: -3, Roles: workers, Blocking: true, Handler: s.cmdBRPop},
 		{Name: "rpop", Arity: -2, Roles: workers, Handler: s.cmdRPop},
@@ -273,10 +274,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 			p.Queue = v
 		case "STATUS":
 			p.Status = strings.ToLower(v)
-			switch p.Status {
-			case records.StatusPending, records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
-				records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
-			default:
+			if !slices.Contains(records.Statuses, p.Status) {
 				return nil, resp.Errorf("unknown status '%s'", v)
 			}
 		case "TYPE":

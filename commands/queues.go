@@ -121,8 +121,7 @@ func queueStatsMap(q records.Queue) resp.Map {
 		paused = 1
 	}
 	m = append(m, resp.KV{Key: "paused", Value: resp.Int(paused)})
-	for _, st := range []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
-		records.StatusCompleted, records.StatusFailed, records.StatusCancelled} {
+	for _, st := range records.Statuses {
 		m = append(m, resp.KV{Key: st, Value: resp.Int(q.Counts[st])})
 	}
 	m = append(m, resp.KV{Key: "oldest_queued_age_ms", Value: resp.Int(q.OldestAge.Milliseconds())},

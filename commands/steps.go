@@ -214,12 +214,20 @@ func stepsJSON(steps []records.Step) []byte {
 		BeganAt     time.Time       `json:"began_at"`
 		CompletedAt *time.Time      `json:"completed_at"`
 		WakeAt      *time.Time      `json:"wake_at"`
+		// A wait's deadline (null for none), and what it waits for.
+		Deadline json.RawMessage `json:"deadline,omitempty"`
+		Signal   *string         `json:"signal,omitempty"`
+		Jobs     []string        `json:"jobs,omitempty"`
 	}
 	out := make([]stepJSON, len(steps))
 	for i, st := range steps {
 		out[i] = stepJSON{StepID: st.StepID, Kind: st.Kind, Status: st.Status, Attempts: st.Attempts,
 			Input: rawOrNull(st.Input), Output: rawOrNull(st.Output), Errors: rawOrNull(st.Errors),
-			BeganAt: st.BeganAt.UTC(), CompletedAt: utcOrNil(st.CompletedAt), WakeAt: utcOrNil(st.WakeAt)}
+			BeganAt: st.BeganAt.UTC(), CompletedAt: utcOrNil(st.CompletedAt), WakeAt: utcOrNil(st.WakeAt),
+			Signal: st.Signal, Jobs: st.Jobs}
+		if st.Kind == "wait" {
+			out[i].Deadline, _ = json.Marshal(utcOrNil(st.Deadline))
+		}
 	}
 	b, _ := json.Marshal(out)
 	return b

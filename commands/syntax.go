@@ -21,7 +21,8 @@ type docArg struct {
 // parseSyntax reads a command's syntax as docs/protocol headings write it,
 // after the name: words (an all-capital word is a token, bound to the
 // word after it unless that is another token or a group), [optional
-// groups], a | b alternatives, and "…" repeating what comes before.
+// groups], (required | groups) of alternatives, a | b alternatives, and
+// "…" repeating what comes before.
 func parseSyntax(s string) ([]docArg, error) {
 	p := &syntaxParser{words: splitSyntax(s)}
 	args, err := p.sequence()
@@ -35,7 +36,7 @@ func parseSyntax(s string) ([]docArg, error) {
 }
 
 func splitSyntax(s string) []string {
-	for _, sep := range []string{"[", "]", "|", "…"} {
+	for _, sep := range []string{"[", "]", "(", ")", "|", "…"} {
 		s = strings.ReplaceAll(s, sep, " "+sep+" ")
 	}
 	return strings.Fields(s)
@@ -53,13 +54,24 @@ func (p *syntaxParser) peek() string {
 	return ""
 }
 
-// sequence reads elements up to "]", "|" or the end.
+// sequence reads elements up to "]", ")", "|" or the end.
 func (p *syntaxParser) sequence() ([]docArg, error) {
 	var args []docArg
 	for {
 		switch w := p.peek(); w {
-		case "", "]", "|":
+		case "", "]", ")", "|":
 			return args, nil
+		case "(":
+			p.i++
+			alts, err := p.alternatives()
+			if err != nil {
+				return nil, err
+			}
+			if p.peek() != ")" {
+				return nil, fmt.Errorf("unclosed (")
+			}
+			p.i++
+			args = append(args, bracketArg(alts))
 		case "…":
 			if len(args) == 0 {
 				return nil, fmt.Errorf("… repeats nothing")
@@ -88,7 +100,7 @@ func (p *syntaxParser) sequence() ([]docArg, error) {
 			p.i++
 			if isToken(w) {
 				next := p.peek()
-				if next != "" && !isToken(next) && !strings.Contains("[]|…", next) {
+				if next != "" && !isToken(next) && !strings.Contains("[]()|…", next) {
 					p.i++
 					a := plainArg(next)
 					a.Token = w

@@ -96,7 +96,11 @@ func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error)
 func settledEffects(st store.Settled) effects {
 	fx := effects{Effects: records.Effects{Ready: store.ReleasedNotes(st.Released)}}
 	for _, r := range st.Released {
-		fx.Events = append(fx.Events, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: "ready", Status: r.Status})
+		event := "ready"
+		if r.Woken {
+			event = "woken"
+		}
+		fx.Events = append(fx.Events, StatusEvent{JobID: r.ID, Queue: r.Queue, Event: event, Status: r.Status})
 	}
 	for _, c := range st.Cancelled {
 		fx.Done = append(fx.Done, c.ID)

@@ -50,7 +50,8 @@ func refusesAJob(err error) bool {
 		errors.Is(err, records.ErrNotHolder) || errors.Is(err, records.ErrStepsNotHolder) ||
 		is[*records.NotOwnerError](err) || is[*records.StateError](err) || is[*records.StaleDeliveryError](err) ||
 		is[*records.SnoozeLimitError](err) || is[*records.StepNotBegunError](err) ||
-		is[*records.StepAttemptsError](err) || is[*records.StepKindError](err) || is[*records.StepLimitError](err)
+		is[*records.StepAttemptsError](err) || is[*records.StepKindError](err) || is[*records.StepLimitError](err) ||
+		is[*records.JobEndedError](err) || is[*records.SignalLimitError](err)
 }
 
 // is reports whether err's tree holds an error of type E.

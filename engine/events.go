@@ -52,6 +52,8 @@ type AsIs struct {
 	Tell  func(records.JobState) []wakeup.Message
 	// StepID names the step the event is about, if any.
 	StepID string
+	// Signal names the signal of a signal event.
+	Signal string
 }
 
 // transition runs one transition and publishes the effects it returns,
@@ -72,7 +74,9 @@ type StatusEvent struct {
 	Attempt  int    `json:"attempt"`
 	WorkerID string `json:"worker_id,omitempty"`
 	// StepID names the step of a step_completed, step_failed or sleeping.
-	StepID string    `json:"step_id,omitempty"`
+	StepID string `json:"step_id,omitempty"`
+	// Signal names the signal of a signal event.
+	Signal string    `json:"signal,omitempty"`
 	At     time.Time `json:"at"`
 }
 
@@ -144,7 +148,8 @@ func (e *Engine) asIs(ctx context.Context, a AsIs) ([]StatusEvent, []wakeup.Mess
 	evs := make([]StatusEvent, len(states))
 	var msgs []wakeup.Message
 	for i, j := range states {
-		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt, StepID: a.StepID}
+		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt, StepID: a.StepID,
+			Signal: a.Signal}
 		if j.WorkerID != nil {
 			evs[i].WorkerID = *j.WorkerID
 		}

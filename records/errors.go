@@ -130,6 +130,25 @@ func (e *StepLimitError) Error() string {
 	return fmt.Sprintf("has %d steps, the most a job may have", MaxSteps)
 }
 
+// JobEndedError: a signal was sent to a job that has ended.
+type JobEndedError struct{}
+
+func (e *JobEndedError) Error() string { return "has ended" }
+
+// SignalLimitError: the job holds MaxSignals signals already.
+type SignalLimitError struct{}
+
+func (e *SignalLimitError) Error() string {
+	return fmt.Sprintf("holds %d signals, the most", MaxSignals)
+}
+
+// AwaitedNotFoundError: a STEP.WAIT JOBS names a job that does not exist.
+type AwaitedNotFoundError struct{ ID string }
+
+func (e *AwaitedNotFoundError) Error() string {
+	return "job " + e.ID + " named in JOBS does not exist"
+}
+
 // InvalidRegistrationError names what is wrong with a registration.
 type InvalidRegistrationError struct{ Reason string }
 

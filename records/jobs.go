@@ -19,7 +19,14 @@ const (
 	StatusSnoozed = "snoozed"
 	// StatusPending is a job waiting for its parents.
 	StatusPending = "pending"
+	// StatusAwaiting is a job whose step waits for a signal or other jobs
+	// (STEP.WAIT): it holds no worker until the wait ends.
+	StatusAwaiting = "awaiting"
 )
+
+// Statuses are a job's statuses in the order listings show them.
+var Statuses = []string{StatusPending, StatusQueued, StatusScheduled, StatusRunning, StatusRetrying, StatusAwaiting,
+	StatusCompleted, StatusFailed, StatusCancelled}
 
 // IsTerminal reports whether a job in this status never moves again
 // without JOB.RETRY.

@@ -65,6 +65,57 @@ type StepSleepResult struct {
 	WakeAt   time.Time
 }
 
+// Limits of waits and signals.
+const (
+	// MaxSignals bounds the signals one job holds.
+	MaxSignals = 10000
+	// MaxAwaited bounds the jobs one STEP.WAIT JOBS names.
+	MaxAwaited = 10000
+)
+
+// SignalParams is one JOB.SIGNAL.
+type SignalParams struct {
+	JobID, Name string
+	Payload     json.RawMessage
+	// Token, when given, makes a signal sent again one signal.
+	Token string
+}
+
+// SignalResult is what a JOB.SIGNAL did: whether it stored a new signal,
+// and the wait it ended, if any.
+type SignalResult struct {
+	Stored bool
+	Woke   string // the step id of the wait it ended
+}
+
+// Signal is a signal stored for a job, as the dashboard shows it.
+type Signal struct {
+	Name    string
+	Payload json.RawMessage
+	// TakenBy is the wait that took it, nil while none has.
+	TakenBy *string
+	At      time.Time
+}
+
+// StepWaitParams is one STEP.WAIT: for the signal Signal, or for the jobs
+// Jobs, until Timeout (0: no deadline).
+type StepWaitParams struct {
+	StepParams
+	Signal  string
+	Jobs    []string
+	Timeout time.Duration
+	// ResultBudget bounds the awaited jobs' results in the output, bytes.
+	ResultBudget int64
+}
+
+// StepWaitResult is what a STEP.WAIT did: the job awaits until Deadline
+// (nil: none), or the wait ended with Output.
+type StepWaitResult struct {
+	Awaiting bool
+	Deadline *time.Time
+	Output   json.RawMessage
+}
+
 // Step is a step as JOB.STEPS shows it.
 type Step struct {
 	StepID, Kind, Status string
@@ -73,6 +124,10 @@ type Step struct {
 	Errors               json.RawMessage
 	BeganAt              time.Time
 	CompletedAt, WakeAt  *time.Time
+	// Deadline is a wait's deadline; Signal and Jobs what it waits for.
+	Deadline *time.Time
+	Signal   *string
+	Jobs     []string
 }
 
 // JobStepsParams pages through a job's steps in the order first begun.

@@ -16,13 +16,14 @@ import (
 // refresh, as QueueStats and JobCounts do for QUEUE.STATS and INFO.
 
 // SummaryStatuses are the statuses QueueSummaries counts.
-var SummaryStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying, records.StatusFailed}
+var SummaryStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
+	records.StatusAwaiting, records.StatusFailed}
 
 // QueueSummaries returns the first maxQueues queues by name with their
 // jobs counted by status, each count stopping at countCap. Every count is
 // an index-only walk of jobs_queue_status (queue, status, id) that reads no
 // more than countCap entries, so the statement touches at most
-// maxQueues × 5 × countCap rows.
+// maxQueues × 6 × countCap rows.
 func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]records.QueueSummary, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT q.name, q.paused, st.status, c.n

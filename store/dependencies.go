@@ -221,11 +221,13 @@ func parentEndedText(parent, status string) string {
 	return "parent " + parent + " " + status
 }
 
-// Released is a pending job made claimable, queued or scheduled.
+// Released is a pending job made claimable, queued or scheduled, or an
+// awaiting one woken (Woken) by its last awaited job's end.
 type Released struct {
 	ID, Queue, Status string
 	Requires          []string
 	RunAt             time.Time
+	Woken             bool
 }
 
 // Settled is what settling dependencies did: jobs released, jobs
@@ -298,7 +300,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 					ended[c.job] = c.status
 					endedIDs = append(endedIDs, c.job)
 				}
-			case c.status == records.StatusPending:
+			case c.status == records.StatusPending, c.status == records.StatusAwaiting:
 				toRelease = append(toRelease, c.id)
 			default:
 				drop = append(drop, c.id)
@@ -398,24 +400,35 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 // releaseChecked consumes the marks of pending jobs and releases each that
 // no wait is left for: queued, or scheduled while its run_at is to come;
 // released now, it takes its place among jobs of its priority by the
-// release time. The deletion and the release commit together.
+// release time. An awaiting job no wait is left for (STEP.WAIT JOBS) is
+// woken likewise: its wait completes, its output read by the next
+// delivery's call. The deletion and the release commit together.
 func (s *Store) releaseChecked(ctx context.Context, marks []int64) ([]Released, error) {
 	rows, err := s.Pool.Query(ctx, `
 		WITH d AS (
 			DELETE FROM dependency_checks WHERE id = ANY($1::bigint[]) RETURNING job_id
+		), w AS (
+			-- job_steps_awaiting: the job's open wait, if it waits for jobs.
+			UPDATE job_steps s SET status = 'completed', completed_at = now()
+			FROM jobs j
+			WHERE s.job_id IN (SELECT job_id FROM d) AND s.status = 'awaiting' AND s.wait_jobs IS NOT NULL
+			  AND j.id = s.job_id AND j.status = 'awaiting'
+			  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = s.job_id)
+			RETURNING s.job_id
 		)
-		UPDATE jobs j SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'queued' END,
-			run_at = greatest(j.run_at, now()), updated_at = now()
-		WHERE j.id IN (SELECT job_id FROM d) AND j.status = 'pending'
+		UPDATE jobs j SET status = CASE WHEN j.run_at > now() AND j.status = 'pending' THEN 'scheduled' ELSE 'queued' END,
+			run_at = CASE WHEN j.status = 'pending' THEN greatest(j.run_at, now()) ELSE now() END, updated_at = now()
+		WHERE j.id IN (SELECT job_id FROM d)
+		  AND (j.status = 'pending' OR j.id IN (SELECT job_id FROM w))
 		  -- job_waits_child: one probe.
 		  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
-		RETURNING j.id, j.queue, j.status, j.requires, j.run_at`, marks)
+		RETURNING j.id, j.queue, j.status, j.requires, j.run_at, j.id IN (SELECT job_id FROM w)`, marks)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Released, error) {
 		var j Released
-		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Requires, &j.RunAt)
+		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Requires, &j.RunAt, &j.Woken)
 	})
 }
 

@@ -11,7 +11,7 @@ import (
 // waitingStatuses are the unfinished statuses of a job no worker holds:
 // a cascade cancels them at once (a running job is asked to stop). A
 // status added among the unfinished ones that holds no worker belongs here.
-const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying'`
+const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying', 'awaiting'`
 
 // childrenOf is the lateral step from a job (col) to its children, one
 // probe of jobs_children a job; OFFSET 0 keeps it a nested loop over that

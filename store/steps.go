@@ -460,8 +460,11 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	rows, err := s.Pool.Query(ctx, `
 		SELECT s.step_id, s.kind,
 			CASE WHEN s.status = 'running' AND (j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery)
+				  OR s.status = 'awaiting' AND j.status <> 'awaiting'
 				THEN 'interrupted' ELSE s.status END,
-			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at, s.wake_at
+			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
+			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
+			s.wait_signal, s.wait_jobs
 		FROM job_steps s JOIN jobs j ON j.id = s.job_id
 		WHERE s.job_id = $1 AND s.ord > $2
 		ORDER BY s.ord LIMIT $3`, p.JobID, p.After, p.Limit)
@@ -473,7 +476,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	for rows.Next() {
 		var st records.Step
 		if err := rows.Scan(&st.StepID, &st.Kind, &st.Status, &st.Attempts, &st.Input, &st.Output, &st.Errors,
-			&st.BeganAt, &st.CompletedAt, &st.WakeAt); err != nil {
+			&st.BeganAt, &st.CompletedAt, &st.WakeAt, &st.Deadline, &st.Signal, &st.Jobs); err != nil {
 			return nil, interpretError(err)
 		}
 		out = append(out, st)

@@ -346,7 +346,7 @@ var insertJobsSQL = `
 						AND j.on_parent_failure = i.mode END) AS same
 			FROM jobs j
 			WHERE ins.id IS NULL
-			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying')))
+			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting')))
 			ORDER BY j.id = i.id DESC LIMIT 1
 		) held ON true`
 

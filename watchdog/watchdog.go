@@ -50,6 +50,9 @@ type Config struct {
 	// crash or a path without settling left (engine.SettleDependencies),
 	// publishing what it released; optional.
 	Settle func(ctx context.Context, limit int) (int, error)
+	// ExpireWaits ends the step waits whose deadline passed
+	// (engine.ExpireWaits), publishing the jobs it woke; optional.
+	ExpireWaits func(ctx context.Context, limit int) (int, error)
 	// Recovered counts recoveries by kind; optional.
 	Recovered *prometheus.CounterVec
 	// Clock times the grace windows and retention passes, and the sweeps;
@@ -136,6 +139,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	// their children in the same sweep.
 	if w.cfg.Settle != nil {
 		steps = append(steps, step{"dependency_check", func() (int, error) { return w.cfg.Settle(ctx, w.cfg.Batch) }})
+	}
+	if w.cfg.ExpireWaits != nil {
+		steps = append(steps, step{"wait_deadline", func() (int, error) { return w.cfg.ExpireWaits(ctx, w.cfg.Batch) }})
 	}
 	if now.Sub(w.lastRetention) >= w.cfg.RetentionEvery {
 		steps = append(steps, step{"retention_delete", func() (int, error) {

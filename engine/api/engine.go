@@ -39,6 +39,9 @@ type Engine interface {
 	StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error)
 	StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error)
 	JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error)
+	StepWait(ctx context.Context, p records.StepWaitParams) (records.StepWaitResult, error)
+	JobSignal(ctx context.Context, p records.SignalParams) error
+	JobSignals(ctx context.Context, id string, limit int) ([]records.Signal, error)
 
 	// Workers.
 	ParseRegistration(raw []byte) (records.Worker, []string, error)

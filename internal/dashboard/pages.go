@@ -87,8 +87,7 @@ func (d *Dashboard) queueSummaries(r *http.Request) ([]records.QueueSummary, err
 const fairKeysShown = 20
 
 // queueStatuses are the queue page's tabs.
-var queueStatuses = []string{records.StatusQueued, records.StatusScheduled, records.StatusRunning, records.StatusRetrying,
-	records.StatusCompleted, records.StatusFailed, records.StatusCancelled}
+var queueStatuses = records.Statuses
 
 type queueData struct {
 	Name     string
@@ -160,15 +159,21 @@ type jobError struct {
 }
 
 type jobData struct {
-	Job    records.Job
-	Errors []jobError
-	Logs   []string
-	Steps  []records.Step
-	More   bool // the job has more steps than the page lists
+	Job     records.Job
+	Errors  []jobError
+	Logs    []string
+	Steps   []records.Step
+	More    bool // the job has more steps than the page lists
+	Signals []records.Signal
+	// MoreSignals: the page lists the first ones only.
+	MoreSignals bool
 	relativesData
 	Terminal bool
 	Retry    bool // failed or cancelled: JOB.RETRY applies
 }
+
+// jobSignalsShown bounds the signals a job page lists.
+const jobSignalsShown = 100
 
 // jobStepsShown bounds the steps a job page lists.
 const jobStepsShown = 200
@@ -192,6 +197,9 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 	}
 	if steps, err := d.eng.JobSteps(r.Context(), records.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
 		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
+	}
+	if sigs, err := d.eng.JobSignals(r.Context(), id, jobSignalsShown+1); err == nil {
+		data.Signals, data.MoreSignals = sigs[:min(len(sigs), jobSignalsShown)], len(sigs) > jobSignalsShown
 	}
 	d.relatives(r.Context(), &data.relativesData, j, r.URL.Query())
 	refresh := 2

@@ -47,6 +47,7 @@ func (n *Node) newElector() {
 				RetainFailed:      n.cfg.RetainFailed,
 				Recovered:         recovered,
 				Settle:            n.engine.SettleDependencies,
+				ExpireWaits:       n.engine.ExpireWaits,
 			})
 			leading := []service.Service{wd, sched}
 			if err := service.StartAll(ctx, leading...); err != nil {
