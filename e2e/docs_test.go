@@ -382,3 +382,40 @@ func TestCookbookClientWorkerRunsAsPrinted(t *testing.T) {
 	}
 	waitWorker(t, admin, "reverser-2", "UNREGISTERED")
 }
+
+// TestCookbookApprovalRunsAsPrinted builds the cookbook's approval worker
+// as printed, runs it, and runs the shell lines that submit a refund and
+// approve it, on the test node's address: they print what the page shows.
+//
+// Not parallel: buildCookbookWorker builds in one directory per process.
+func TestCookbookApprovalRunsAsPrinted(t *testing.T) {
+	page := readPage(t, "cookbook.md")
+	worker := buildCookbookWorker(t, fencedBlock(t, page, "```go title=\"approval-worker.go\""))
+	script := fencedBlock(t, page, "```sh title=\"approve.sh\"")
+	shown := strings.TrimSpace(fencedBlock(t, page, "```text title=\"approval output\""))
+
+	a := agqtest.Start(t, heartbeatEvery(time.Second))
+	admin := a.Admin(t)
+	cmd := exec.Command(worker)
+	cmd.Env = append(cleanEnv(), "AGQ_ADDR="+a.Addr, "AGQ_WORKER_ID=approver-1", "AGQ_KEY="+a.CreateKey(t, "worker", "approver-1"))
+	startProcess(t, "approval-worker.go", cmd)
+	waitWorker(t, admin, "approver-1", "ACTIVE")
+
+	host, port, err := net.SplitHostPort(a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "approve.sh")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(script, "-p 6380", "-h "+host+" -p "+port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command("sh", "-e", path)
+	run.Env = append(cleanEnv(), "REDISCLI_AUTH="+a.AdminKey)
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("approve.sh: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); !agqtest.LinesMatch(strings.Split(shown, "\n"), strings.Split(got, "\n")) {
+		t.Fatalf("approve.sh printed:\n%s\nthe page shows:\n%s", got, shown)
+	}
+}

@@ -90,16 +90,23 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		if status != records.StatusAwaiting {
 			return nil
 		}
-		// job_steps_awaiting: the job's one open wait, if it is for this name.
+		// job_steps_awaiting: the job's one open wait, if it is for this
+		// name. Read without a row lock, then changed by its key: the
+		// settling of JOBS waits locks their rows before their jobs', and
+		// this transaction holds the job's.
 		err := tx.QueryRow(ctx, `
-			UPDATE job_steps SET status = 'completed', completed_at = now(),
-				output = jsonb_build_object('signal', $2::text, 'payload', $3::jsonb)
-			WHERE job_id = $1 AND status = 'awaiting' AND wait_signal = $2
-			RETURNING step_id`, p.JobID, p.Name, p.Payload).Scan(&res.Woke)
+			SELECT step_id FROM job_steps WHERE job_id = $1 AND status = 'awaiting' AND wait_signal = $2`,
+			p.JobID, p.Name).Scan(&res.Woke)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE job_steps SET status = 'completed', completed_at = now(),
+				output = jsonb_build_object('signal', $3::text, 'payload', $4::jsonb)
+			WHERE job_id = $1 AND step_id = $2`, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE job_signals SET taken_by = $3 WHERE job_id = $1 AND seq = $2`,

@@ -16,10 +16,10 @@ speaks RESP and keeps its jobs in PostgreSQL.
 
 See docs/python.md.
 """
-from .errors import (AgqError, AuthenticationFailed, Cancelled, DeliveryLost, NoPermission, NotFinished, NotFound,
+from .errors import (AgqError, Awaiting, AuthenticationFailed, Cancelled, DeliveryLost, NoPermission, NotFinished, NotFound,
                      NotRegistered, OwnedByAnotherWorker, ParentNotFound, Permanent, ReplyError, ShuttingDown,
                      Sleeping, Snooze, StaleDelivery, StepAttemptsUsed, StepFailed, Stopped, TimedOut, TryAgain,
-                     WrongStatus, reply_error)
+                     WaitTimedOut, WrongStatus, reply_error)
 from .job import Job, current_job, step
 from .producer import Event, JobInfo, Producer, job_document
 from .worker import Worker
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgqError", "AuthenticationFailed", "Cancelled", "DeliveryLost", "Event", "Job", "JobInfo", "NoPermission",
     "NotFinished", "NotFound", "NotRegistered", "OwnedByAnotherWorker", "ParentNotFound", "Permanent", "Producer",
-    "ReplyError", "ShuttingDown", "Sleeping", "Snooze", "StaleDelivery", "StepAttemptsUsed", "StepFailed",
+    "ReplyError", "ShuttingDown", "Awaiting", "WaitTimedOut", "Sleeping", "Snooze", "StaleDelivery", "StepAttemptsUsed", "StepFailed",
     "Stopped", "TimedOut", "TryAgain", "Worker", "WrongStatus", "current_job", "job_document", "reply_error",
     "step",
 ]

@@ -117,6 +117,27 @@ class Sleeping(Stopped):
         self.wake_at = wake_at
 
 
+class Awaiting(Stopped):
+    """Job.wait_signal() or Job.wait_jobs() put the job to wait: the handler
+    lets it propagate, and agq delivers the job again when the wait ends.
+    deadline is RFC 3339, or "never"."""
+
+    def __init__(self, step_id: str, deadline: str) -> None:
+        super().__init__(f"step {step_id}: awaiting until {deadline}")
+        self.step_id = step_id
+        self.deadline = deadline
+
+
+class WaitTimedOut(AgqError, TimeoutError):
+    """A wait's deadline passed first; pending names the awaited jobs not
+    ended by then (Job.wait_jobs)."""
+
+    def __init__(self, step_id: str, pending: list) -> None:
+        super().__init__(f"step {step_id}: the wait timed out")
+        self.step_id = step_id
+        self.pending = pending
+
+
 class StepFailed(Stopped):
     """A step's function raised; agq recorded the failure and ended this
     delivery (the job is retried from that step, or failed). The function's

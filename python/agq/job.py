@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar, 
 import redis
 
 from ._conn import call
-from .errors import (Cancelled, DeliveryLost, NotRegistered, Permanent, ReplyError, Sleeping, StaleDelivery,
-                     StepAttemptsUsed, StepFailed, Stopped, TryAgain, WrongStatus, OwnedByAnotherWorker, describe, is_permanent)
+from .errors import (Awaiting, Cancelled, DeliveryLost, NotRegistered, Permanent, ReplyError, Sleeping, StaleDelivery,
+                     StepAttemptsUsed, StepFailed, WaitTimedOut, Stopped, TryAgain, WrongStatus, OwnedByAnotherWorker, describe, is_permanent)
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -179,6 +179,35 @@ class Job:
         if isinstance(reply, str) and reply.startswith("SLEEPING "):
             self._end()
             raise Sleeping(step_id, reply[len("SLEEPING "):])
+
+    def wait_signal(self, step_id: str, name: str, timeout: Optional[float] = None) -> Any:
+        """Waits, durably, as step step_id, for the signal name sent to the
+        job (Producer.signal, JOB.SIGNAL), up to timeout seconds (None: no
+        deadline). A signal already sent is returned at once (its payload,
+        decoded). Otherwise the job goes to wait and Awaiting is raised,
+        which the handler lets propagate: agq delivers the job again when
+        the signal comes, and the same call returns its payload; after the
+        deadline it raises WaitTimedOut."""
+        return self._wait(step_id, ["SIGNAL", name], timeout)["payload"]
+
+    def wait_jobs(self, step_id: str, job_ids: List[str], timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Waits, durably, as step step_id, until every job of job_ids has
+        ended; returns {"jobs": {id: {"status", "result"}}} (statuses only,
+        with "jobs_truncated": True, past agq's payload limit). Otherwise as
+        wait_signal."""
+        return self._wait(step_id, ["JOBS", *job_ids], timeout)
+
+    def _wait(self, step_id: str, what: List[str], timeout: Optional[float]) -> Dict[str, Any]:
+        if timeout is not None:
+            what = what + ["TIMEOUT", _seconds(max(timeout, 1))]
+        reply = self._command("STEP.WAIT", step_id, *what)
+        if isinstance(reply, str) and reply.startswith("AWAITING "):
+            self._end()
+            raise Awaiting(step_id, reply[len("AWAITING "):])
+        out = json.loads(reply)
+        if out.get("timeout"):
+            raise WaitTimedOut(step_id, out.get("pending", []))
+        return out
 
     # -- reports ------------------------------------------------------------
 

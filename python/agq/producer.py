@@ -166,6 +166,16 @@ class Producer:
         runs (JOB.WAIT then answers once the worker stopped it)."""
         call(self._rdb, "JOB.CANCEL", job_id)
 
+    def signal(self, job_id: str, name: str, payload: Any = None, signal_id: Optional[str] = None) -> None:
+        """Sends the signal name with payload (any JSON value) to a job,
+        ending its wait for it (Job.wait_signal). A signal_id makes the
+        signal one however often it is sent, so the call may be repeated
+        after an error."""
+        args = ["JOB.SIGNAL", job_id, name, json.dumps(payload)]
+        if signal_id is not None:
+            args += ["ID", signal_id]
+        call(self._rdb, *args)
+
     def retry(self, job_id: str) -> None:
         """Puts a failed or cancelled job back, with fresh attempts and its
         completed steps kept."""

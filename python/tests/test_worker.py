@@ -189,3 +189,34 @@ class WorkerTest(AgqTestCase):
         self.assertEqual(sorted(seen), sorted(ids))
         eventually(lambda: worker.stats()["active_jobs"] == 0, 5, "every report answered")
         self.assertEqual(worker.stats()["completed_jobs_total"], 40)
+
+    def test_a_wait_for_a_signal_and_for_spawned_jobs(self):
+        queue = self.name("waits")
+        worker = self.worker(queue)
+        producer = self.producer()
+        runs = []
+
+        @worker.handler("child")
+        def child(job: agq.Job) -> int:
+            return job.payload * 2
+
+        @worker.handler("approve")
+        def approve(job: agq.Job) -> dict:
+            runs.append(job.attempt)
+            approval = job.wait_signal("approval", "approve", timeout=3600)
+            kids = job.step("spawn", lambda: [producer.submit("child", n, queue=queue, job_id=f"{job.id}-{n}")
+                                              for n in (1, 2)])
+            done = job.wait_jobs("children", kids)
+            return {"by": approval["by"], "children": sorted(j["status"] for j in done["jobs"].values())}
+
+        self.start_worker(worker)
+        job_id = producer.submit("approve", None, queue=queue)
+        eventually(lambda: producer.get(job_id).status == "awaiting", 10, "the job awaiting")
+        producer.signal(job_id, "approve", {"by": "ann"}, signal_id="a-1")
+        producer.signal(job_id, "approve", {"by": "ann"}, signal_id="a-1")
+        done = producer.wait(job_id, timeout=30)
+        self.assertEqual(done.status, "completed", done.raw)
+        self.assertEqual(done.output, {"by": "ann", "children": ["completed", "completed"]})
+        steps = self.steps(job_id)
+        self.assertEqual(steps["approval"]["kind"], "wait")
+        self.assertEqual(steps["children"]["status"], "completed")
