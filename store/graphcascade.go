@@ -15,19 +15,24 @@ const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying', 'awaiting
 
 // childrenOf is the lateral step from a job (col) to its children, one
 // probe of jobs_children a job; OFFSET 0 keeps it a nested loop over that
-// index.
+// index. probe says whether a child's own children are to be looked for:
+// a job not ended that has any has has_children set (its children were
+// linked while it waited or ran), but a job that ended may have children
+// submitted since, unmarked.
 func childrenOf(col string) string {
-	return `CROSS JOIN LATERAL (SELECT c.id FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) k`
+	return `CROSS JOIN LATERAL (
+		SELECT c.id, c.has_children OR c.status IN ('completed', 'failed', 'cancelled') AS probe
+		FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) k`
 }
 
 // cascadeWalkSQL finds every job after the jobs $1, down the graph,
 // whatever its status (an ended job's children may not have ended), each
 // once, up to $2.
 var cascadeWalkSQL = `
-	WITH RECURSIVE r(id) AS (
-		SELECT k.id FROM unnest($1::text[]) AS m(id) ` + childrenOf("m.id") + `
+	WITH RECURSIVE r(id, probe) AS (
+		SELECT k.id, k.probe FROM unnest($1::text[]) AS m(id) ` + childrenOf("m.id") + `
 	  UNION
-		SELECT k.id FROM r ` + childrenOf("r.id") + `
+		SELECT k.id, k.probe FROM r ` + childrenOf("r.id") + ` WHERE r.probe
 	)
 	SELECT id FROM r LIMIT $2`
 
@@ -64,7 +69,8 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 			from = append(from, m.job)
 		}
 	}
-	rows, err := tx.Query(ctx, cascadeWalkSQL, from, maxCascade)
+	// One more than the bound: whether the walk was cut.
+	rows, err := tx.Query(ctx, cascadeWalkSQL, from, maxCascade+1)
 	if err != nil {
 		return out, err
 	}
@@ -72,6 +78,8 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	if err != nil || len(found) == 0 {
 		return out, err
 	}
+	cut := len(found) > maxCascade
+	found = found[:min(len(found), maxCascade)]
 	b := &pgx.Batch{}
 	b.Queue(cascadeCancelSQL, found).Query(func(rows pgx.Rows) error {
 		out.Cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
@@ -84,7 +92,7 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 		out.Asked, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
-	if len(found) >= maxCascade {
+	if cut {
 		b.Queue(cascadeFrontierSQL, append(from, found...)).Query(func(rows pgx.Rows) error {
 			out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			return err
@@ -93,10 +101,21 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return out, err
 	}
-	for _, c := range out.Cancelled {
-		out.Check = append(out.Check, c.ID)
+	ended := make([]string, len(out.Cancelled))
+	for i, c := range out.Cancelled {
+		ended[i] = c.ID
 	}
-	return out, nil
+	if cut {
+		out.Check = ended // settled once the walk is over
+		return out, nil
+	}
+	// The walk reached every child of the jobs it cancelled, and those
+	// that waited were cancelled with them: nothing is left to settle.
+	// job_waits_pkey and dependency_checks_job, a probe a job.
+	b = &pgx.Batch{}
+	b.Queue(`DELETE FROM job_waits w USING unnest($1::text[]) AS d(id) WHERE w.parent_id = d.id`, ended)
+	b.Queue(`DELETE FROM dependency_checks c USING unnest($1::text[]) AS d(id) WHERE c.job_id = d.id`, ended)
+	return out, tx.SendBatch(ctx, b).Close()
 }
 
 // JobCancelCascade is JOB.CANCEL … CASCADE: job id, unless it ended,
