@@ -219,11 +219,15 @@ func TestAFanOutOfTenThousandIsCancelledAndRestoredQuickly(t *testing.T) {
 	ctx := context.Background()
 	const n = 10000
 	submitGraph(t, a, []graphJob{{ID: "fan", Queue: "fan", Type: "t", DelaySeconds: 3600}})
-	var jobs []graphJob
-	for i := range n {
-		jobs = append(jobs, graphJob{ID: fmt.Sprintf("fan-%d", i), Queue: "fan", Type: "t", After: []string{"fan"}})
+	// In calls of 2,000, each well within a client's read timeout on a
+	// busy machine.
+	for from := 0; from < n; from += 2000 {
+		var jobs []graphJob
+		for i := from; i < from+2000; i++ {
+			jobs = append(jobs, graphJob{ID: fmt.Sprintf("fan-%d", i), Queue: "fan", Type: "t", After: []string{"fan"}})
+		}
+		submitGraph(t, a, jobs)
 	}
-	submitGraph(t, a, jobs)
 	start := time.Now()
 	if err := admin.Do(ctx, "JOB.CANCEL", "fan").Err(); err != nil {
 		t.Fatal(err)
