@@ -125,35 +125,5 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 // refusal. Its effects are JobCancel's, without the job's children to
 // settle: the walk settles them once it has cancelled them.
 func (s *Store) JobCancelCascade(ctx context.Context, id string) (records.Effects, error) {
-	var fx records.Effects
-	if !storable(id) {
-		return fx, records.ErrNotFound
-	}
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx = records.Effects{}
-		var status string
-		var asked bool
-		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
-			return err
-		}
-		switch {
-		case records.IsTerminal(status):
-			return nil
-		case status == records.StatusRunning:
-			if !asked {
-				fx.Moved = []string{id}
-			}
-			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
-			return err
-		}
-		fx.Moved, fx.Done = []string{id}, []string{id}
-		return finish(ctx, tx, id, records.StatusCancelled, nil)
-	})
-	if err != nil {
-		return records.Effects{}, interpretError(err)
-	}
-	return fx, nil
+	return s.cancel(ctx, id, true)
 }
