@@ -210,6 +210,43 @@ func TestCancelCascadeReachesRunningAndRunChildren(t *testing.T) {
 	}
 }
 
+// A job's children that run whatever their parents did are cancelled by
+// JOB.CANCEL … CASCADE of the job before anything can release them: a
+// worker blocked on their queue meanwhile gets none of them.
+func TestCancelCascadeReleasesNoChildFirst(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	admin := a.Admin(t)
+	ctx := context.Background()
+	w := registerWorker(t, a, "cascr-w", "t")
+	const n = 200
+	jobs := []graphJob{{ID: "cr-root", Queue: "cr-root", Type: "t", DelaySeconds: 3600}}
+	for i := range n {
+		jobs = append(jobs, graphJob{ID: fmt.Sprintf("cr-%d", i), Queue: "cr", Type: "t",
+			After: []string{"cr-root"}, OnParentFailure: "run"})
+	}
+	submitGraph(t, a, jobs)
+	popped := make(chan string, 1)
+	go func() {
+		res, err := w.c.Do(ctx, "BRPOP", "queue:cr", "2").StringSlice()
+		if err != nil {
+			popped <- err.Error()
+			return
+		}
+		popped <- res[1]
+	}()
+	time.Sleep(200 * time.Millisecond) // the worker is blocked
+	if err := admin.Do(ctx, "JOB.CANCEL", "cr-root", "CASCADE").Err(); err != nil {
+		t.Fatalf("JOB.CANCEL … CASCADE: %v", err)
+	}
+	if got := <-popped; got != redis.Nil.Error() {
+		t.Fatalf("the blocked worker got %s", got)
+	}
+	if got := statusesOf(t, a, "cr"); got["cancelled"] != n {
+		t.Fatalf("the children: %v", got)
+	}
+}
+
 // A fan-out of 10,000 children of one job: cancelling the parent cancels
 // them all, retrying it restores them all.
 func TestAFanOutOfTenThousandIsCancelledAndRestoredQuickly(t *testing.T) {

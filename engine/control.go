@@ -32,15 +32,17 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // graph, that has not ended, in bounded batches; a job that ended is no
 // refusal.
 func (e *Engine) CancelJobCascade(ctx context.Context, id string) error {
+	var first store.Walked
 	err := e.transition(ctx, func() (effects, error) {
-		cfx, err := e.store.JobCancelCascade(ctx, id)
+		cfx, w, err := e.store.JobCancelCascade(ctx, id, walkRound)
+		first = w
 		if err != nil || len(cfx.Moved) == 0 {
 			return effects{Effects: cfx}, refusal(aJob, id, err)
 		}
 		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
 	})
 	if err == nil {
-		e.walk(ctx, store.WalkCascade, []string{id})
+		e.walkOn(ctx, store.WalkCascade, first)
 		e.settle(ctx, []string{id})
 	}
 	return err

@@ -20,34 +20,45 @@ const walkRound = 1000
 // maxWalkRounds bounds the batches run on a command's path.
 const maxWalkRounds = 100
 
-// walk runs the walk of kind from the marks of ids until none is left,
-// publishing each batch's effects: restored jobs announced "retried",
-// cancelled ones "cancelled", running ones "cancel_requested" with their
-// holders told, and the jobs to settle settled — a cascade's once it is
-// over, so that no child it is about to cancel is released first.
+// walk runs the walk of kind from the marks of ids until none is left.
 func (e *Engine) walk(ctx context.Context, kind string, ids []string) {
+	w, err := e.store.GraphWalk(ctx, kind, ids, walkRound)
+	if err != nil {
+		e.log.Warn().Err(err).Str("walk", kind).Msg("walking a job graph; the leader's sweep will carry on")
+		return
+	}
+	e.walkOn(ctx, kind, w)
+}
+
+// walkOn publishes a batch of a walk, w, and carries the walk on until no
+// mark is left: restored jobs announced "retried", cancelled ones
+// "cancelled", running ones "cancel_requested" with their holders told,
+// and the jobs to settle settled — a cascade's once it is over, so that no
+// child it is about to cancel is released first.
+func (e *Engine) walkOn(ctx context.Context, kind string, w store.Walked) {
 	var held []string
 	defer func() {
 		if len(held) > 0 {
 			e.settle(ctx, held)
 		}
 	}()
-	for range maxWalkRounds {
-		w, err := e.store.GraphWalk(ctx, kind, ids, walkRound)
-		if err != nil {
-			e.log.Warn().Err(err).Str("walk", kind).Msg("walking a job graph; the leader's sweep will carry on")
-			return
-		}
+	for round := 1; ; round++ {
 		fx := walkedEffects(w)
 		if kind == store.WalkCascade {
 			held, fx.Parents = append(held, fx.Parents...), nil
 		}
 		e.publish(ctx, fx)
-		if len(w.Next) == 0 && !w.More {
+		if len(w.Next) == 0 && !w.More || round == maxWalkRounds {
 			return
 		}
+		var ids []string // with no mark left to follow, the oldest
 		if len(w.Next) > 0 {
 			ids = w.Next
+		}
+		var err error
+		if w, err = e.store.GraphWalk(ctx, kind, ids, walkRound); err != nil {
+			e.log.Warn().Err(err).Str("walk", kind).Msg("walking a job graph; the leader's sweep will carry on")
+			return
 		}
 	}
 }

@@ -118,12 +118,31 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
-// JobCancelCascade is JOB.CANCEL … CASCADE: job id, unless it ended,
-// is cancelled as JobCancel cancels it, and a walk (graph_walks) is marked
-// that cancels every job after it, down the graph, that has not ended;
-// the caller carries it on once committed. A job that ended is no
-// refusal. Its effects are JobCancel's, without the job's children to
-// settle: the walk settles them once it has cancelled them.
-func (s *Store) JobCancelCascade(ctx context.Context, id string) (records.Effects, error) {
-	return s.cancel(ctx, id, true)
+// JobCancelCascade is JOB.CANCEL … CASCADE: job id, unless it ended, is
+// cancelled as JobCancel cancels it, and a walk (graph_walks) is marked
+// that cancels every job after it, down the graph, that has not ended. The
+// walk's first batch runs in the same transaction, so that no child of the
+// job is settled (released, when it runs whatever its parents did) before
+// the walk reaches it; the caller carries the rest on once committed. A
+// job that ended is no refusal. Its effects are JobCancel's, without the
+// job's children to settle: the walk settles them once it has cancelled
+// them.
+func (s *Store) JobCancelCascade(ctx context.Context, id string, limit int) (records.Effects, Walked, error) {
+	var fx records.Effects
+	var w Walked
+	if !storable(id) {
+		return fx, w, records.ErrNotFound
+	}
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if fx, err = cancelIn(ctx, tx, id, true); err != nil {
+			return err
+		}
+		w, err = walkIn(ctx, tx, WalkCascade, []string{id}, limit)
+		return err
+	})
+	if err != nil {
+		return records.Effects{}, Walked{}, interpretError(err)
+	}
+	return fx, w, nil
 }

@@ -87,21 +87,28 @@ func replaceMarks(ctx context.Context, tx pgx.Tx, kind string, taken []mark, nex
 func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit int) (Walked, error) {
 	var out Walked
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		out = Walked{}
-		marks, err := takeMarks(ctx, tx, kind, ids, limit)
-		if err != nil || len(marks) == 0 {
-			return err
-		}
-		if kind == WalkRestore {
-			out, err = restoreBatch(ctx, tx, marks)
-		} else {
-			out, err = cascadeBatch(ctx, tx, marks)
-		}
-		if err != nil {
-			return err
-		}
-		out.More = out.More || len(marks) >= limit
-		return replaceMarks(ctx, tx, kind, marks, out.Next)
+		var err error
+		out, err = walkIn(ctx, tx, kind, ids, limit)
+		return err
 	})
 	return out, interpretError(err)
+}
+
+// walkIn is GraphWalk in tx.
+func walkIn(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int) (Walked, error) {
+	marks, err := takeMarks(ctx, tx, kind, ids, limit)
+	if err != nil || len(marks) == 0 {
+		return Walked{}, err
+	}
+	var out Walked
+	if kind == WalkRestore {
+		out, err = restoreBatch(ctx, tx, marks)
+	} else {
+		out, err = cascadeBatch(ctx, tx, marks)
+	}
+	if err != nil {
+		return Walked{}, err
+	}
+	out.More = out.More || len(marks) >= limit
+	return out, replaceMarks(ctx, tx, kind, marks, out.Next)
 }

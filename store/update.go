@@ -228,51 +228,53 @@ var (
 // name the job Moved when this call changed it (not when it was
 // cancelled, or its cancellation asked, before) and Done when it ended.
 func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, error) {
-	return s.cancel(ctx, id, false)
-}
-
-// cancel is JobCancel, and with cascade JobCancelCascade: it also marks
-// the walk down the graph, finds an ended job no refusal, and leaves the
-// job's children to the walk.
-func (s *Store) cancel(ctx context.Context, id string, cascade bool) (records.Effects, error) {
 	var fx records.Effects
 	if !storable(id) {
 		return fx, records.ErrNotFound
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx = records.Effects{}
-		var status string
-		var asked bool
-		if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
-			return err
-		}
-		if cascade {
-			if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
-				return err
-			}
-		}
-		switch {
-		case status == records.StatusCancelled || cascade && records.IsTerminal(status):
-			return nil
-		case records.IsTerminal(status):
-			return &records.StateError{Status: status}
-		case status == records.StatusRunning:
-			if !asked {
-				fx.Moved = []string{id}
-			}
-			_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
-			return err
-		}
-		fx.Moved, fx.Done = []string{id}, []string{id}
-		if !cascade {
-			fx.Parents = []string{id}
-		}
-		return finish(ctx, tx, id, records.StatusCancelled, nil)
+		var err error
+		fx, err = cancelIn(ctx, tx, id, false)
+		return err
 	})
 	if err != nil {
 		return records.Effects{}, interpretError(err)
 	}
 	return fx, nil
+}
+
+// cancelIn is JobCancel in tx, and with cascade the start of
+// JobCancelCascade: it also marks the walk down the graph, finds an ended
+// job no refusal, and leaves the job's children to the walk.
+func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.Effects, error) {
+	var fx records.Effects
+	var status string
+	var asked bool
+	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
+		return fx, err
+	}
+	if cascade {
+		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
+			return fx, err
+		}
+	}
+	switch {
+	case status == records.StatusCancelled || cascade && records.IsTerminal(status):
+		return fx, nil
+	case records.IsTerminal(status):
+		return fx, &records.StateError{Status: status}
+	case status == records.StatusRunning:
+		if !asked {
+			fx.Moved = []string{id}
+		}
+		_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
+		return fx, err
+	}
+	fx.Moved, fx.Done = []string{id}, []string{id}
+	if !cascade {
+		fx.Parents = []string{id}
+	}
+	return fx, finish(ctx, tx, id, records.StatusCancelled, nil)
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
