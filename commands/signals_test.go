@@ -325,6 +325,34 @@ func TestAnAwaitingJobIsCancelledAtOnce(t *testing.T) {
 	}
 }
 
+// A cancelled job's wait stays interrupted past its deadline: the
+// leader's sweep, which times out the waits of awaiting jobs (here
+// another's), gives it no timeout output.
+func TestACancelledJobsWaitIsNotTimedOut(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "cancelled-deadline", "a")
+	cancelled := submit(t, admin, map[string]any{"type": "a", "queue": "cancel-deadline"})
+	popStep(t, w, "cancel-deadline").text("STEP.WAIT", "approval", "SIGNAL", "approve", "TIMEOUT", "1")
+	if err := admin.Do(ctx, "JOB.CANCEL", cancelled).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := submit(t, admin, map[string]any{"type": "a", "queue": "cancel-deadline"})
+	popStep(t, w, "cancel-deadline").text("STEP.WAIT", "approval", "SIGNAL", "approve", "TIMEOUT", "1")
+	if j := popStep(t, w, "cancel-deadline"); j.id != other {
+		t.Fatalf("delivered again after its deadline: %s, want %s", j.id, other)
+	}
+	steps := awaitSteps(t, admin, cancelled)
+	if len(steps) != 1 || steps[0].Status != "interrupted" || string(steps[0].Output) != "null" || string(steps[0].Deadline) != "null" {
+		t.Fatalf("the cancelled job's JOB.STEPS: %+v", steps)
+	}
+	if v := getJob(t, admin, cancelled); v.Status != "cancelled" {
+		t.Fatalf("the cancelled job: %+v", v)
+	}
+}
+
 // STEP.WAIT's refusals, word for word.
 func TestStepWaitRefusesClearly(t *testing.T) {
 	t.Parallel()

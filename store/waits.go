@@ -252,7 +252,9 @@ func nilIfEmpty(ids []string) []string {
 
 // WaitsExpire ends up to limit waits whose deadline passed
 // (job_steps_deadline): each completes with its timeout output, its job's
-// waits for other jobs are dropped, and its job is queued.
+// waits for other jobs are dropped, and its job is queued. A wait whose
+// job no longer awaits (cancelled meanwhile) only loses its deadline: it
+// stays as its job left it, and leaves the index.
 func (s *Store) WaitsExpire(ctx context.Context, limit int) (woken []string, fx records.Effects, err error) {
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		woken, fx = nil, records.Effects{}
@@ -261,9 +263,13 @@ func (s *Store) WaitsExpire(ctx context.Context, limit int) (woken []string, fx 
 			-- and STEP.WAIT lock them, and a wait a signal ended meanwhile
 			-- is left (the update's status test sees it anew).
 			WITH due AS (
-				SELECT s.job_id, s.step_id, s.wait_jobs FROM job_steps s JOIN jobs j ON j.id = s.job_id
+				SELECT s.job_id, s.step_id, s.wait_jobs, j.status = 'awaiting' AS live
+				FROM job_steps s JOIN jobs j ON j.id = s.job_id
 				WHERE s.status = 'awaiting' AND s.wake_at IS NOT NULL AND s.wake_at <= now()
 				ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF j SKIP LOCKED
+			), ended AS (
+				UPDATE job_steps s SET wake_at = NULL
+				FROM due WHERE NOT due.live AND s.job_id = due.job_id AND s.step_id = due.step_id
 			)
 			UPDATE job_steps s SET status = 'completed', completed_at = now(), output = CASE
 				WHEN due.wait_jobs IS NULL THEN '{"timeout":true}'::jsonb
@@ -271,7 +277,7 @@ func (s *Store) WaitsExpire(ctx context.Context, limit int) (woken []string, fx 
 					SELECT jsonb_agg(w ORDER BY o) FROM unnest(due.wait_jobs) WITH ORDINALITY AS u(w, o)
 					WHERE NOT EXISTS (SELECT 1 FROM jobs a WHERE a.id = u.w AND a.status IN ('completed', 'failed', 'cancelled'))),
 					'[]'::jsonb)) END
-			FROM due WHERE s.job_id = due.job_id AND s.step_id = due.step_id AND s.status = 'awaiting'
+			FROM due WHERE due.live AND s.job_id = due.job_id AND s.step_id = due.step_id AND s.status = 'awaiting'
 			RETURNING s.job_id`, limit)
 		if err != nil {
 			return err
