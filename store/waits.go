@@ -269,7 +269,7 @@ func (s *Store) WaitsExpire(ctx context.Context, limit int) (woken []string, fx 
 				ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF j SKIP LOCKED
 			), ended AS (
 				UPDATE job_steps s SET wake_at = NULL
-				FROM due WHERE NOT due.live AND s.job_id = due.job_id AND s.step_id = due.step_id
+				FROM due WHERE NOT due.live AND s.job_id = due.job_id AND s.step_id = due.step_id AND s.status = 'awaiting'
 			)
 			UPDATE job_steps s SET status = 'completed', completed_at = now(), output = CASE
 				WHEN due.wait_jobs IS NULL THEN '{"timeout":true}'::jsonb
