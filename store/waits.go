@@ -259,14 +259,16 @@ func (s *Store) WaitsExpire(ctx context.Context, limit int) (woken []string, fx 
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		woken, fx = nil, records.Effects{}
 		rows, err := tx.Query(ctx, `
-			-- job_steps_deadline. The jobs are locked first, as JOB.SIGNAL
-			-- and STEP.WAIT lock them, and a wait a signal ended meanwhile
-			-- is left (the update's status test sees it anew).
+			-- job_steps_deadline. Waits and their jobs are taken only
+			-- when neither is locked: JOB.SIGNAL and STEP.WAIT lock the
+			-- job, then the step; the release of a job whose awaited jobs
+			-- ended, the step, then the job. A wait a signal ended
+			-- meanwhile is left (the update's status test sees it anew).
 			WITH due AS (
 				SELECT s.job_id, s.step_id, s.wait_jobs, j.status = 'awaiting' AS live
 				FROM job_steps s JOIN jobs j ON j.id = s.job_id
 				WHERE s.status = 'awaiting' AND s.wake_at IS NOT NULL AND s.wake_at <= now()
-				ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF j SKIP LOCKED
+				ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF s, j SKIP LOCKED
 			), ended AS (
 				UPDATE job_steps s SET wake_at = NULL
 				FROM due WHERE NOT due.live AND s.job_id = due.job_id AND s.step_id = due.step_id AND s.status = 'awaiting'
