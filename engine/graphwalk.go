@@ -26,6 +26,11 @@ const maxWalkRounds = 100
 // holders told, and the jobs to settle settled — a cascade's once it is
 // over, so that no child it is about to cancel is released first.
 func (e *Engine) walk(ctx context.Context, kind string, ids []string) {
+	// Walks probe jobs_children once a job: its pending entries first go
+	// where a probe finds them at once.
+	if err := e.store.FlushChildrenIndex(ctx); err != nil {
+		e.log.Debug().Err(err).Msg("flushing the children index before a walk")
+	}
 	var held []string
 	defer func() {
 		if len(held) > 0 {

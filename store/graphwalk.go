@@ -105,3 +105,20 @@ func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit 
 	})
 	return out, interpretError(err)
 }
+
+// FlushChildrenIndex moves the entries waiting in jobs_children's pending
+// list into the index proper. A GIN index takes new entries — every job
+// with parents submitted, and every change of such a job's status, since
+// those write new row versions — into a pending list that each search
+// reads whole until VACUUM merges it: with a few thousand entries there,
+// each probe of a walk costs 0.7 ms instead of 5 µs, 3 s instead of
+// 0.1 s over a lattice of 5,000 jobs. Merging them first costs a few
+// milliseconds a thousand entries, work VACUUM would do later anyway.
+// Only the index's owner may merge them (as for VACUUM): for others this
+// does nothing.
+func (s *Store) FlushChildrenIndex(ctx context.Context) error {
+	_, err := s.Pool.Exec(ctx, `
+		SELECT gin_clean_pending_list(c.oid) FROM pg_class c
+		WHERE c.oid = 'jobs_children'::regclass AND pg_has_role(c.relowner, 'USAGE')`)
+	return interpretError(err)
+}
