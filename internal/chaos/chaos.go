@@ -74,8 +74,8 @@ type Config struct {
 	Fsync bool
 	// NoStandby runs a single PostgreSQL, without fail-over.
 	NoStandby bool
-	// Workflows submits graphs of step jobs with sleeps instead of plain
-	// jobs (see workflow.go).
+	// Workflows submits graphs of step jobs that sleep, wait for signals
+	// or spawn and await children, instead of plain jobs (see workflow.go).
 	Workflows bool
 	// TLS runs the nodes with only a TLS listener that requires a client
 	// certificate, and every worker and producer connects over it.
@@ -333,12 +333,6 @@ func (r *run) startProducers(runCtx, ctx context.Context) *sync.WaitGroup {
 	for i := range signalers {
 		signalers[i] = r.admin(i)
 	}
-	go func() {
-		<-runCtx.Done()
-		for _, c := range signalers {
-			c.Close()
-		}
-	}()
 	for p := range r.cfg.Producers {
 		wg.Go(func() {
 			clients := make([]*redis.Client, len(r.addrs))
@@ -377,7 +371,15 @@ func (r *run) startProducers(runCtx, ctx context.Context) *sync.WaitGroup {
 			}
 		})
 	}
-	return &wg
+	// Done once the producers and the signals they sent are.
+	var done sync.WaitGroup
+	done.Go(func() {
+		wg.Wait()
+		for _, c := range signalers {
+			c.Close()
+		}
+	})
+	return &done
 }
 
 // inject runs one fault and waits until it is recovered from: a worker of
