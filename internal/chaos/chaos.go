@@ -359,7 +359,7 @@ func (r *run) startProducers(runCtx, ctx context.Context) *sync.WaitGroup {
 						for _, id := range ids {
 							r.ledger.ack(id)
 						}
-						if r.cfg.Workflows && flowKind(seq) == flowSignal {
+						if r.cfg.Workflows && signalled(flowKind(seq)) {
 							wg.Go(func() { r.sendSignal(runCtx, signalers, id, seq) })
 						}
 						break

@@ -32,26 +32,35 @@ type ledger struct {
 	beganAfter map[string]bool // job/step/delivery: its STEP.BEGIN was sent after the step's +OK
 	stepsRerun []string
 	early      []string
-	// signalsOK holds when each signal was answered +OK, by job; spawned
-	// counts the children workers submitted (acknowledged as the
-	// producers' jobs are).
-	signalsOK map[string]time.Time
+	// signalsOK holds when each signal was answered +OK, by job, and
+	// whether its wait's deadline was far enough away that the wait must
+	// take it; spawned counts the children workers submitted
+	// (acknowledged as the producers' jobs are).
+	signalsOK map[string]signalSent
 	spawned   int
 }
 
 func newLedger(nodes int) *ledger {
 	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
 		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}, stepsOK: map[string]bool{},
-		beganAfter: map[string]bool{}, signalsOK: map[string]time.Time{}}
+		beganAfter: map[string]bool{}, signalsOK: map[string]signalSent{}}
 }
 
 // held is a delivery a worker runs.
 type held struct{ job, delivery string }
 
-// signalOK notes that job's signal was answered +OK at t.
-func (l *ledger) signalOK(job string, t time.Time) {
+// signalSent is a signal answered +OK: when, and whether its wait must
+// take it (its deadline far away).
+type signalSent struct {
+	at   time.Time
+	must bool
+}
+
+// signalOK notes that job's signal was answered +OK at t; must: its wait's
+// deadline is far enough away that the wait must take it.
+func (l *ledger) signalOK(job string, t time.Time, must bool) {
 	l.mu.Lock()
-	l.signalsOK[job] = t
+	l.signalsOK[job] = signalSent{at: t, must: must}
 	l.mu.Unlock()
 }
 
@@ -238,23 +247,25 @@ func (l *ledger) account(ctx context.Context, conn *pgx.Conn, r *Report) error {
 }
 
 // accountWaits reads from the database what became of the signals
-// answered +OK — each must have been taken by its job's wait, and no such
-// wait may have timed out though its signal was stored before its
-// deadline — and of the waits for a signal nobody sends, which time out.
+// answered +OK — each must have been taken by its job's wait (unless that
+// wait's deadline was close and came first), and no wait may have timed
+// out though its signal was answered +OK before its deadline — and of the
+// waits for a signal nobody sends, which time out.
 func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []string, r *Report) error {
 	var jobs []string
 	var okAt []time.Time
+	var must []bool
 	for _, job := range slices.Sorted(maps.Keys(l.signalsOK)) {
-		jobs, okAt = append(jobs, job), append(okAt, l.signalsOK[job])
+		s := l.signalsOK[job]
+		jobs, okAt, must = append(jobs, job), append(okAt, s.at), append(must, s.must)
 	}
 	rows, err := conn.Query(ctx, `
-		SELECT a.id, coalesce(st.status, 'not begun'), coalesce(st.output->>'signal', ''),
-			coalesce(st.output->>'timeout' = 'true', false),
-			coalesce(a.ok_at < st.wake_at OR sg.created_at < st.wake_at, false),
+		SELECT a.id, a.must, coalesce(st.status, 'not begun'), coalesce(st.output->>'signal', ''),
+			coalesce(st.output->>'timeout' = 'true', false), coalesce(a.ok_at < st.wake_at, false),
 			sg.created_at IS NOT NULL, coalesce(sg.taken_by, '')
-		FROM unnest($1::text[], $2::timestamptz[]) AS a(id, ok_at)
+		FROM unnest($1::text[], $2::timestamptz[], $4::bool[]) AS a(id, ok_at, must)
 		LEFT JOIN job_steps st ON st.job_id = a.id AND st.step_id = $3
-		LEFT JOIN job_signals sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait)
+		LEFT JOIN job_signals sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait, must)
 	if err != nil {
 		return err
 	}
@@ -262,13 +273,21 @@ func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []strin
 	r.SignalsOK = len(jobs)
 	for rows.Next() {
 		var id, status, signal, takenBy string
-		var timedOut, beforeDeadline, stored bool
-		if err := rows.Scan(&id, &status, &signal, &timedOut, &beforeDeadline, &stored, &takenBy); err != nil {
+		var must, timedOut, beforeDeadline, stored bool
+		if err := rows.Scan(&id, &must, &status, &signal, &timedOut, &beforeDeadline, &stored, &takenBy); err != nil {
 			return err
 		}
-		if !stored || takenBy != flowWait || signal != flowSignalName {
+		// A signal whose deadline may come first is taken, or its wait
+		// timed out (and then its +OK came after the deadline).
+		if must && (!stored || takenBy != flowWait || signal != flowSignalName) ||
+			!must && (!stored || !timedOut && (takenBy != flowWait || signal != flowSignalName)) {
 			r.SignalsUndelivered++
 			r.UndeliveredIDs = appendSome(r.UndeliveredIDs, fmt.Sprintf("%s (stored %v, taken by %q, wait %s)", id, stored, takenBy, status))
+		}
+		if !must && timedOut {
+			r.RacesTimedOut++
+		} else if !must && takenBy == flowWait {
+			r.RacesTaken++
 		}
 		if timedOut && beforeDeadline {
 			r.WaitsTimedOutEarly++
@@ -314,14 +333,18 @@ type Report struct {
 	// timed out though their signal was stored before the deadline; waits
 	// for a signal nobody sends, and those of them that timed out; the
 	// children spawned by parents that await them.
-	SignalsOK          int      `json:"signals_ok"`
-	SignalsUndelivered int      `json:"signals_ok_not_delivered"`
-	WaitsTimedOutEarly int      `json:"waits_timed_out_with_signal_stored"`
-	Lapses             int      `json:"waits_without_signal"`
-	LapsesTimedOut     int      `json:"waits_without_signal_timed_out"`
-	ChildrenSpawned    int      `json:"children_spawned"`
-	UndeliveredIDs     []string `json:"undelivered_ids,omitempty"`
-	TimedOutIDs        []string `json:"timed_out_ids,omitempty"`
+	SignalsOK          int `json:"signals_ok"`
+	SignalsUndelivered int `json:"signals_ok_not_delivered"`
+	WaitsTimedOutEarly int `json:"waits_timed_out_with_signal_stored"`
+	Lapses             int `json:"waits_without_signal"`
+	LapsesTimedOut     int `json:"waits_without_signal_timed_out"`
+	ChildrenSpawned    int `json:"children_spawned"`
+	// Waits whose deadline (1 s) a signal sent within two seconds may beat
+	// or not: those that took it, those that timed out first.
+	RacesTaken     int      `json:"close_waits_took_signal"`
+	RacesTimedOut  int      `json:"close_waits_timed_out"`
+	UndeliveredIDs []string `json:"undelivered_ids,omitempty"`
+	TimedOutIDs    []string `json:"timed_out_ids,omitempty"`
 	// TLS says every client connected over TLS with a client certificate.
 	TLS bool `json:"tls"`
 	// SubmitRate is the submissions asked per second; WorkerCapacity what
@@ -396,6 +419,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "signals answered +OK:               %d\n", r.SignalsOK)
 		fmt.Fprintf(w, "  never delivered to their wait:    %d %v\n", r.SignalsUndelivered, r.UndeliveredIDs)
 		fmt.Fprintf(w, "  wait timed out, signal stored before the deadline: %d %v\n", r.WaitsTimedOutEarly, r.TimedOutIDs)
+		fmt.Fprintf(w, "  of them with a close deadline: took it %d, timed out first %d\n", r.RacesTaken, r.RacesTimedOut)
 		fmt.Fprintf(w, "waits for a signal nobody sends:    %d, timed out: %d\n", r.Lapses, r.LapsesTimedOut)
 	}
 	fmt.Fprintf(w, "faults:\n")

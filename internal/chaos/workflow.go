@@ -14,11 +14,12 @@ import (
 
 // A workflow run (Config.Workflows) submits graphs instead of plain jobs:
 // a flow job of durable steps, and a child after it. Flow jobs take turns
-// at four shapes (flowKind): a sleep between their steps; a wait for a
+// at five shapes (flowKind): a sleep between their steps; a wait for a
 // signal the producer sends (JOB.SIGNAL with an ID, re-sent after errors),
-// with a deadline far enough away that it must never pass; a wait for a
-// signal nobody sends, which must time out; and a parent that spawns
-// children with its worker's key and awaits them (STEP.WAIT JOBS). Its
+// with a deadline far enough away that it must never pass, or with one
+// that the signal may beat or not; a wait for a signal nobody sends, which
+// must time out; and a parent that spawns children with its worker's key
+// and awaits them (STEP.WAIT JOBS). Its
 // workers print, besides exec and done:
 //
 //	begin <job> <step> <delivery>  it sends STEP.BEGIN of the step now
@@ -53,6 +54,10 @@ const (
 	flowSignalTimeout = 120
 	// flowLapseTimeout is the deadline of a wait whose signal never comes.
 	flowLapseTimeout = 1
+	// flowCloseTimeout is the deadline of a wait whose signal is sent
+	// within two seconds of its submission (or later, after errors): the
+	// signal or the deadline may come first.
+	flowCloseTimeout = 1
 	// flowChildren is how many children a spawning parent submits.
 	flowChildren = 2
 )
@@ -61,11 +66,16 @@ const (
 const (
 	flowSleep  = ""       // a sleep between the steps
 	flowSignal = "signal" // a wait for the signal the producer sends
+	flowClose  = "close"  // the same, with a deadline that may come first
 	flowLapse  = "lapse"  // a wait for a signal nobody sends: it times out
 	flowSpawn  = "spawn"  // spawns children and awaits them
 )
 
-var flowKinds = []string{flowSleep, flowSignal, flowLapse, flowSpawn}
+var flowKinds = []string{flowSleep, flowSignal, flowLapse, flowSpawn, flowClose}
+
+// signalled reports whether the producer sends a signal to flow jobs of
+// kind.
+func signalled(kind string) bool { return kind == flowSignal || kind == flowClose }
 
 // flowKind is the shape of the n-th flow job.
 func flowKind(n int64) string { return flowKinds[n%int64(len(flowKinds))] }
@@ -135,9 +145,12 @@ func (w *chaosWorker) pause(job chaosJob, kind string) (parked, ok bool) {
 	switch kind {
 	case flowSleep:
 		reply, ok = w.stepCall(job, "STEP.SLEEP", job.JobID, flowNap, "1")
-	case flowSignal, flowLapse:
+	case flowSignal, flowClose, flowLapse:
 		name, timeout := flowSignalName, flowSignalTimeout
-		if kind == flowLapse {
+		switch kind {
+		case flowClose:
+			timeout = flowCloseTimeout
+		case flowLapse:
 			name, timeout = "never", flowLapseTimeout
 		}
 		reply, ok = w.stepCall(job, "STEP.WAIT", job.JobID, flowWait, "SIGNAL", name, "TIMEOUT", fmt.Sprint(timeout))
@@ -263,18 +276,23 @@ func (w *chaosWorker) stepCall(job chaosJob, args ...string) (string, bool) {
 }
 
 // sendSignal sends the signal job n waits for, after a pause of up to a
-// second (so that some arrive before the wait begins, some after), each
+// second (so that some arrive before the wait begins, some after; up to
+// two for a wait with a close deadline, so that some come after it), each
 // time to the next node, re-sent with its ID after every error until it is
 // answered +OK or refused; the +OK is noted in the ledger with its time.
 func (r *run) sendSignal(ctx context.Context, clients []*redis.Client, job string, n int64) {
-	if !sleep(ctx, time.Duration(n*37%1000)*time.Millisecond) {
+	spread := int64(1000)
+	if flowKind(n) == flowClose {
+		spread = 2000
+	}
+	if !sleep(ctx, time.Duration(n*37%spread)*time.Millisecond) {
 		return
 	}
 	payload := fmt.Sprintf(`{"n":%d}`, n)
 	for try, wait := int(n), time.Duration(0); sleep(ctx, wait); try, wait = try+1, backoff(wait) {
 		err := clients[try%len(clients)].Do(ctx, "JOB.SIGNAL", job, flowSignalName, payload, "ID", signalID(job)).Err()
 		if err == nil {
-			r.ledger.signalOK(job, time.Now())
+			r.ledger.signalOK(job, time.Now(), flowKind(n) == flowSignal)
 			return
 		}
 		if ctx.Err() != nil {
