@@ -298,12 +298,15 @@ func (r *run) sendSignal(ctx context.Context, clients []*redis.Client, job strin
 		if ctx.Err() != nil {
 			return
 		}
-		r.ledger.clientErr("signal", err.Error())
-		// A refusal about the job is final; anything else (TRYAGAIN, a
-		// timeout, a lost connection) may or may not have stored it: the
-		// ID makes sending it again safe.
+		// A refusal about the job is final (counted without its id: a
+		// wait with a close deadline may have timed out and its job
+		// ended); anything else (TRYAGAIN, a timeout, a lost connection)
+		// may or may not have stored it: the ID makes sending it again
+		// safe.
 		if msg := err.Error(); strings.HasPrefix(msg, "ERR job ") || strings.HasPrefix(msg, "ERR no such job") {
+			r.ledger.clientErr("signal", strings.Replace(msg, " "+job, "", 1))
 			return
 		}
+		r.ledger.clientErr("signal", err.Error())
 	}
 }
