@@ -37,7 +37,9 @@ func TestBenchmarkRunsAtASmallSize(t *testing.T) {
 		"50 idle blocked BRPOPs: agq RSS", "50 idle blocked BRPOPs: pickup p99",
 		"dashboard over 3000 jobs: overview", "fan-in of 200: last parent's completion to the child's pickup",
 		"burn-down of three-step jobs, 300 jobs", "1000 fair keys", "fair share: shares served for weights 1:2:4",
-		"fair share: quiet key pickup p99", "three-step jobs: CPU per job", "dashboard over 3000 jobs: failed, half-way down"} {
+		"fair share: quiet key pickup p99", "three-step jobs: CPU per job", "dashboard over 3000 jobs: failed, half-way down",
+		"wake: JOB.SIGNAL +OK on node B to the awaiting job's re-delivery (BLMPOP on node A) p99",
+		"wake: awaited job's completion +OK on node B to the parent's re-delivery (BLMPOP on node A) p99"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report has no %q row", want)
 		}

@@ -37,6 +37,7 @@ func (e *scenarioEnv) runScenarios(ctx context.Context, r *report) error {
 		}},
 		{want("python"), func(ctx context.Context, r *report) error { return pythonRows(ctx, o, e.cl, e.s, r, e.say) }},
 		{want("workflows"), e.workflowRows},
+		{want("wake"), e.wakeRows},
 		{want("fair"), e.fairRows},
 		{want("continuous"), e.continuousRows},
 		{want("submit"), e.submitRows},

@@ -17,7 +17,7 @@ import (
 type ProducerOptions struct {
 	Addr      string // host:port of agq
 	Principal string // optional: the key's principal name
-	Key       string // a producer's (or an admin's) key
+	Key       string // a producer's or an admin's key; or a worker's, for the jobs it spawns
 	TLSConfig *tls.Config
 	PoolSize  int // connections (10 per CPU)
 }

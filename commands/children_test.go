@@ -147,8 +147,8 @@ func TestJobChildrenRefusals(t *testing.T) {
 			t.Errorf("LIMIT %d: %+v, %v", n, p, err)
 		}
 	}
-	// Readers of jobs may list children; a worker, which may not read
-	// jobs, may not.
+	// Readers of jobs may list children; a worker's key only those of the
+	// jobs it submitted.
 	viewer := a.Client(t, redis.Options{Username: "v", Password: a.CreateKey(t, "viewer", "v")})
 	if _, err := jobChildren(ctx, t, viewer, "p"); err != nil {
 		t.Errorf("a viewer: %v", err)

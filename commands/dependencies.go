@@ -41,7 +41,7 @@ func (s *Server) cmdJobParents(ctx context.Context, sess *Session, args [][]byte
 // JOB.CHILDREN job_id [CURSOR c] [LIMIT n] — [next_cursor, {child_id:
 // {"status"}, …}]: a page of the jobs after the job, in id order, for
 // whoever may read it. Cursor "0" starts and ends, as SCAN's.
-func (s *Server) cmdJobChildren(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobChildren(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	id, cursor, limit := string(args[1]), "", 100
 	for i := 2; i < len(args); i += 2 {
 		if i+1 >= len(args) {
@@ -61,6 +61,9 @@ func (s *Server) cmdJobChildren(ctx context.Context, _ *Session, args [][]byte) 
 		default:
 			return nil, resp.ErrSyntax
 		}
+	}
+	if err := s.mayReadID(ctx, sess, id); err != nil {
+		return nil, err
 	}
 	kids, err := s.eng.JobChildren(ctx, id, cursor, limit)
 	if err != nil {

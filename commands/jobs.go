@@ -25,13 +25,13 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "blmpop", Arity: -5, Roles: workers, Blocking: true, Handler: s.cmdBLMPop},
 		{Name: "lmpop", Arity: -4, Roles: workers, Handler: s.cmdLMPop},
 		{Name: "job.update", Arity: 3, Roles: workers, Handler: sendNow(s.prepareReport), Prepare: s.prepareReport},
-		{Name: "job.get", Arity: 2, Roles: readers, Handler: s.cmdJobGet},
-		{Name: "job.wait", Arity: 3, Roles: readers, Blocking: true, Handler: s.cmdJobWait},
+		{Name: "job.get", Arity: 2, Roles: readers | roleWorker, Handler: s.cmdJobGet},
+		{Name: "job.wait", Arity: 3, Roles: readers | roleWorker, Blocking: true, Handler: s.cmdJobWait},
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
 		{Name: "job.cancel", Arity: -2, Roles: producers, Handler: s.cmdJobCancel},
 		{Name: "job.retry", Arity: 2, Roles: producers, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: workers, Handler: s.cmdJobParents},
-		{Name: "job.children", Arity: -2, Roles: readers, Handler: s.cmdJobChildren},
+		{Name: "job.children", Arity: -2, Roles: readers | roleWorker, Handler: s.cmdJobChildren},
 	}
 }
 
@@ -111,6 +111,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte)
 		if err := checkAfterTotal(jobs); err != nil {
 			return nil, err
 		}
+		setSubmitter(sess, jobs)
 		res, err := s.eng.SubmitBatch(ctx, jobs)
 		if err != nil {
 			return nil, err
@@ -238,8 +239,13 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 }
 
 // JOB.GET job_id
-func (s *Server) cmdJobGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobGet(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	j, err := s.eng.JobGet(ctx, string(args[1]))
+	if err == nil {
+		if err := mayRead(sess, j); err != nil {
+			return nil, err
+		}
+	}
 	return jsonOrNil(j, err, jobGetJSON)
 }
 
@@ -249,6 +255,9 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	id := string(args[1])
 	timeout, err := resp.ParseTimeout(args[2])
 	if err != nil {
+		return nil, err
+	}
+	if err := s.mayReadID(ctx, sess, id); err != nil {
 		return nil, err
 	}
 	b := newBlocking(ctx, sess, timeout, api.WaitRecheck)

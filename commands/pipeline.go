@@ -324,11 +324,12 @@ func (s *Server) prepareWrite(sess *Session, cmd redcon.Command) (e *pipelined) 
 
 // prepareSubmission prepares a JOB.SUBMIT of one object or an LPUSH of
 // one job.
-func (s *Server) prepareSubmission(_ context.Context, _ *Session, args [][]byte) (write, error) {
+func (s *Server) prepareSubmission(_ context.Context, sess *Session, args [][]byte) (write, error) {
 	job, queue, err := s.readSubmission(args)
 	if err != nil {
 		return write{}, err
 	}
+	job.SubmittedBy = submitter(sess)
 	w := write{keys: []string{"job:" + job.ID}}
 	if job.UniqueKey != "" {
 		w.keys = append(w.keys, "unique:"+job.UniqueKey)

@@ -152,7 +152,8 @@ func isPubSubCommand(name string) bool {
 
 // maySubscribe applies the roles: an admin may subscribe to anything; a
 // producer to jobs' and queues' channels; a worker to job.cancel, its own
-// events and the channels of the jobs it holds, by name only.
+// events, the channels of the jobs it holds and the status of the jobs its
+// key submitted, by name only.
 func (s *Server) maySubscribe(ctx context.Context, sess *Session, name string, pattern bool) error {
 	p := sess.principal()
 	refuse := resp.CodeErrorf("NOPERM", "this key may not subscribe to '%s'", name)
@@ -171,6 +172,14 @@ func (s *Server) maySubscribe(ctx context.Context, sess *Session, name string, p
 		}
 		if name == "job.cancel" {
 			return nil
+		}
+		if id, ok := strings.CutPrefix(name, "job."); ok {
+			// The status of a job its key submitted (a child it spawned).
+			if id, ok := strings.CutSuffix(id, ".status"); ok {
+				if j, err := s.eng.JobGet(ctx, id); err == nil && j.SubmittedBy == p.Name {
+					return nil
+				}
+			}
 		}
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {

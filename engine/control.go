@@ -32,6 +32,7 @@ func (e *Engine) CancelJob(ctx context.Context, id string) error {
 // graph, that has not ended, in bounded batches; a job that ended is no
 // refusal.
 func (e *Engine) CancelJobCascade(ctx context.Context, id string) error {
+	e.flushChildren(ctx)
 	var first store.Walked
 	err := e.transition(ctx, func() (effects, error) {
 		cfx, w, err := e.store.JobCancelCascade(ctx, id, walkRound)

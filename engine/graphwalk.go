@@ -63,6 +63,14 @@ func (e *Engine) walkOn(ctx context.Context, kind string, w store.Walked) {
 	}
 }
 
+// flushChildren moves jobs_children's pending entries where a walk's
+// probes, one a job, find them at once.
+func (e *Engine) flushChildren(ctx context.Context) {
+	if err := e.store.FlushChildrenIndex(ctx); err != nil {
+		e.log.Debug().Err(err).Msg("flushing the children index before a walk")
+	}
+}
+
 // walkedEffects are what one batch of a walk means to the rest of agq.
 func walkedEffects(w store.Walked) effects {
 	fx := effects{Effects: records.Effects{Parents: w.Check}}

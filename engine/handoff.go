@@ -25,7 +25,9 @@ func (e *Engine) offerJobs(jobs []records.NewJob) (takers []*wakeup.Waiter) {
 	}
 	order := make([]int, 0, len(jobs))
 	for i, j := range jobs {
-		if j.RunAt.IsZero() {
+		// A job a worker's key submits goes in by the statement that
+		// records its submitter, which hands nothing over.
+		if j.RunAt.IsZero() && j.SubmittedBy == "" {
 			order = append(order, i)
 		}
 	}

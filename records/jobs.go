@@ -107,6 +107,9 @@ type Job struct {
 	// key "" for jobs without one).
 	FairKey    string
 	FairWeight int
+	// SubmittedBy is the worker principal whose key submitted the job, ""
+	// when another kind of key did (JobGet only).
+	SubmittedBy string
 }
 
 // ParentState is a parent as its child sees it.
@@ -150,6 +153,11 @@ type NewJob struct {
 	// stored with; not part of its contents (a re-sent job with another
 	// one is the same job).
 	TraceParent, TraceState string
+	// SubmittedBy is the worker principal whose key submits the job (a
+	// parent spawning children), "" for any other key; not part of its
+	// contents. Jobs that set it go in by the statement that sorts out
+	// every job, never the fast ways in.
+	SubmittedBy string
 	// Hand, when set, offers the job to a worker blocked in a pop: the
 	// engine's to set, never the caller's.
 	Hand *Handoff

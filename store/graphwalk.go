@@ -112,3 +112,20 @@ func walkIn(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int
 	out.More = out.More || len(marks) >= limit
 	return out, replaceMarks(ctx, tx, kind, marks, out.Next)
 }
+
+// FlushChildrenIndex moves the entries waiting in jobs_children's pending
+// list into the index proper. A GIN index takes new entries — every job
+// with parents submitted, and every change of such a job's status, since
+// those write new row versions — into a pending list that each search
+// reads whole until it is merged (at 128 kB, or by VACUUM): with a few
+// thousand entries there, each probe of a walk costs 0.7 ms instead of
+// 5 µs. Merging them first costs a few
+// milliseconds a thousand entries, work VACUUM would do later anyway.
+// Only the index's owner may merge them (as for VACUUM): for others this
+// does nothing.
+func (s *Store) FlushChildrenIndex(ctx context.Context) error {
+	_, err := s.Pool.Exec(ctx, `
+		SELECT gin_clean_pending_list(c.oid) FROM pg_class c
+		WHERE c.oid = 'jobs_children'::regclass AND pg_has_role(c.relowner, 'USAGE')`)
+	return interpretError(err)
+}

@@ -106,9 +106,11 @@ func (s *Store) JobGet(ctx context.Context, id string) (records.Job, error) {
 	}
 	// Its count of steps is the highest order of one (job_steps_order).
 	var steps int
+	var submittedBy string
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+`,
-		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1) FROM jobs WHERE id = $1`, id), &steps)
-	j.Steps = steps
+		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1), coalesce(submitted_by, '')
+		FROM jobs WHERE id = $1`, id), &steps, &submittedBy)
+	j.Steps, j.SubmittedBy = steps, submittedBy
 	if err == nil && j.After != nil {
 		j.PendingParents, err = s.PendingParents(ctx, id)
 	}

@@ -178,7 +178,7 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
 		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight, cols.afterFirst, cols.afterLast, cols.mode, cols.afterAll,
-		cols.fair.group, cols.fair.offset, cols.fair.queues, cols.fair.priorities, cols.fair.keys)
+		cols.fair.group, cols.fair.offset, cols.fair.queues, cols.fair.priorities, cols.fair.keys, cols.submittedBy)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +205,9 @@ type submitColumns struct {
 	runAt                                      []*time.Time
 	ord                                        []int32
 	traceParent, traceState                    []string
+	// submittedBy is each job's submitter, nil (SQL NULL: every job NULL)
+	// when no job names one.
+	submittedBy []string
 	// Each job's after, afterAll[afterFirst-1:afterLast] (none when
 	// afterLast < afterFirst), and its on_parent_failure: nil when no job
 	// names parents.
@@ -227,7 +230,7 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 	byID := make(map[string]int, len(jobs))
 	byKey := map[string]int{}
 	cols.reqIndex, cols.now = map[string]int32{}, time.Now()
-	withTrace, withAfter := traced(jobs), withParents(jobs)
+	withTrace, withAfter, withSubmitter := traced(jobs), withParents(jobs), submitted(jobs)
 	for i, j := range jobs {
 		if k, dup := byID[j.ID]; dup {
 			firstOf[i] = k
@@ -243,6 +246,9 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 			byKey[j.UniqueKey] = i
 		}
 		cols.add(j, i, withTrace)
+		if withSubmitter {
+			cols.submittedBy = append(cols.submittedBy, j.SubmittedBy)
+		}
 		if withAfter {
 			cols.addAfter(j)
 		}
@@ -304,21 +310,23 @@ var insertJobsSQL = `
 		), input AS MATERIALIZED (
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
-				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[], $24::int[], $25::int8[])
+				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[], $24::int[], $25::int8[],
+				$29::text[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight,
-				     after_first, after_last, mode, fair_group, fair_offset)
+				     after_first, after_last, mode, fair_group, fair_offset, submitted_by)
 			JOIN reqs ON reqs.n = i.req
 		), ` + registerQueues("$2::text[]", "$18::text[]") + `, ` + fairBases(26, 27, 28) + `, ins AS (
 			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate,
-				fair_key, fair_weight, fair_pass)
+				fair_key, fair_weight, fair_pass, submitted_by)
 			SELECT id, queue, type, requires,
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
 				nullif(traceparent, ''), nullif(tracestate, ''), fair_key, fair_weight,
-				CASE WHEN b.n IS NOT NULL THEN ` + fairPass("b.base", "fair_offset") + ` END
+				CASE WHEN b.n IS NOT NULL THEN ` + fairPass("b.base", "fair_offset") + ` END,
+				nullif(submitted_by, '')
 			FROM input LEFT JOIN fair_bases b ON b.n = fair_group ORDER BY ord
 			ON CONFLICT DO NOTHING
 			RETURNING id

@@ -24,11 +24,12 @@ func allCreated(jobs []records.NewJob) []records.SubmitResult {
 	return res
 }
 
-// dueNow reports whether every job is to run at once: those are the jobs
-// a COPY can insert, their status and run_at being the defaults.
+// dueNow reports whether every job is to run at once and none records its
+// submitter: those are the jobs a COPY can insert, their status, run_at and
+// submitted_by being the defaults.
 func dueNow(jobs []records.NewJob) bool {
 	for _, j := range jobs {
-		if !j.RunAt.IsZero() {
+		if !j.RunAt.IsZero() || j.SubmittedBy != "" {
 			return false
 		}
 	}
@@ -56,6 +57,16 @@ var (
 
 // copyPassColumn is where fair_pass stands in copyColumns.
 const copyPassColumn = 15
+
+// submitted reports whether any job records its submitter.
+func submitted(jobs []records.NewJob) bool {
+	for _, j := range jobs {
+		if j.SubmittedBy != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // traced reports whether any job carries trace context.
 func traced(jobs []records.NewJob) bool {

@@ -22,9 +22,13 @@ import (
 // standby, with the nodes listening only over TLS and every client on it,
 // then under Patroni (with etcd): a switchover done by Patroni, and the
 // primary's postmaster killed so that Patroni fails over to the
-// synchronous standby; and a workflow run (graphs of step jobs with
-// sleeps) under agq's, the workers' and PostgreSQL's faults, where no step
-// answered +OK may run again and no child start before its parent ended.
+// synchronous standby; and a workflow run (graphs of step jobs that
+// sleep, wait for a signal the producer sends or for one nobody sends, or
+// spawn children and await them) under agq's, the workers' and
+// PostgreSQL's faults, where no step answered +OK may run again, no child
+// start before its parent ended (nor a parent wake before its children
+// did), no signal answered +OK go untaken by its wait, and no wait time
+// out with its signal stored.
 // Nothing acknowledged may be lost or left unfinished,
 // no completion answered OK may be missing, no late report accepted, and
 // every fault must be recovered from: a worker on every node completing
@@ -91,6 +95,9 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 			}
 			if asked := slices.Contains(tc.args, "-workflows"); rep.Workflows != asked || (asked && rep.StepsCompleted == 0) {
 				t.Errorf("asked for workflows: %v; the report says %v with %d steps completed", asked, rep.Workflows, rep.StepsCompleted)
+			} else if asked && (rep.SignalsOK == 0 || rep.ChildrenSpawned == 0 || rep.LapsesTimedOut == 0) {
+				t.Errorf("a workflow run with %d signals answered +OK, %d children spawned, %d waits timed out as they must",
+					rep.SignalsOK, rep.ChildrenSpawned, rep.LapsesTimedOut)
 			}
 			if strings.Contains(tc.args[len(tc.args)-1], "worker-stop") && rep.ReportsRefused == 0 {
 				t.Errorf("the worker stopped while it held a job had no report refused")

@@ -118,7 +118,7 @@ func parseFlags() options {
 	flag.StringVar(&faults, "faults", strings.Join(chaos.AllFaults, ","), "faults to cycle through")
 	flag.BoolVar(&cfg.Fsync, "fsync", true, "keep PostgreSQL's fsync on")
 	flag.BoolVar(&cfg.NoStandby, "no-standby", false, "one PostgreSQL without a standby (no failover fault)")
-	flag.BoolVar(&cfg.Workflows, "workflows", false, "submit graphs of durable-step jobs with sleeps, each with a child after it, and count\nsteps answered +OK whose work ran again and children started before a parent ended")
+	flag.BoolVar(&cfg.Workflows, "workflows", false, "submit graphs of durable-step jobs, each with a child after it, that sleep, wait for a\nsignal the producer sends or for one nobody sends, or spawn children and await them;\ncount steps answered +OK whose work ran again, children started before a parent ended,\nsignals answered +OK their wait never took, and waits that timed out with their signal stored")
 	flag.BoolVar(&cfg.TLS, "tls", false, "agq nodes listen only over TLS and require client certificates; every client uses TLS")
 	flag.StringVar(&o.agqBin, "agq", "", "agq binary (default: built from this checkout)")
 	flag.StringVar(&o.dir, "dir", "", "directory for the clusters and logs (default: a temporary one, removed unless -keep)")

@@ -74,8 +74,8 @@ type Config struct {
 	Fsync bool
 	// NoStandby runs a single PostgreSQL, without fail-over.
 	NoStandby bool
-	// Workflows submits graphs of step jobs with sleeps instead of plain
-	// jobs (see workflow.go).
+	// Workflows submits graphs of step jobs that sleep, wait for signals
+	// or spawn and await children, instead of plain jobs (see workflow.go).
 	Workflows bool
 	// TLS runs the nodes with only a TLS listener that requires a client
 	// certificate, and every worker and producer connects over it.
@@ -186,7 +186,7 @@ func (r *run) makeTLS() (err error) {
 func (r *run) submitUnderFaults(ctx context.Context, rep *Report) {
 	workersUp := time.Now()
 	prodCtx, stopProducers := context.WithCancel(ctx)
-	producers := r.startProducers(prodCtx)
+	producers := r.startProducers(ctx, prodCtx)
 	probes := r.startProbes(prodCtx)
 
 	faults := r.cfg.Faults
@@ -306,8 +306,11 @@ func (r *run) startWorkers(ctx context.Context) error {
 }
 
 // startProducers submits jobs at the configured rate, each to the next
-// node, re-sending a submission by its id until it is acknowledged.
-func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
+// node, re-sending a submission by its id until it is acknowledged, until
+// ctx ends. In a workflow run it also sends the signals the jobs it
+// submitted wait for: those outlive ctx (runCtx bounds them), so that no
+// job acknowledged waits for a signal never sent.
+func (r *run) startProducers(runCtx, ctx context.Context) *sync.WaitGroup {
 	tokens := make(chan struct{}, r.cfg.Producers)
 	go func() {
 		t := time.NewTicker(time.Second / time.Duration(max(1, r.cfg.Rate)))
@@ -326,6 +329,10 @@ func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
 	}()
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	signalers := make([]*redis.Client, len(r.addrs))
+	for i := range signalers {
+		signalers[i] = r.admin(i)
+	}
 	for p := range r.cfg.Producers {
 		wg.Go(func() {
 			clients := make([]*redis.Client, len(r.addrs))
@@ -339,10 +346,11 @@ func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
 					return
 				case <-tokens:
 				}
-				id := fmt.Sprintf("chaos-%07d", next.Add(1))
+				seq := next.Add(1)
+				id := fmt.Sprintf("chaos-%07d", seq)
 				doc, ids := fmt.Sprintf(`{"job_id":%q,"queue":%q,"type":"chaos","max_attempts":100}`, id, queue), []string{id}
 				if r.cfg.Workflows {
-					doc, ids = flowGraph(id)
+					doc, ids = flowGraph(id, flowKind(seq))
 				}
 				// After an error the next node is tried.
 				for try, wait := n, time.Duration(0); sleep(ctx, wait); try, wait = try+1, backoff(wait) {
@@ -350,6 +358,9 @@ func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
 					if err == nil {
 						for _, id := range ids {
 							r.ledger.ack(id)
+						}
+						if r.cfg.Workflows && signalled(flowKind(seq)) {
+							wg.Go(func() { r.sendSignal(runCtx, signalers, id, seq) })
 						}
 						break
 					}
@@ -360,7 +371,15 @@ func (r *run) startProducers(ctx context.Context) *sync.WaitGroup {
 			}
 		})
 	}
-	return &wg
+	// Done once the producers and the signals they sent are.
+	var done sync.WaitGroup
+	done.Go(func() {
+		wg.Wait()
+		for _, c := range signalers {
+			c.Close()
+		}
+	})
+	return &done
 }
 
 // inject runs one fault and waits until it is recovered from: a worker of

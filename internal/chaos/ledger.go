@@ -29,17 +29,40 @@ type ledger struct {
 	// Workflow runs: the steps answered +OK (job/step), the steps whose
 	// work ran again after that, and the children delivered early.
 	stepsOK    map[string]bool
+	beganAfter map[string]bool // job/step/delivery: its STEP.BEGIN was sent after the step's +OK
 	stepsRerun []string
 	early      []string
+	// signalsOK holds when each signal was answered +OK, by job, and
+	// whether its wait's deadline was far enough away that the wait must
+	// take it; spawned counts the children workers submitted
+	// (acknowledged as the producers' jobs are).
+	signalsOK map[string]signalSent
+	spawned   int
 }
 
 func newLedger(nodes int) *ledger {
 	return &ledger{acked: map[string]bool{}, execs: map[string]int{}, accepted: map[string][]string{},
-		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}, stepsOK: map[string]bool{}}
+		errs: map[string]int{}, doneAt: make([]time.Time, nodes), holding: map[int]held{}, stepsOK: map[string]bool{},
+		beganAfter: map[string]bool{}, signalsOK: map[string]signalSent{}}
 }
 
 // held is a delivery a worker runs.
 type held struct{ job, delivery string }
+
+// signalSent is a signal answered +OK: when, and whether its wait must
+// take it (its deadline far away).
+type signalSent struct {
+	at   time.Time
+	must bool
+}
+
+// signalOK notes that job's signal was answered +OK at t; must: its wait's
+// deadline is far enough away that the wait must take it.
+func (l *ledger) signalOK(job string, t time.Time, must bool) {
+	l.mu.Lock()
+	l.signalsOK[job] = signalSent{at: t, must: must}
+	l.mu.Unlock()
+}
 
 func (l *ledger) ack(id string) {
 	l.mu.Lock()
@@ -99,12 +122,21 @@ func (l *ledger) workerLine(worker, node int, line string) {
 		delete(l.holding, worker)
 	case f[0] == "parked":
 		delete(l.holding, worker)
-	case f[0] == "step" && len(f) == 4:
+	case f[0] == "begin" && len(f) == 4:
 		if l.stepsOK[f[1]+"/"+f[2]] {
+			l.beganAfter[f[1]+"/"+f[2]+"/"+f[3]] = true
+		}
+	case f[0] == "step" && len(f) == 4:
+		if l.beganAfter[f[1]+"/"+f[2]+"/"+f[3]] {
 			l.stepsRerun = append(l.stepsRerun, f[1]+"/"+f[2])
 		}
 	case f[0] == "stepok" && len(f) == 3:
 		l.stepsOK[f[1]+"/"+f[2]] = true
+	case f[0] == "spawned" && len(f) == 2:
+		if !l.acked[f[1]] {
+			l.acked[f[1]] = true
+			l.spawned++
+		}
 	case f[0] == "early" && len(f) == 4:
 		l.early = append(l.early, f[1]+" before "+f[2]+" ("+f[3]+")")
 	case f[0] == "err" && len(f) >= 3:
@@ -203,7 +235,72 @@ func (l *ledger) account(ctx context.Context, conn *pgx.Conn, r *Report) error {
 		r.EarlyIDs = appendSome(r.EarlyIDs, s)
 	}
 	r.ClientErrors = maps.Clone(l.errs)
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	if !r.Workflows {
+		return nil
+	}
+	r.ChildrenSpawned = l.spawned
+	return l.accountWaits(ctx, conn, ids, r)
+}
+
+// accountWaits reads from the database what became of the signals
+// answered +OK — each must have been taken by its job's wait (unless that
+// wait's deadline was close and came first), and no wait may have timed
+// out though its signal was answered +OK before its deadline — and of the
+// waits for a signal nobody sends, which time out.
+func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []string, r *Report) error {
+	var jobs []string
+	var okAt []time.Time
+	var must []bool
+	for _, job := range slices.Sorted(maps.Keys(l.signalsOK)) {
+		s := l.signalsOK[job]
+		jobs, okAt, must = append(jobs, job), append(okAt, s.at), append(must, s.must)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT a.id, a.must, coalesce(st.status, 'not begun'), coalesce(st.output->>'signal', ''),
+			coalesce(st.output->>'timeout' = 'true', false), coalesce(a.ok_at < st.wake_at, false),
+			sg.created_at IS NOT NULL, coalesce(sg.taken_by, '')
+		FROM unnest($1::text[], $2::timestamptz[], $4::bool[]) AS a(id, ok_at, must)
+		LEFT JOIN job_steps st ON st.job_id = a.id AND st.step_id = $3
+		LEFT JOIN job_signals sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait, must)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	r.SignalsOK = len(jobs)
+	for rows.Next() {
+		var id, status, signal, takenBy string
+		var must, timedOut, beforeDeadline, stored bool
+		if err := rows.Scan(&id, &must, &status, &signal, &timedOut, &beforeDeadline, &stored, &takenBy); err != nil {
+			return err
+		}
+		// A signal whose deadline may come first is taken, or its wait
+		// timed out (and then its +OK came after the deadline).
+		if must && (!stored || takenBy != flowWait || signal != flowSignalName) ||
+			!must && (!stored || !timedOut && (takenBy != flowWait || signal != flowSignalName)) {
+			r.SignalsUndelivered++
+			r.UndeliveredIDs = appendSome(r.UndeliveredIDs, fmt.Sprintf("%s (stored %v, taken by %q, wait %s)", id, stored, takenBy, status))
+		}
+		if !must && timedOut {
+			r.RacesTimedOut++
+		} else if !must && takenBy == flowWait {
+			r.RacesTaken++
+		}
+		if timedOut && beforeDeadline {
+			r.WaitsTimedOutEarly++
+			r.TimedOutIDs = appendSome(r.TimedOutIDs, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return conn.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE output->>'timeout' = 'true') FROM job_steps
+		WHERE job_id = ANY($1::text[]) AND step_id = $2 AND wait_signal = 'never'`, acked, flowWait).
+		Scan(&r.Lapses, &r.LapsesTimedOut)
 }
 
 func appendSome(s []string, v string) []string {
@@ -232,6 +329,22 @@ type Report struct {
 	ChildrenEarly  int      `json:"children_started_early"`
 	RerunIDs       []string `json:"rerun_ids,omitempty"`
 	EarlyIDs       []string `json:"early_ids,omitempty"`
+	// Signals answered +OK; those their job's wait never took; waits that
+	// timed out though their signal was stored before the deadline; waits
+	// for a signal nobody sends, and those of them that timed out; the
+	// children spawned by parents that await them.
+	SignalsOK          int `json:"signals_ok"`
+	SignalsUndelivered int `json:"signals_ok_not_delivered"`
+	WaitsTimedOutEarly int `json:"waits_timed_out_with_signal_stored"`
+	Lapses             int `json:"waits_without_signal"`
+	LapsesTimedOut     int `json:"waits_without_signal_timed_out"`
+	ChildrenSpawned    int `json:"children_spawned"`
+	// Waits whose deadline (1 s) a signal sent within two seconds may beat
+	// or not: those that took it, those that timed out first.
+	RacesTaken     int      `json:"close_waits_took_signal"`
+	RacesTimedOut  int      `json:"close_waits_timed_out"`
+	UndeliveredIDs []string `json:"undelivered_ids,omitempty"`
+	TimedOutIDs    []string `json:"timed_out_ids,omitempty"`
 	// TLS says every client connected over TLS with a client certificate.
 	TLS bool `json:"tls"`
 	// SubmitRate is the submissions asked per second; WorkerCapacity what
@@ -274,7 +387,7 @@ type FaultResult struct {
 // fault was recovered from.
 func (r *Report) OK() bool {
 	ok := r.Lost == 0 && r.Stuck == 0 && r.LateReportsAccepted == 0 && r.CompletionsLost == 0 &&
-		r.StepsRerun == 0 && r.ChildrenEarly == 0
+		r.StepsRerun == 0 && r.ChildrenEarly == 0 && r.SignalsUndelivered == 0 && r.WaitsTimedOutEarly == 0
 	for _, f := range r.Faults {
 		ok = ok && f.Recovered && f.Error == ""
 	}
@@ -301,7 +414,13 @@ func (r *Report) Print(w io.Writer) {
 	if r.Workflows {
 		fmt.Fprintf(w, "steps answered +OK:                 %d\n", r.StepsCompleted)
 		fmt.Fprintf(w, "  whose work ran again after that:  %d %v\n", r.StepsRerun, r.RerunIDs)
-		fmt.Fprintf(w, "children started before a parent ended: %d %v\n", r.ChildrenEarly, r.EarlyIDs)
+		fmt.Fprintf(w, "children started before a parent ended (or awaited): %d %v\n", r.ChildrenEarly, r.EarlyIDs)
+		fmt.Fprintf(w, "children spawned by awaiting parents: %d\n", r.ChildrenSpawned)
+		fmt.Fprintf(w, "signals answered +OK:               %d\n", r.SignalsOK)
+		fmt.Fprintf(w, "  never delivered to their wait:    %d %v\n", r.SignalsUndelivered, r.UndeliveredIDs)
+		fmt.Fprintf(w, "  wait timed out, signal stored before the deadline: %d %v\n", r.WaitsTimedOutEarly, r.TimedOutIDs)
+		fmt.Fprintf(w, "  of them with a close deadline: took it %d, timed out first %d\n", r.RacesTaken, r.RacesTimedOut)
+		fmt.Fprintf(w, "waits for a signal nobody sends:    %d, timed out: %d\n", r.Lapses, r.LapsesTimedOut)
 	}
 	fmt.Fprintf(w, "faults:\n")
 	for _, f := range r.Faults {
