@@ -119,8 +119,8 @@ func walkIn(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int
 // those write new row versions — into a pending list that each search
 // reads whole until it is merged (at 128 kB, or by VACUUM): with a few
 // thousand entries there, each probe of a walk costs 0.7 ms instead of
-// 5 µs. Merging them first costs a few
-// milliseconds a thousand entries, work VACUUM would do later anyway.
+// 5 µs. Merging them first costs a few milliseconds a thousand entries,
+// work VACUUM would do later anyway.
 // Only the index's owner may merge them (as for VACUUM): for others this
 // does nothing.
 func (s *Store) FlushChildrenIndex(ctx context.Context) error {
