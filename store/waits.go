@@ -18,12 +18,6 @@ import (
 // the step with its output and queues the job in one transaction, so the
 // next delivery's STEP.WAIT answers that output.
 
-// Step kind and status of a wait.
-const (
-	StepKindWait = "wait"
-	StepAwaiting = "awaiting"
-)
-
 // wakeSQL queues an awaiting job whose wait just ended; it takes a new
 // place among its key's jobs (jobs_unplace).
 const wakeSQL = `
@@ -137,7 +131,7 @@ func waitOutput(r stepRow) json.RawMessage {
 func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res records.StepWaitResult, changed bool, fx records.Effects, err error) {
 	again := func(tx pgx.Tx, j stepJob) (bool, error) {
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil || !r.found || r.kind != StepKindWait || r.status != StepAwaiting || !r.current(j) ||
+		if err != nil || !r.found || r.kind != records.StepKindWait || r.status != records.StepAwaiting || !r.current(j) ||
 			j.status != records.StatusAwaiting {
 			return false, err
 		}
@@ -150,12 +144,12 @@ func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res rec
 		switch {
 		case err != nil:
 			return err
-		case r.found && r.kind != StepKindWait:
+		case r.found && r.kind != records.StepKindWait:
 			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		case r.found && r.status == StepCompleted && len(r.output) == 0:
+		case r.found && r.status == records.StepCompleted && len(r.output) == 0:
 			// Woken by its last job's end: its output is read now, once.
 			return s.keepJobsOutput(ctx, tx, p, &res)
-		case r.found && r.status == StepCompleted:
+		case r.found && r.status == records.StepCompleted:
 			res.Output = waitOutput(r)
 			return nil
 		case r.found:
@@ -200,9 +194,9 @@ func (s *Store) beginWait(ctx context.Context, tx pgx.Tx, p records.StepWaitPara
 	if err != nil {
 		return err
 	}
-	status := StepAwaiting
+	status := records.StepAwaiting
 	if done {
-		status = StepCompleted
+		status = records.StepCompleted
 	}
 	var timeout *string
 	if p.Timeout > 0 {
