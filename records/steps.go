@@ -128,6 +128,23 @@ type Step struct {
 	Deadline *time.Time
 	Signal   *string
 	Jobs     []string
+	// History is a step's attempts, oldest first; sleeps and waits have
+	// none.
+	History []StepAttempt
+}
+
+// StepAttempt is one attempt of a step, as JOB.STEPS' history shows it.
+type StepAttempt struct {
+	Attempt int       `json:"attempt"`
+	BeganAt time.Time `json:"began_at"`
+	// EndedAt is nil while it runs, and for an attempt whose delivery
+	// ended otherwise than by the watchdog with the step open.
+	EndedAt *time.Time `json:"ended_at"`
+	// Outcome is StepCompleted, StepFailed, StepInterrupted or
+	// StepTimedOut; "" while it runs.
+	Outcome string `json:"outcome"`
+	// Error is a failed attempt's message.
+	Error *string `json:"error"`
 }
 
 // JobStepsParams pages through a job's steps in the order first begun.
@@ -174,6 +191,8 @@ const (
 	// delivery ended; StepReplaced a step JOB.RETRY … FROM forgot.
 	StepInterrupted = "interrupted"
 	StepReplaced    = "replaced"
+	// StepTimedOut is the outcome of an attempt its job's timeout ended.
+	StepTimedOut = "timed_out"
 )
 
 // StepVerdict is what a step call does to its job and step.

@@ -310,6 +310,7 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 		_, err := tx.Exec(ctx, `
 			UPDATE job_steps s SET status = 'running', attempts = $3, max_attempts = $4,
 				retry_backoff_seconds = coalesce($5, s.retry_backoff_seconds), input = coalesce($6::jsonb, 'null'),
+				`+beginAttemptSQL("s", "$7::uuid")+`,
 				delivery = $7::uuid, began_at = CASE WHEN s.delivery = $7::uuid THEN s.began_at ELSE now() END,
 				completed_at = NULL
 			WHERE s.job_id = $1 AND s.step_id = $2`,
@@ -490,7 +491,9 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 				THEN 'interrupted' ELSE s.status END,
 			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
 			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
-			s.wait_signal, s.wait_jobs
+			s.wait_signal, s.wait_jobs,
+			`+stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
+				THEN 'interrupted' END`)+`
 		FROM job_steps s JOIN jobs j ON j.id = s.job_id
 		WHERE s.job_id = $1 AND s.ord > $2
 		ORDER BY s.ord LIMIT $3`, p.JobID, p.After, p.Limit)
@@ -502,7 +505,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	for rows.Next() {
 		var st records.Step
 		if err := rows.Scan(&st.StepID, &st.Kind, &st.Status, &st.Attempts, &st.Input, &st.Output, &st.Errors,
-			&st.BeganAt, &st.CompletedAt, &st.WakeAt, &st.Deadline, &st.Signal, &st.Jobs); err != nil {
+			&st.BeganAt, &st.CompletedAt, &st.WakeAt, &st.Deadline, &st.Signal, &st.Jobs, &st.History); err != nil {
 			return nil, interpretError(err)
 		}
 		out = append(out, st)
@@ -511,7 +514,8 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 }
 
 // jobRetryStepsSQL gives a retried job's unfinished steps their attempts
-// back (job_steps' key); its completed steps are kept.
-const jobRetryStepsSQL = `
-	UPDATE job_steps SET attempts = 0
-	WHERE job_id = $1 AND status <> 'completed' AND attempts > 0`
+// back (job_steps' key), their last attempts' entries written; its
+// completed steps are kept.
+var jobRetryStepsSQL = `
+	UPDATE job_steps s SET history = ` + stepHistorySQL("s", `'interrupted'`) + `, attempt_ended = true, attempts = 0
+	WHERE s.job_id = $1 AND s.status <> 'completed' AND s.attempts > 0`

@@ -158,6 +158,7 @@ var beginStepsGroupedSQL = func() string {
 	), again AS (
 		UPDATE job_steps s SET status = 'running', attempts = d.attempt, max_attempts = d.step_max,
 			retry_backoff_seconds = coalesce(d.backoff, s.retry_backoff_seconds), input = coalesce(d.input::jsonb, 'null'),
+			` + beginAttemptSQL("s", "d.job_delivery") + `,
 			delivery = d.job_delivery, began_at = CASE WHEN s.delivery = d.job_delivery THEN s.began_at ELSE now() END,
 			completed_at = NULL
 		FROM d

@@ -168,6 +168,9 @@ class WorkerTest(AgqTestCase):
         steps = self.steps(job_id)
         self.assertEqual(steps["second"]["attempts"], 2)
         self.assertEqual([e["error"] for e in steps["second"]["errors"]], ["ConnectionError: the carrier's API timed out"])
+        history = steps["second"]["history"]
+        self.assertEqual([(a["attempt"], a["outcome"]) for a in history], [(1, "failed"), (2, "completed")])
+        self.assertEqual(history[0]["error"], "ConnectionError: the carrier's API timed out")
 
     def test_many_slots_take_their_jobs_in_batches(self):
         queue = self.name("batch")

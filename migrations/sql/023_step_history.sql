@@ -1,0 +1,12 @@
+-- Each step attempt kept (JOB.STEPS' history). history holds the entries
+-- of a step's attempts that ended, oldest first: {attempt, began_at,
+-- ended_at, outcome, error}. An attempt's entry is written when the next
+-- attempt begins (read from the row: completed, failed, or interrupted
+-- when its delivery ended with the step open), or at once when the
+-- watchdog ends its delivery (interrupted, timed_out); attempt_ended says
+-- the current attempt's entry is written. JOB.STEPS reads the current
+-- attempt's entry from the row until then. Plain jobs have no rows here,
+-- and completions write nothing more.
+ALTER TABLE job_steps
+    ADD COLUMN history jsonb NOT NULL DEFAULT '[]',
+    ADD COLUMN attempt_ended boolean NOT NULL DEFAULT false;
