@@ -12,3 +12,11 @@ var (
 	StepBeginDecisionSQL = stepBeginDecisionSQL
 	StepCompletesSQL     = stepCompletesSQL
 )
+
+// The statements of step calls, for the test that plans them.
+var (
+	ReadStepSQL             = readStepSQL
+	JobStepsSQL             = jobStepsSQL
+	BeginStepsGroupedSQL    = beginStepsGroupedSQL
+	CompleteStepsGroupedSQL = completeStepsGroupedSQL
+)

@@ -113,14 +113,18 @@ func (r stepRow) current(j stepJob) bool {
 	return r.delivery != nil && j.delivery != nil && *r.delivery == *j.delivery
 }
 
-// readStep reads a job's step (through job_steps' key), comparing its input
+// readStepSQL reads a job's live step (job_steps_live), comparing its
+// input with $3 as JSON values.
+const readStepSQL = `
+	SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($3::jsonb, 'null'),
+		output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
+	FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`
+
+// readStep reads a job's step (through job_steps_live), comparing its input
 // with input as JSON values.
 func readStep(ctx context.Context, tx pgx.Tx, jobID, stepID string, input json.RawMessage) (stepRow, error) {
 	var r stepRow
-	err := tx.QueryRow(ctx, `
-		SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($3::jsonb, 'null'),
-			output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
-		FROM job_steps WHERE job_id = $1 AND step_id = $2`, jobID, stepID, nullJSON(input)).
+	err := tx.QueryRow(ctx, readStepSQL, jobID, stepID, nullJSON(input)).
 		Scan(&r.kind, &r.status, &r.attempts, &r.max, &r.backoff, &r.sameInput, &r.output, &r.delivery, &r.wakeAt, &r.lastErrorActor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, nil
@@ -313,7 +317,7 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 				`+beginAttemptSQL("s", "$7::uuid")+`,
 				delivery = $7::uuid, began_at = CASE WHEN s.delivery = $7::uuid THEN s.began_at ELSE now() END,
 				completed_at = NULL
-			WHERE s.job_id = $1 AND s.step_id = $2`,
+			WHERE s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
 			p.JobID, p.StepID, d.Attempt, d.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
 		return err
 	})
@@ -343,7 +347,7 @@ func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output j
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', output = coalesce($3::jsonb, 'null'), completed_at = now()
-			WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID, nullJSON(output))
+			WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID, nullJSON(output))
 		return err
 	})
 	return fx, changed && err == nil, err
@@ -388,7 +392,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 	if _, err := tx.Exec(ctx, `
 		UPDATE job_steps s SET status = 'failed', errors = s.errors || jsonb_build_array(jsonb_build_object(
 			'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $3::text, 'at', now()))
-		FROM jobs j WHERE j.id = s.job_id AND s.job_id = $1 AND s.step_id = $2`,
+		FROM jobs j WHERE j.id = s.job_id AND s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
 		p.JobID, p.StepID, p.Message); err != nil {
 		return err
 	}
@@ -434,7 +438,7 @@ func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res r
 			// The delivery after the sleep carries on.
 			_, err := tx.Exec(ctx, `
 				UPDATE job_steps SET status = 'completed', completed_at = now()
-				WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID)
+				WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID)
 			return err
 		}
 		changed = true
@@ -470,6 +474,22 @@ func sleep(ctx context.Context, tx pgx.Tx, p records.StepSleepParams, j stepJob,
 	return nil
 }
 
+// jobStepsSQL reads a page of a job's steps, rows $2 on ($3 of them), by
+// their order (job_steps_order), replaced ones too.
+var jobStepsSQL = `
+		SELECT s.step_id, s.kind,
+			CASE WHEN s.status = 'running' AND (j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery)
+				  OR s.status = 'awaiting' AND j.status <> 'awaiting'
+				THEN 'interrupted' ELSE s.status END,
+			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
+			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
+			s.wait_signal, s.wait_jobs,
+			` + stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
+				THEN 'interrupted' END`) + `
+		FROM job_steps s JOIN jobs j ON j.id = s.job_id
+		WHERE s.job_id = $1 AND s.ord > $2
+		ORDER BY s.ord LIMIT $3`
+
 // JobSteps reads a page of a job's steps (job_steps_order). A step still
 // running when its delivery ended reads as interrupted. ErrNotHolder when
 // Holder does not hold the job.
@@ -484,19 +504,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	if p.Holder != "" && (worker == nil || *worker != p.Holder) {
 		return nil, records.ErrNotHolder
 	}
-	rows, err := s.Pool.Query(ctx, `
-		SELECT s.step_id, s.kind,
-			CASE WHEN s.status = 'running' AND (j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery)
-				  OR s.status = 'awaiting' AND j.status <> 'awaiting'
-				THEN 'interrupted' ELSE s.status END,
-			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
-			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
-			s.wait_signal, s.wait_jobs,
-			`+stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
-				THEN 'interrupted' END`)+`
-		FROM job_steps s JOIN jobs j ON j.id = s.job_id
-		WHERE s.job_id = $1 AND s.ord > $2
-		ORDER BY s.ord LIMIT $3`, p.JobID, p.After, p.Limit)
+	rows, err := s.Pool.Query(ctx, jobStepsSQL, p.JobID, p.After, p.Limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -514,8 +522,24 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 }
 
 // jobRetryStepsSQL gives a retried job's unfinished steps their attempts
-// back (job_steps' key), their last attempts' entries written; its
+// back (job_steps_order), their last attempts' entries written; its
 // completed steps are kept.
 var jobRetryStepsSQL = `
 	UPDATE job_steps s SET history = ` + stepHistorySQL("s", `'interrupted'`) + `, attempt_ended = true, attempts = 0
-	WHERE s.job_id = $1 AND s.status <> 'completed' AND s.attempts > 0`
+	WHERE s.job_id = $1 AND s.status NOT IN ('completed', 'replaced') AND s.attempts > 0`
+
+// replaceStepsFrom forgets the job's step from and every step begun after
+// it (job_steps_live, then job_steps_order): their rows stay, replaced,
+// each current attempt's entry written in its history. StepNotBegunError
+// when the job has no step from.
+func replaceStepsFrom(ctx context.Context, tx pgx.Tx, jobID, from string) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE job_steps s SET status = 'replaced', history = `+stepHistorySQL("s", `'interrupted'`)+`,
+			attempt_ended = true
+		FROM (SELECT ord FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced') f
+		WHERE s.job_id = $1 AND s.ord >= f.ord AND s.status <> 'replaced'`, jobID, from)
+	if err == nil && tag.RowsAffected() == 0 {
+		return &records.StepNotBegunError{StepID: from}
+	}
+	return err
+}

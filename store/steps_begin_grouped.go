@@ -122,7 +122,7 @@ func stepBeginDecisionSQL(c string) (verdict, attempt string) {
 
 // beginStepsGroupedSQL begins a group's steps as the rules decide
 // (stepBeginDecisionSQL), reading each job through its key, each step
-// through job_steps' key and each job's last order through
+// through job_steps_live and each job's last order through
 // job_steps_order: a new step is its job's next; a step begun again is
 // written with its attempt; a step completed with an equal input answers
 // its output and is not written. Any other decision is left to the locked
@@ -143,7 +143,7 @@ var beginStepsGroupedSQL = func() string {
 			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.job_id = u.job_id) AS last_ord
 		FROM u
 		JOIN jobs j ON j.id = u.job_id
-		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id
+		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 		WHERE u.calls = 1 AND ` + heldBy("u.worker", "", "u.delivery") + `
 	), d AS (
 		SELECT * FROM (SELECT c.*, ` + verdict + ` AS verdict, ` + attempt + ` AS attempt FROM c) c
@@ -162,7 +162,7 @@ var beginStepsGroupedSQL = func() string {
 			delivery = d.job_delivery, began_at = CASE WHEN s.delivery = d.job_delivery THEN s.began_at ELSE now() END,
 			completed_at = NULL
 		FROM d
-		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.job_id = d.job_id AND s.step_id = d.step_id
+		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.job_id = d.job_id AND s.step_id = d.step_id AND s.status <> 'replaced'
 		RETURNING s.job_id
 	), acked AS (
 		UPDATE jobs j SET ack_deadline = NULL

@@ -89,7 +89,7 @@ var completeStepsGroupedSQL = `
 	)
 	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
 	FROM u, j
-	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id
+	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 	  AND ` + heldBy("u.worker", "", "u.delivery") + `
 	  AND ` + stepCompletesSQL("s", "s.delivery = j.delivery") + `
 	RETURNING u.ord`

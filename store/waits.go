@@ -100,7 +100,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		if _, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', completed_at = now(),
 				output = jsonb_build_object('signal', $3::text, 'payload', $4::jsonb)
-			WHERE job_id = $1 AND step_id = $2`, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
+			WHERE job_id = $1 AND step_id = $2 AND status = 'awaiting'`, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE job_signals SET taken_by = $3 WHERE job_id = $1 AND seq = $2`,
@@ -155,7 +155,7 @@ func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res rec
 		case r.found:
 			// An awaiting wait whose delivery ended otherwise (an admin
 			// moved the job): it waits again below.
-			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID); err != nil {
 				return err
 			}
 		}
@@ -358,7 +358,7 @@ func (s *Store) jobsOutput(ctx context.Context, tx pgx.Tx, ids []string, budget 
 // deliveries answer the same.
 func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, p records.StepWaitParams, res *records.StepWaitResult) error {
 	var ids []string
-	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE job_id = $1 AND step_id = $2`,
+	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`,
 		p.JobID, p.StepID).Scan(&ids); err != nil {
 		return err
 	}
@@ -367,7 +367,7 @@ func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, p records.StepWai
 		return err
 	}
 	res.Output = out
-	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $3::jsonb WHERE job_id = $1 AND step_id = $2`,
+	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $3::jsonb WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`,
 		p.JobID, p.StepID, out)
 	return err
 }
