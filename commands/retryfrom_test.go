@@ -134,3 +134,42 @@ func TestAFailedJobRetriedFromItsFailingStep(t *testing.T) {
 		t.Fatalf("the failed attempt's history: %s", raw)
 	}
 }
+
+// A parent retried from a step runs again; its child, which ran after its
+// first end, is left as it is.
+func TestAParentRetriedFromAStepLeavesItsChildrenThatRan(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "graph-rerunner", "g")
+	if err := admin.Do(ctx, "JOB.SUBMIT", `[{"job_id":"rf-parent","type":"g","queue":"rf"},
+		{"job_id":"rf-child","type":"g","queue":"rf","after":["rf-parent"]}]`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	j := popStep(t, w, "rf")
+	j.runStep("only", nil, func() any { return 1 })
+	if err := w.update(ctx, "rf-parent", map[string]any{"status": "completed", "delivery": j.d.Delivery}); err != nil {
+		t.Fatal(err)
+	}
+	c := popStep(t, w, "rf")
+	if c.id != "rf-child" {
+		t.Fatalf("popped %s, want the child", c.id)
+	}
+	if err := w.update(ctx, "rf-child", map[string]any{"status": "completed", "delivery": c.d.Delivery}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "JOB.RETRY", "rf-parent", "FROM", "only").Err(); err != nil {
+		t.Fatal(err)
+	}
+	j = popStep(t, w, "rf")
+	if j.id != "rf-parent" {
+		t.Fatalf("popped %s, want the parent", j.id)
+	}
+	if got := j.text("STEP.BEGIN", "only"); got != `{"execute":true,"attempt":1}` {
+		t.Fatalf("the step begun again: %s", got)
+	}
+	if v := getStepsJob(t, admin, "rf-child"); v.Status != "completed" {
+		t.Fatalf("the child after its parent's RETRY FROM: %+v", v)
+	}
+}
