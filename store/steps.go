@@ -259,11 +259,9 @@ func (s *Store) ruledStepCall(ctx context.Context, p records.StepParams, input j
 			return true, nil
 		case records.StepRefused:
 			return false, d.err
-		case records.StepRepeated:
-		default:
-			if err := acknowledge(ctx, tx, j, p.JobID); err != nil {
-				return false, err
-			}
+		}
+		if err := acknowledge(ctx, tx, j, p.JobID); err != nil {
+			return false, err
 		}
 		answer = d.err
 		return false, apply(tx, j, d, fx)
