@@ -200,6 +200,14 @@ func (p *Producer) Retry(ctx context.Context, id string) error {
 	return p.rdb.Do(ctx, "JOB.RETRY", id).Err()
 }
 
+// RetryFrom runs a failed, cancelled or completed job again from its step
+// stepID (JOB.RETRY … FROM): that step and every step begun after it run
+// again, the steps before it answer their outputs. A job that has not
+// ended is refused (job … is <status>), and so is a step it never began.
+func (p *Producer) RetryFrom(ctx context.Context, id, stepID string) error {
+	return p.rdb.Do(ctx, "JOB.RETRY", id, "FROM", stepID).Err()
+}
+
 // Event is one transition of a job, from job.<id>.status.
 type Event struct {
 	JobID    string `json:"job_id"`

@@ -133,3 +133,35 @@ func TestSteps(t *testing.T) {
 		}
 	})
 }
+
+// A completed job retried from its second step runs that step and the
+// next again, the first answering its output.
+func TestRetryFromAStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var runs [3]atomic.Int64
+	b.startWorker(t, "rerun-1", map[string]client.HandlerFunc{"three": func(ctx context.Context, j *client.Job) (any, error) {
+		var outs []int64
+		for i, step := range []string{"fetch", "transform", "load"} {
+			out, err := client.Step(ctx, j, step, nil, func(context.Context) (int64, error) { return runs[i].Add(1), nil })
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, out)
+		}
+		return outs, nil
+	}}, nil)
+	id := b.submit(t, 1, client.JobSpec{Type: "three"})[0]
+	b.waitAll(t, []string{id})
+	if err := b.producer.RetryFrom(ctx, id, "nope"); err == nil || !strings.Contains(err.Error(), "step nope was not begun") {
+		t.Fatalf("RetryFrom a step never begun: %v", err)
+	}
+	if err := b.producer.RetryFrom(ctx, id, "transform"); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitAll(t, []string{id})[0]
+	if j.Status != "completed" || runs[0].Load() != 1 || runs[1].Load() != 2 || runs[2].Load() != 2 {
+		t.Fatalf("job %s; steps run %d, %d, %d times, want 1, 2, 2", j.Status, runs[0].Load(), runs[1].Load(), runs[2].Load())
+	}
+}

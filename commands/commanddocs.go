@@ -91,7 +91,7 @@ var commandDocs = docsByName(map[string]map[string]commandDoc{
 		"job.wait":   {syntax: "job_id timeout", summary: "Waits until the job is completed, failed or cancelled, up to timeout seconds (0: forever)."},
 		"job.list":   {syntax: "[QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]", summary: "Pages through jobs by id, like SCAN."},
 		"job.cancel": {syntax: "job_id [CASCADE]", summary: "Cancels a job: at once if it waits, through its worker if it runs; CASCADE, every unended job after it too.", write: true},
-		"job.retry":  {syntax: "job_id", summary: "Queues a failed or cancelled job again with a fresh set of attempts.", write: true},
+		"job.retry":  {syntax: "job_id [FROM step_id]", summary: "Queues a failed or cancelled job again with a fresh set of attempts; FROM runs an ended job again from one of its steps.", write: true},
 		"job.logs":   {syntax: "job_id [attempt]", summary: "The log lines a job's worker published for an attempt (the last by default)."},
 	},
 	groupWorkflows: {

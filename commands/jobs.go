@@ -29,7 +29,7 @@ func (s *Server) jobCommands() []*Command {
 		{Name: "job.wait", Arity: 3, Roles: readers | roleWorker, Blocking: true, Handler: s.cmdJobWait},
 		{Name: "job.list", Arity: -1, Roles: readers, Handler: s.cmdJobList},
 		{Name: "job.cancel", Arity: -2, Roles: producers, Handler: s.cmdJobCancel},
-		{Name: "job.retry", Arity: 2, Roles: producers, Handler: s.cmdJobRetry},
+		{Name: "job.retry", Arity: -2, Roles: producers, Handler: s.cmdJobRetry},
 		{Name: "job.parents", Arity: -2, Roles: workers, Handler: s.cmdJobParents},
 		{Name: "job.children", Arity: -2, Roles: readers | roleWorker, Handler: s.cmdJobChildren},
 	}
@@ -325,7 +325,13 @@ func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (r
 	return nil, resp.ErrSyntax
 }
 
-// JOB.RETRY job_id
+// JOB.RETRY job_id [FROM step_id]
 func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return okOr(s.eng.RetryJob(ctx, string(args[1])))
+	switch {
+	case len(args) == 2:
+		return okOr(s.eng.RetryJob(ctx, string(args[1])))
+	case len(args) == 4 && strings.EqualFold(string(args[2]), "from"):
+		return okOr(s.eng.RetryJobFrom(ctx, string(args[1]), string(args[3])))
+	}
+	return nil, resp.ErrSyntax
 }

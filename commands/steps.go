@@ -218,6 +218,7 @@ func stepsJSON(steps []records.Step) []byte {
 		Deadline json.RawMessage `json:"deadline,omitempty"`
 		Signal   *string         `json:"signal,omitempty"`
 		Jobs     []string        `json:"jobs,omitempty"`
+		History  []attemptJSON   `json:"history"`
 	}
 	out := make([]stepJSON, len(steps))
 	for i, st := range steps {
@@ -228,9 +229,32 @@ func stepsJSON(steps []records.Step) []byte {
 		if st.Kind == "wait" {
 			out[i].Deadline, _ = json.Marshal(utcOrNil(st.Deadline))
 		}
+		out[i].History = historyJSON(st.History)
 	}
 	b, _ := json.Marshal(out)
 	return b
+}
+
+// attemptJSON is an entry of a step's history in JOB.STEPS: a running
+// attempt has no outcome (null).
+type attemptJSON struct {
+	Attempt int        `json:"attempt"`
+	BeganAt time.Time  `json:"began_at"`
+	EndedAt *time.Time `json:"ended_at"`
+	Outcome *string    `json:"outcome"`
+	Error   *string    `json:"error"`
+}
+
+// historyJSON is a step's history in JOB.STEPS, [] for none.
+func historyJSON(history []records.StepAttempt) []attemptJSON {
+	out := make([]attemptJSON, len(history))
+	for i, a := range history {
+		out[i] = attemptJSON{Attempt: a.Attempt, BeganAt: a.BeganAt.UTC(), EndedAt: utcOrNil(a.EndedAt), Error: a.Error}
+		if a.Outcome != "" {
+			out[i].Outcome = &history[i].Outcome
+		}
+	}
+	return out
 }
 
 func utcOrNil(t *time.Time) *time.Time {

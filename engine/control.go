@@ -72,8 +72,24 @@ func cancelAsIs(id string) AsIs {
 // or pending while a parent has not ended; the jobs its end cancelled are
 // restored down the graph.
 func (e *Engine) RetryJob(ctx context.Context, id string) error {
+	return e.retry(ctx, id, func() (records.Effects, error) { return e.store.JobRetry(ctx, id) })
+}
+
+// RetryJobFrom is JOB.RETRY … FROM: a failed, cancelled or completed job
+// runs again from step stepID, that step and every step begun after it
+// forgotten, as RetryJob restores its graph; its children that ran are
+// left as they are.
+func (e *Engine) RetryJobFrom(ctx context.Context, id, stepID string) error {
+	if err := checkStep(records.StepParams{StepID: stepID}); err != nil {
+		return err
+	}
+	return e.retry(ctx, id, func() (records.Effects, error) { return e.store.JobRetryFrom(ctx, id, stepID) })
+}
+
+// retry runs a retry of job id (apply), then restores its graph.
+func (e *Engine) retry(ctx context.Context, id string, apply func() (records.Effects, error)) error {
 	err := e.transition(ctx, func() (effects, error) {
-		rfx, err := e.store.JobRetry(ctx, id)
+		rfx, err := apply()
 		if err != nil || len(rfx.Moved) == 0 { // a job not failed or cancelled is left as it is
 			return effects{Effects: rfx}, refusal(aJob, id, err)
 		}

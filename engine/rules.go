@@ -79,7 +79,7 @@ func DecideReport(j records.JobNow, p records.Report) (records.ReportVerdict, er
 // sent again before the job was delivered again.
 func snoozedAgain(j records.JobNow, p records.Report) bool {
 	return p.Status == records.StatusSnoozed && j.Status == records.StatusScheduled && j.Worker == "" && j.Snoozes > 0 &&
-		(p.Delivery != "" && j.Delivery == p.Delivery || p.Delivery == "" && p.Attempt == j.Attempt+1)
+		(p.Delivery != "" && records.SameDelivery(j.Delivery, p.Delivery) || p.Delivery == "" && p.Attempt == j.Attempt+1)
 }
 
 // failedAgain reports whether p is the failure that left j waiting for a

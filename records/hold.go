@@ -1,6 +1,10 @@
 package records
 
-import "time"
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
 
 // JobNow is a job as a transition finds it, its row locked: what decides
 // whether a call about one of its deliveries applies.
@@ -62,7 +66,7 @@ func (j JobNow) Hold(c Caller) Hold {
 	switch {
 	case c.Attempt != 0 && c.Attempt != j.Attempt:
 		return HoldOtherAttempt
-	case c.Delivery != "" && c.Delivery != j.Delivery:
+	case c.Delivery != "" && !SameDelivery(c.Delivery, j.Delivery):
 		return HoldStale
 	case j.Status == StatusCancelled:
 		return HoldCancelled
@@ -74,6 +78,18 @@ func (j JobNow) Hold(c Caller) Hold {
 		return HoldCancelAsked
 	}
 	return Held
+}
+
+// SameDelivery reports whether delivery tokens a and b name the same
+// delivery: both are UUIDs, equal as UUIDs however each is spelled. A
+// token that is no UUID names no delivery.
+func SameDelivery(a, b string) bool {
+	ua, err := uuid.Parse(a)
+	if err != nil {
+		return false
+	}
+	ub, err := uuid.Parse(b)
+	return err == nil && ua == ub
 }
 
 // ReportVerdict is what a report does to its job.

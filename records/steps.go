@@ -128,6 +128,23 @@ type Step struct {
 	Deadline *time.Time
 	Signal   *string
 	Jobs     []string
+	// History is a step's attempts, oldest first; sleeps and waits have
+	// none.
+	History []StepAttempt
+}
+
+// StepAttempt is one attempt of a step, as JOB.STEPS' history shows it.
+type StepAttempt struct {
+	Attempt int       `json:"attempt"`
+	BeganAt time.Time `json:"began_at"`
+	// EndedAt is nil while it runs, and for an attempt whose delivery
+	// ended otherwise than by the watchdog with the step open.
+	EndedAt *time.Time `json:"ended_at"`
+	// Outcome is StepCompleted, StepFailed, StepInterrupted or
+	// StepTimedOut; "" while it runs.
+	Outcome string `json:"outcome"`
+	// Error is a failed attempt's message.
+	Error *string `json:"error"`
 }
 
 // JobStepsParams pages through a job's steps in the order first begun.
@@ -137,4 +154,90 @@ type JobStepsParams struct {
 	After, Limit int
 	// Holder, when set, must be the worker holding the job.
 	Holder string
+}
+
+// StepNow is a job's step as a step call finds it, its job locked: what,
+// with the job (JobNow), decides what the call does.
+type StepNow struct {
+	// Found is false for a step the job never began; JobSteps is then how
+	// many steps the job has.
+	Found    bool
+	JobSteps int
+	// Kind is StepKind…, Status the status its row stores.
+	Kind, Status          string
+	Attempts, MaxAttempts int
+	// SameInput: its input equals the call's, compared as JSON values.
+	SameInput bool
+	// Current: it was begun (or put to sleep) by the job's latest delivery.
+	Current bool
+	// Waking: a sleep with its wake time recorded.
+	Waking bool
+	// LastErrorBy is the worker that recorded its last failure, "" for none.
+	LastErrorBy string
+}
+
+// Step kinds and the statuses a step's row stores.
+const (
+	StepKindStep  = "step"
+	StepKindSleep = "sleep"
+	StepKindWait  = "wait"
+
+	StepRunning   = "running"
+	StepCompleted = "completed"
+	StepFailed    = "failed"
+	StepSleeping  = "sleeping"
+	StepAwaiting  = "awaiting"
+	// StepInterrupted is how JOB.STEPS shows a step still open when its
+	// delivery ended; StepReplaced a step JOB.RETRY … FROM forgot.
+	StepInterrupted = "interrupted"
+	StepReplaced    = "replaced"
+	// StepTimedOut is the outcome of an attempt its job's timeout ended.
+	StepTimedOut = "timed_out"
+)
+
+// StepVerdict is what a step call does to its job and step.
+type StepVerdict int
+
+const (
+	// StepRefused: nothing changes; the error says why.
+	StepRefused StepVerdict = iota
+	// StepRepeated: the call took effect before and is sent again by the
+	// same delivery: it is answered as then, and nothing changes.
+	StepRepeated
+	// StepCancels: the job's cancellation was asked. It ends cancelled
+	// now, and its holder is told (ErrJobCancelled).
+	StepCancels
+	// StepBegins: a new step, the job's next, runs as attempt 1.
+	StepBegins
+	// StepAnswersOutput: the step completed before with an equal input;
+	// its output is the answer, and nothing is written.
+	StepAnswersOutput
+	// StepRuns: the step runs again as attempt Attempt, within
+	// MaxAttempts.
+	StepRuns
+	// StepExhausted: the step is begun past its attempts: the job fails
+	// (StepAttemptsError).
+	StepExhausted
+	// StepCompletes: the step running for this delivery completes.
+	StepCompletes
+	// StepFails: the step running for this delivery fails, and with it
+	// the job's attempt.
+	StepFails
+	// StepSleeps: a new sleep puts the job to sleep.
+	StepSleeps
+	// StepWakes: the sleep ended; it completes, and the worker carries on.
+	StepWakes
+	// StepCarriesOn: the sleep completed in an earlier delivery; nothing
+	// changes, and the worker carries on.
+	StepCarriesOn
+)
+
+// StepDecision is the rules' answer to a step call.
+type StepDecision struct {
+	Verdict StepVerdict
+	// Attempt and MaxAttempts are the step's when it runs (StepBegins,
+	// StepRuns).
+	Attempt, MaxAttempts int
+	// Retry: a failure sent again finds its job waiting for a retry.
+	Retry bool
 }

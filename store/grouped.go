@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 
+	"github.com/google/uuid"
+
 	"github.com/agq/agq/records"
 )
 
@@ -65,8 +67,24 @@ func (c *stepCalls) add(p records.StepParams, ord int) bool {
 		worker = ""
 	}
 	c.jobIDs, c.stepIDs, c.workers = append(c.jobIDs, p.JobID), append(c.stepIDs, p.StepID), append(c.workers, worker)
-	c.deliveries, c.ords = append(c.deliveries, nullIfEmpty(p.Delivery)), append(c.ords, int32(ord))
+	c.deliveries, c.ords = append(c.deliveries, deliveryParam(p.Delivery)), append(c.ords, int32(ord))
 	return true
+}
+
+// deliveryParam is a call's delivery token as the grouped statements'
+// guard (heldBy) compares it with a job's, as text: a UUID in the
+// canonical spelling PostgreSQL writes, so that tokens equal as UUIDs
+// match however they were spelled; NULL when none is given. A token that
+// is no UUID is left as it is: it matches no job's, and its call takes the
+// locked path, which answers it stale.
+func deliveryParam(token string) *string {
+	if token == "" {
+		return nil
+	}
+	if u, err := uuid.Parse(token); err == nil {
+		token = u.String()
+	}
+	return &token
 }
 
 // nullIfEmpty is s, or NULL when it is empty.

@@ -16,7 +16,8 @@ import (
 // The grouped statements' guard and the rule of holders agree on every
 // job and every call: the guard holds of a row exactly where
 // records.JobNow.Hold says Held — with and without an attempt, for
-// workers and admins, for tokens given or not, upper-case or not.
+// workers and admins, for tokens given or not, upper-case or not, or no
+// UUID at all.
 func TestTheGuardOfGroupedCallsIsTheRuleOfHolders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,7 +43,7 @@ func TestTheGuardOfGroupedCallsIsTheRuleOfHolders(t *testing.T) {
 	}
 	var calls []records.Caller
 	for _, who := range []records.Caller{{WorkerID: "w-a"}, {WorkerID: "w-b"}, {Admin: true}} {
-		for _, delivery := range []string{"", d1, d2, strings.ToUpper(d1)} {
+		for _, delivery := range []string{"", d1, d2, strings.ToUpper(d1), "{" + d1 + "}", "not-a-token"} {
 			for _, attempt := range []int{0, 1, 2} {
 				c := who
 				c.Delivery, c.Attempt = delivery, attempt
@@ -68,10 +69,7 @@ func TestTheGuardOfGroupedCallsIsTheRuleOfHolders(t *testing.T) {
 				if c.Admin {
 					worker = ""
 				}
-				var delivery *string
-				if c.Delivery != "" {
-					delivery = &c.Delivery
-				}
+				delivery := store.DeliveryParam(c.Delivery)
 				var held bool
 				if err := conn.QueryRow(ctx, guard, j.Status, j.CancelRequested, j.Worker, j.Delivery, worker, delivery,
 					c.Attempt, j.Attempt).Scan(&held); err != nil {

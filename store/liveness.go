@@ -88,8 +88,11 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 			WHERE j.status = 'running' AND j.deadline_at < now() - $2::interval
 			ORDER BY j.deadline_at LIMIT $1
 			FOR UPDATE SKIP LOCKED`, []any{limit, grace},
-		lostMove{failure: records.Failure{Retryable: true}, sql: failTimedOutSQL, reason: "timed_out_job", decided: countTimedOut})
+		lostMove{failure: records.Failure{Retryable: true}, sql: failTimedOutSQL, reason: timedOutReason, decided: countTimedOut})
 }
+
+// timedOutReason is told with each job whose timeout ended its delivery.
+const timedOutReason = "timed_out_job"
 
 // countTimedOut counts the timed-out jobs against their workers, before
 // the jobs lose their holders.

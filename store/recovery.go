@@ -73,6 +73,9 @@ func (s *Store) moveLost(ctx context.Context, tx pgx.Tx, rows pgx.Rows, m lostMo
 			return nil, err
 		}
 	}
+	if err := endOpenSteps(ctx, tx, d.ids, m.reason); err != nil {
+		return nil, err
+	}
 	moved, err := tx.Query(ctx, m.sql, append([]any{d.ids, d.retry, d.delays}, m.args...)...)
 	if err != nil {
 		return nil, err

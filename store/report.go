@@ -91,7 +91,7 @@ func finishArraysOf(reports []records.Report) (a finishArrays, failing []string)
 		if !p.Admin {
 			a.workers[i] = p.WorkerID
 		}
-		a.results[i], a.deliveries[i] = nullIfEmpty(string(p.Raw)), nullIfEmpty(p.Delivery)
+		a.results[i], a.deliveries[i] = nullIfEmpty(string(p.Raw)), deliveryParam(p.Delivery)
 		a.attempts[i], a.ords[i] = int32(p.Attempt), int32(i)
 		if p.Status == records.StatusFailed {
 			failing = append(failing, p.ID)
@@ -215,7 +215,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 		if p.Status == "" {
 			progress[i] = nullIfEmpty(string(p.Raw))
 		}
-		deliveries[i] = nullIfEmpty(p.Delivery)
+		deliveries[i] = deliveryParam(p.Delivery)
 	}
 	applied := make([]bool, n)
 	done := map[string]bool{}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,18 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agq/agq/records"
-)
-
-// Step kinds and the statuses a step row stores; JOB.STEPS shows a running
-// step whose delivery ended as StepInterrupted.
-const (
-	StepKindStep    = "step"
-	StepKindSleep   = "sleep"
-	StepRunning     = "running"
-	StepCompleted   = "completed"
-	StepFailed      = "failed"
-	StepSleeping    = "sleeping"
-	StepInterrupted = "interrupted"
 )
 
 // stepJob is what a step call reads of its job, locked.
@@ -48,6 +35,18 @@ type stepRow struct {
 	delivery       *string
 	wakeAt         *time.Time
 	lastErrorActor *string
+	// jobSteps is how many steps its job has, read for a step not found.
+	jobSteps int
+}
+
+// now is the step as the engine's rules see it.
+func (r stepRow) now(j stepJob) records.StepNow {
+	n := records.StepNow{Found: r.found, JobSteps: r.jobSteps, Kind: r.kind, Status: r.status, Attempts: r.attempts,
+		MaxAttempts: r.max, SameInput: r.sameInput, Current: r.current(j), Waking: r.wakeAt != nil}
+	if r.lastErrorActor != nil {
+		n.LastErrorBy = *r.lastErrorActor
+	}
+	return n
 }
 
 // errCancelNow is a holder's call finding its job's cancellation asked:
@@ -108,37 +107,24 @@ func (j stepJob) hold(p records.StepParams) error {
 	return nil
 }
 
-// runningFor says how a call ending step id finds it: completed already,
-// or running for the job's latest delivery (false, nil); any other step —
-// not begun, begun by an earlier delivery, a sleep — refuses the call.
-func (r stepRow) runningFor(j stepJob, id string) (completed bool, err error) {
-	switch {
-	case !r.found:
-		return false, &records.StepNotBegunError{StepID: id}
-	case r.kind != StepKindStep:
-		return false, &records.StepKindError{StepID: id, Kind: r.kind}
-	case r.status == StepCompleted:
-		return true, nil
-	case r.status != StepRunning || !r.current(j):
-		return false, &records.StepNotBegunError{StepID: id}
-	}
-	return false, nil
-}
-
 // current reports whether the step's attempt was begun by the job's latest
 // delivery.
 func (r stepRow) current(j stepJob) bool {
 	return r.delivery != nil && j.delivery != nil && *r.delivery == *j.delivery
 }
 
-// readStep reads a job's step (through job_steps' key), comparing its input
+// readStepSQL reads a job's live step (job_steps_live), comparing its
+// input with $3 as JSON values.
+const readStepSQL = `
+	SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($3::jsonb, 'null'),
+		output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
+	FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`
+
+// readStep reads a job's step (through job_steps_live), comparing its input
 // with input as JSON values.
 func readStep(ctx context.Context, tx pgx.Tx, jobID, stepID string, input json.RawMessage) (stepRow, error) {
 	var r stepRow
-	err := tx.QueryRow(ctx, `
-		SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($3::jsonb, 'null'),
-			output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
-		FROM job_steps WHERE job_id = $1 AND step_id = $2`, jobID, stepID, nullJSON(input)).
+	err := tx.QueryRow(ctx, readStepSQL, jobID, stepID, nullJSON(input)).
 		Scan(&r.kind, &r.status, &r.attempts, &r.max, &r.backoff, &r.sameInput, &r.output, &r.delivery, &r.wakeAt, &r.lastErrorActor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, nil
@@ -147,11 +133,19 @@ func readStep(ctx context.Context, tx pgx.Tx, jobID, stepID string, input json.R
 	return r, err
 }
 
-// nextStepOrd is the order of a job's next new step; StepLimitError when it
-// has MaxSteps. The count is the highest order (job_steps_order).
-func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
+// stepCount is how many steps a job has: its highest order
+// (job_steps_order).
+func stepCount(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1`, jobID).Scan(&n); err != nil {
+	err := tx.QueryRow(ctx, `SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1`, jobID).Scan(&n)
+	return n, err
+}
+
+// nextStepOrd is the order of a job's next new step; StepLimitError when it
+// has MaxSteps.
+func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
+	n, err := stepCount(ctx, tx, jobID)
+	if err != nil {
 		return 0, err
 	}
 	if n >= records.MaxSteps {
@@ -160,46 +154,30 @@ func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
 	return n + 1, nil
 }
 
-// stepCall runs one step call in a transaction: run gets the job locked
-// and checked for the call. A job whose cancellation was asked ends
-// cancelled (its holder now knows), as with JOB.UPDATE. pre, when set,
-// may answer the call before the checks (a call sent again after it moved
-// the job out of running).
-func (s *Store) stepCall(ctx context.Context, p records.StepParams,
-	pre func(tx pgx.Tx, j stepJob) (bool, error), run func(tx pgx.Tx, j stepJob, fx *records.Effects) error) (records.Effects, error) {
+// stepTx runs a step call in a transaction on its job, locked (body).
+// When body says so, the job ends cancelled — its holder now knows, as
+// with JOB.UPDATE — and the call answers ErrJobCancelled.
+func (s *Store) stepTx(ctx context.Context, p records.StepParams,
+	body func(tx pgx.Tx, j stepJob, fx *records.Effects) (cancel bool, err error)) (records.Effects, error) {
 	var fx records.Effects
 	if !storable(p.JobID, p.StepID, p.WorkerID) {
 		return fx, records.ErrNotFound
 	}
 	cancelled := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		fx, cancelled = records.Effects{}, false
+		fx = records.Effects{}
 		j, err := lockStepJob(ctx, tx, p.JobID)
 		if err != nil {
 			return err
 		}
-		if pre != nil && !j.stale(p) {
-			if answered, err := pre(tx, j); answered || err != nil {
-				return err
-			}
-		}
-		switch err := j.hold(p); {
-		case errors.Is(err, errCancelNow):
-			cancelled = true
-			fx.Ended(p.JobID)
-			fx.Moved = []string{p.JobID}
-			fx.Freed.Add(j.queue, j.typ, 1)
-			return finish(ctx, tx, p.JobID, records.StatusCancelled, nil)
-		case err != nil:
+		if cancelled, err = body(tx, j, &fx); err != nil || !cancelled {
 			return err
 		}
-		if j.unacked {
-			// The first call of a delivery acknowledges it.
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET ack_deadline = NULL WHERE id = $1`, p.JobID); err != nil {
-				return err
-			}
-		}
-		return run(tx, j, &fx)
+		fx = records.Effects{}
+		fx.Ended(p.JobID)
+		fx.Moved = []string{p.JobID}
+		fx.Freed.Add(j.queue, j.typ, 1)
+		return finish(ctx, tx, p.JobID, records.StatusCancelled, nil)
 	})
 	if cancelled && err == nil {
 		return fx, records.ErrJobCancelled
@@ -210,75 +188,139 @@ func (s *Store) stepCall(ctx context.Context, p records.StepParams,
 	return fx, nil
 }
 
+// acknowledge makes the first call of a delivery acknowledge it.
+func acknowledge(ctx context.Context, tx pgx.Tx, j stepJob, id string) error {
+	if !j.unacked || j.status != records.StatusRunning {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE jobs SET ack_deadline = NULL WHERE id = $1`, id)
+	return err
+}
+
+// stepCall runs one wait call (STEP.WAIT) in a transaction: run gets the
+// job locked and checked for the call. pre, when set, may answer the call
+// before the checks (a call sent again after it moved the job out of
+// running).
+func (s *Store) stepCall(ctx context.Context, p records.StepParams,
+	pre func(tx pgx.Tx, j stepJob) (bool, error), run func(tx pgx.Tx, j stepJob, fx *records.Effects) error) (records.Effects, error) {
+	return s.stepTx(ctx, p, func(tx pgx.Tx, j stepJob, fx *records.Effects) (bool, error) {
+		if pre != nil && !j.stale(p) {
+			if answered, err := pre(tx, j); answered || err != nil {
+				return false, err
+			}
+		}
+		switch err := j.hold(p); {
+		case errors.Is(err, errCancelNow):
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		if err := acknowledge(ctx, tx, j, p.JobID); err != nil {
+			return false, err
+		}
+		return false, run(tx, j, fx)
+	})
+}
+
+// decidedStep is a step call as the rules decided it: the step as read,
+// the decision, and its error (a refusal, or the failure of a job whose
+// step is past its attempts).
+type decidedStep struct {
+	row stepRow
+	records.StepDecision
+	err error
+}
+
+// ruledStepCall runs a step call the engine's rules decide
+// (Config.Rules): it reads the step (comparing its input with input), asks
+// decide, and applies the decision (apply) unless the call is refused or
+// the job ends cancelled. A decision's error that comes with changes (a
+// step past its attempts fails the job) is answered once they commit.
+func (s *Store) ruledStepCall(ctx context.Context, p records.StepParams, input json.RawMessage,
+	decide func(records.JobNow, records.StepNow) (records.StepDecision, error),
+	apply func(tx pgx.Tx, j stepJob, d decidedStep, fx *records.Effects) error) (records.Effects, error) {
+	if s.rules == nil {
+		return records.Effects{}, ErrNoRules
+	}
+	var answer error
+	fx, err := s.stepTx(ctx, p, func(tx pgx.Tx, j stepJob, fx *records.Effects) (bool, error) {
+		answer = nil
+		r, err := readStep(ctx, tx, p.JobID, p.StepID, input)
+		if err == nil && !r.found {
+			r.jobSteps, err = stepCount(ctx, tx, p.JobID)
+		}
+		if err != nil {
+			return false, err
+		}
+		d := decidedStep{row: r}
+		d.StepDecision, d.err = decide(j.now(), r.now(j))
+		switch d.Verdict {
+		case records.StepCancels:
+			return true, nil
+		case records.StepRefused:
+			return false, d.err
+		}
+		if err := acknowledge(ctx, tx, j, p.JobID); err != nil {
+			return false, err
+		}
+		answer = d.err
+		return false, apply(tx, j, d, fx)
+	})
+	if err == nil {
+		err = answer
+	}
+	return fx, err
+}
+
 // StepBegin begins a step, or answers the output it completed with before
-// for an equal input. A step begun again after its attempt failed, or after
-// the delivery that began it was lost, counts another attempt; past its
-// attempts the job fails (StepAttemptsError, with the failure's effects).
+// for an equal input, as the rules decide (records.Rules.StepBegin). Past
+// its attempts the job fails (StepAttemptsError, with the failure's
+// effects).
 func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, records.Effects, error) {
 	var res records.StepBeginResult
-	var failed *records.StepAttemptsError
-	fx, err := s.stepCall(ctx, p.StepParams, nil, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
-		res, failed = records.StepBeginResult{}, nil
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, p.Input)
-		if err != nil {
-			return err
-		}
-		if !r.found {
-			ord, err := nextStepOrd(ctx, tx, p.JobID)
-			if err != nil {
-				return err
-			}
-			res = records.StepBeginResult{Execute: true, Attempt: 1}
-			_, err = tx.Exec(ctx, `
-				INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
-				SELECT j.id, $2, $3, 'step', 'running', 1, coalesce($4, j.max_attempts), coalesce($5, j.retry_backoff_seconds),
-					coalesce($6::jsonb, 'null'), j.delivery
-				FROM jobs j WHERE j.id = $1`,
-				p.JobID, p.StepID, ord, p.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input))
-			return err
-		}
-		if r.kind != StepKindStep {
-			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		}
-		maxAttempts := r.max
-		if p.MaxAttempts != nil {
-			maxAttempts = *p.MaxAttempts
-		}
-		attempts := r.attempts + 1
-		switch {
-		case r.status == StepCompleted && r.sameInput:
-			res = records.StepBeginResult{Output: r.output}
+	decide := func(j records.JobNow, r records.StepNow) (records.StepDecision, error) {
+		return s.rules.StepBegin(j, r, p)
+	}
+	fx, err := s.ruledStepCall(ctx, p.StepParams, p.Input, decide, func(tx pgx.Tx, j stepJob, d decidedStep, fx *records.Effects) error {
+		res = records.StepBeginResult{}
+		switch d.Verdict {
+		case records.StepAnswersOutput:
+			res.Output = d.row.output
 			if len(res.Output) == 0 {
 				res.Output = json.RawMessage("null")
 			}
 			return nil
-		case r.status == StepRunning && r.current(j):
-			// The same BEGIN again, by the delivery that began it.
-			attempts = r.attempts
-		case r.status == StepCompleted:
-			attempts = 1 // another input: a new run
-		case r.attempts >= maxAttempts:
-			failed = &records.StepAttemptsError{StepID: p.StepID, Attempts: r.attempts}
-			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, failed.Error()); err != nil {
+		case records.StepExhausted:
+			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error()); err != nil {
 				return err
 			}
 			fx.Ended(p.JobID)
 			fx.Moved = []string{p.JobID}
 			fx.Freed.Add(j.queue, j.typ, 1)
 			return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
+		case records.StepBegins:
+			res = records.StepBeginResult{Execute: true, Attempt: 1}
+			_, err := tx.Exec(ctx, `
+				INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
+				SELECT j.id, $2, $3, 'step', 'running', 1, coalesce($4, j.max_attempts), coalesce($5, j.retry_backoff_seconds),
+					coalesce($6::jsonb, 'null'), j.delivery
+				FROM jobs j WHERE j.id = $1`,
+				p.JobID, p.StepID, d.row.jobSteps+1, p.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input))
+			return err
 		}
-		res = records.StepBeginResult{Execute: true, Attempt: attempts}
-		_, err = tx.Exec(ctx, `
+		res = records.StepBeginResult{Execute: true, Attempt: d.Attempt}
+		_, err := tx.Exec(ctx, `
 			UPDATE job_steps s SET status = 'running', attempts = $3, max_attempts = $4,
 				retry_backoff_seconds = coalesce($5, s.retry_backoff_seconds), input = coalesce($6::jsonb, 'null'),
+				`+beginAttemptSQL("s", "$7::uuid")+`,
 				delivery = $7::uuid, began_at = CASE WHEN s.delivery = $7::uuid THEN s.began_at ELSE now() END,
 				completed_at = NULL
-			WHERE s.job_id = $1 AND s.step_id = $2`,
-			p.JobID, p.StepID, attempts, maxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
+			WHERE s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
+			p.JobID, p.StepID, d.Attempt, d.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
 		return err
 	})
-	if err == nil && failed != nil {
-		err = failed
+	if err != nil {
+		res = records.StepBeginResult{}
 	}
 	return res, fx, err
 }
@@ -293,155 +335,158 @@ func (s *Store) StepComplete(ctx context.Context, p records.StepParams, output j
 // stepComplete is StepComplete with its effects: a job whose cancellation
 // was asked ends cancelled.
 func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output json.RawMessage) (fx records.Effects, changed bool, err error) {
-	fx, err = s.stepCall(ctx, p, nil, func(tx pgx.Tx, j stepJob, _ *records.Effects) error {
-		changed = false
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil {
-			return err
+	decide := func(j records.JobNow, r records.StepNow) (records.StepDecision, error) {
+		return s.rules.StepComplete(j, r, p)
+	}
+	fx, err = s.ruledStepCall(ctx, p, nil, decide, func(tx pgx.Tx, _ stepJob, d decidedStep, _ *records.Effects) error {
+		changed = d.Verdict == records.StepCompletes
+		if !changed {
+			return nil
 		}
-		if completed, err := r.runningFor(j, p.StepID); completed || err != nil {
-			return err
-		}
-		changed = true
-		_, err = tx.Exec(ctx, `
+		_, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', output = coalesce($3::jsonb, 'null'), completed_at = now()
-			WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID, nullJSON(output))
+			WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID, nullJSON(output))
 		return err
 	})
-	return fx, changed, err
+	return fx, changed && err == nil, err
 }
 
-// StepFail ends the job's current attempt with its open step's failure.
-// The retry policy decides with the step's attempts and backoff
-// (RetryAfter replaces the backoff): the job waits as retrying, its
-// completed steps kept, or fails, its error history naming the step. Sent
-// again by the same delivery, it answers as the first time. changed
-// reports whether this call failed the step.
+// StepFail ends the job's current attempt with its open step's failure,
+// as the rules decide (records.Rules.StepFail). The retry policy decides
+// with the step's attempts and backoff (RetryAfter replaces the backoff):
+// the job waits as retrying, its completed steps kept, or fails, its error
+// history naming the step. Sent again by the same delivery, it answers as
+// the first time. changed reports whether this call failed the step.
 func (s *Store) StepFail(ctx context.Context, p records.StepFailParams) (res records.StepFailResult, changed bool, fx records.Effects, err error) {
-	again := func(tx pgx.Tx, j stepJob) (bool, error) {
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil || !r.found || r.kind != StepKindStep || r.status != StepFailed || !r.current(j) ||
-			!p.Admin && (r.lastErrorActor == nil || *r.lastErrorActor != p.WorkerID) {
-			return false, err
-		}
-		switch j.status {
-		case records.StatusRetrying:
-			res = records.StepFailResult{Retry: true, RetryAt: j.runAt}
-			return true, nil
-		case records.StatusFailed:
-			res = records.StepFailResult{}
-			return true, nil
-		}
-		return false, nil
+	decide := func(j records.JobNow, r records.StepNow) (records.StepDecision, error) {
+		return s.rules.StepFail(j, r, p.StepParams)
 	}
-	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
+	fx, err = s.ruledStepCall(ctx, p.StepParams, nil, decide, func(tx pgx.Tx, j stepJob, d decidedStep, fx *records.Effects) error {
 		res, changed = records.StepFailResult{}, false
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil {
-			return err
-		}
-		if completed, err := r.runningFor(j, p.StepID); completed || err != nil {
-			return cmp.Or(err, error(&records.StepNotBegunError{StepID: p.StepID})) // a completed step fails no more
-		}
-		retry, delay, err := s.nextRetry(records.Failure{Attempt: r.attempts, MaxAttempts: r.max,
-			BackoffSeconds: r.backoff, Retryable: !p.NonRetryable})
-		if err != nil {
-			return err
-		}
-		if retry && p.RetryAfter != nil {
-			delay = *p.RetryAfter
+		if d.Verdict == records.StepRepeated {
+			if d.Retry {
+				res = records.StepFailResult{Retry: true, RetryAt: j.runAt}
+			}
+			return nil
 		}
 		changed = true
-		if _, err := tx.Exec(ctx, `
-			UPDATE job_steps s SET status = 'failed', errors = s.errors || jsonb_build_array(jsonb_build_object(
-				'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $3::text, 'at', now()))
-			FROM jobs j WHERE j.id = s.job_id AND s.job_id = $1 AND s.step_id = $2`,
-			p.JobID, p.StepID, p.Message); err != nil {
-			return err
-		}
-		// The failure counts against the step's attempts, not the job's.
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET step_failures = step_failures + 1 WHERE id = $1`, p.JobID); err != nil {
-			return err
-		}
-		var runAt time.Time
-		message := "step " + p.StepID + ": " + p.Message
-		if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay).Scan(&runAt); err != nil {
-			return err
-		}
-		fx.Moved = []string{p.JobID}
-		fx.Freed.Add(j.queue, j.typ, 1)
-		if retry {
-			res = records.StepFailResult{Retry: true, RetryAt: runAt}
-			fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
-			return nil
-		}
-		fx.Ended(p.JobID)
-		return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
+		return s.failStep(ctx, tx, p, j, d.row, &res, fx)
 	})
-	return res, changed, fx, err
+	return res, changed && err == nil, fx, err
 }
 
-// StepSleep puts the job to sleep until a wake time it records: scheduled,
-// its attempt given back (not counted among snoozes). Sent again by the
-// same delivery it answers the same wake time; in a later delivery the
-// sleep is over and the worker carries on. changed reports whether this
-// call put the job to sleep.
-func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res records.StepSleepResult, changed bool, fx records.Effects, err error) {
-	again := func(tx pgx.Tx, j stepJob) (bool, error) {
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil || !r.found || r.kind != StepKindSleep || r.status != StepSleeping || !r.current(j) ||
-			j.status != records.StatusScheduled || r.wakeAt == nil {
-			return false, err
-		}
-		res = records.StepSleepResult{Sleeping: true, WakeAt: *r.wakeAt}
-		return true, nil
+// failStep applies a step's failure: the step records it, the job's
+// attempt ends, retried or failed as the retry policy decides.
+func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParams, j stepJob, r stepRow,
+	res *records.StepFailResult, fx *records.Effects) error {
+	retry, delay, err := s.nextRetry(records.Failure{Attempt: r.attempts, MaxAttempts: r.max,
+		BackoffSeconds: r.backoff, Retryable: !p.NonRetryable})
+	if err != nil {
+		return err
 	}
-	fx, err = s.stepCall(ctx, p.StepParams, again, func(tx pgx.Tx, j stepJob, fx *records.Effects) error {
+	if retry && p.RetryAfter != nil {
+		delay = *p.RetryAfter
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE job_steps s SET status = 'failed', errors = s.errors || jsonb_build_array(jsonb_build_object(
+			'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $3::text, 'at', now()))
+		FROM jobs j WHERE j.id = s.job_id AND s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
+		p.JobID, p.StepID, p.Message); err != nil {
+		return err
+	}
+	// The failure counts against the step's attempts, not the job's.
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET step_failures = step_failures + 1 WHERE id = $1`, p.JobID); err != nil {
+		return err
+	}
+	var runAt time.Time
+	message := "step " + p.StepID + ": " + p.Message
+	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay).Scan(&runAt); err != nil {
+		return err
+	}
+	fx.Moved = []string{p.JobID}
+	fx.Freed.Add(j.queue, j.typ, 1)
+	if retry {
+		*res = records.StepFailResult{Retry: true, RetryAt: runAt}
+		fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+		return nil
+	}
+	fx.Ended(p.JobID)
+	return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
+}
+
+// StepSleep puts the job to sleep until a wake time it records, as the
+// rules decide (records.Rules.StepSleep): scheduled, its attempt given
+// back (not counted among snoozes). Sent again by the same delivery it
+// answers the same wake time; in a later delivery the sleep is over and
+// the worker carries on. changed reports whether this call put the job to
+// sleep.
+func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res records.StepSleepResult, changed bool, fx records.Effects, err error) {
+	decide := func(j records.JobNow, r records.StepNow) (records.StepDecision, error) {
+		return s.rules.StepSleep(j, r, p.StepParams)
+	}
+	fx, err = s.ruledStepCall(ctx, p.StepParams, nil, decide, func(tx pgx.Tx, j stepJob, d decidedStep, fx *records.Effects) error {
 		res, changed = records.StepSleepResult{}, false
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		switch {
-		case err != nil:
-			return err
-		case r.found && r.kind != StepKindSleep:
-			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		case r.found && r.status == StepCompleted:
+		switch d.Verdict {
+		case records.StepRepeated:
+			res = records.StepSleepResult{Sleeping: true, WakeAt: *d.row.wakeAt}
 			return nil
-		case r.found:
-			// Woken: the delivery after the sleep carries on.
+		case records.StepCarriesOn:
+			return nil
+		case records.StepWakes:
+			// The delivery after the sleep carries on.
 			_, err := tx.Exec(ctx, `
 				UPDATE job_steps SET status = 'completed', completed_at = now()
-				WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID)
-			return err
-		}
-		ord, err := nextStepOrd(ctx, tx, p.JobID)
-		if err != nil {
-			return err
-		}
-		var wake time.Time
-		if err := tx.QueryRow(ctx, `
-			INSERT INTO job_steps (job_id, step_id, ord, kind, status, max_attempts, retry_backoff_seconds, delivery, wake_at)
-			SELECT j.id, $2, $3, 'sleep', 'sleeping', j.max_attempts, j.retry_backoff_seconds, j.delivery, now() + $4::interval
-			FROM jobs j WHERE j.id = $1
-			RETURNING wake_at`, p.JobID, p.StepID, ord, p.For).Scan(&wake); err != nil {
-			return err
-		}
-		// Like a snooze, the attempt is given back and the delivery token
-		// stays until the next delivery, so a re-sent call is recognised.
-		if _, err := tx.Exec(ctx, `
-			UPDATE jobs j SET status = 'scheduled', worker_id = NULL, attempt = greatest(j.attempt - 1, 0),
-				run_at = $2, `+clearDelivery+`, updated_at = now()
-			WHERE j.id = $1`, p.JobID, wake); err != nil {
+				WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID)
 			return err
 		}
 		changed = true
-		res = records.StepSleepResult{Sleeping: true, WakeAt: wake}
-		fx.Moved = []string{p.JobID}
-		fx.Freed.Add(j.queue, j.typ, 1)
-		fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
-		return nil
+		return sleep(ctx, tx, p, j, d.row.jobSteps+1, &res, fx)
 	})
-	return res, changed, fx, err
+	return res, changed && err == nil, fx, err
 }
+
+// sleep records a new sleep, the job's step ord, and puts the job to sleep
+// until its wake time.
+func sleep(ctx context.Context, tx pgx.Tx, p records.StepSleepParams, j stepJob, ord int,
+	res *records.StepSleepResult, fx *records.Effects) error {
+	var wake time.Time
+	if err := tx.QueryRow(ctx, `
+		INSERT INTO job_steps (job_id, step_id, ord, kind, status, max_attempts, retry_backoff_seconds, delivery, wake_at)
+		SELECT j.id, $2, $3, 'sleep', 'sleeping', j.max_attempts, j.retry_backoff_seconds, j.delivery, now() + $4::interval
+		FROM jobs j WHERE j.id = $1
+		RETURNING wake_at`, p.JobID, p.StepID, ord, p.For).Scan(&wake); err != nil {
+		return err
+	}
+	// Like a snooze, the attempt is given back and the delivery token
+	// stays until the next delivery, so a re-sent call is recognised.
+	if _, err := tx.Exec(ctx, `
+		UPDATE jobs j SET status = 'scheduled', worker_id = NULL, attempt = greatest(j.attempt - 1, 0),
+			run_at = $2, `+clearDelivery+`, updated_at = now()
+		WHERE j.id = $1`, p.JobID, wake); err != nil {
+		return err
+	}
+	*res = records.StepSleepResult{Sleeping: true, WakeAt: wake}
+	fx.Moved = []string{p.JobID}
+	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
+	return nil
+}
+
+// jobStepsSQL reads a page of a job's steps, rows $2 on ($3 of them), by
+// their order (job_steps_order), replaced ones too.
+var jobStepsSQL = `
+		SELECT s.step_id, s.kind,
+			CASE WHEN s.status = 'running' AND (j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery)
+				  OR s.status = 'awaiting' AND j.status <> 'awaiting'
+				THEN 'interrupted' ELSE s.status END,
+			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
+			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
+			s.wait_signal, s.wait_jobs,
+			` + stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
+				THEN 'interrupted' END`) + `
+		FROM job_steps s JOIN jobs j ON j.id = s.job_id
+		WHERE s.job_id = $1 AND s.ord > $2
+		ORDER BY s.ord LIMIT $3`
 
 // JobSteps reads a page of a job's steps (job_steps_order). A step still
 // running when its delivery ended reads as interrupted. ErrNotHolder when
@@ -457,17 +502,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	if p.Holder != "" && (worker == nil || *worker != p.Holder) {
 		return nil, records.ErrNotHolder
 	}
-	rows, err := s.Pool.Query(ctx, `
-		SELECT s.step_id, s.kind,
-			CASE WHEN s.status = 'running' AND (j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery)
-				  OR s.status = 'awaiting' AND j.status <> 'awaiting'
-				THEN 'interrupted' ELSE s.status END,
-			s.attempts, s.input, s.output, s.errors, s.began_at, s.completed_at,
-			CASE WHEN s.kind <> 'wait' THEN s.wake_at END, CASE WHEN s.kind = 'wait' THEN s.wake_at END,
-			s.wait_signal, s.wait_jobs
-		FROM job_steps s JOIN jobs j ON j.id = s.job_id
-		WHERE s.job_id = $1 AND s.ord > $2
-		ORDER BY s.ord LIMIT $3`, p.JobID, p.After, p.Limit)
+	rows, err := s.Pool.Query(ctx, jobStepsSQL, p.JobID, p.After, p.Limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -476,7 +511,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 	for rows.Next() {
 		var st records.Step
 		if err := rows.Scan(&st.StepID, &st.Kind, &st.Status, &st.Attempts, &st.Input, &st.Output, &st.Errors,
-			&st.BeganAt, &st.CompletedAt, &st.WakeAt, &st.Deadline, &st.Signal, &st.Jobs); err != nil {
+			&st.BeganAt, &st.CompletedAt, &st.WakeAt, &st.Deadline, &st.Signal, &st.Jobs, &st.History); err != nil {
 			return nil, interpretError(err)
 		}
 		out = append(out, st)
@@ -485,7 +520,24 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 }
 
 // jobRetryStepsSQL gives a retried job's unfinished steps their attempts
-// back (job_steps' key); its completed steps are kept.
-const jobRetryStepsSQL = `
-	UPDATE job_steps SET attempts = 0
-	WHERE job_id = $1 AND status <> 'completed' AND attempts > 0`
+// back (job_steps_order), their last attempts' entries written; its
+// completed steps are kept.
+var jobRetryStepsSQL = `
+	UPDATE job_steps s SET history = ` + stepHistorySQL("s", `'interrupted'`) + `, attempt_ended = true, attempts = 0
+	WHERE s.job_id = $1 AND s.status NOT IN ('completed', 'replaced') AND s.attempts > 0`
+
+// replaceStepsFrom forgets the job's step from and every step begun after
+// it (job_steps_live, then job_steps_order): their rows stay, replaced,
+// each current attempt's entry written in its history. StepNotBegunError
+// when the job has no step from.
+func replaceStepsFrom(ctx context.Context, tx pgx.Tx, jobID, from string) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE job_steps s SET status = 'replaced', history = `+stepHistorySQL("s", `'interrupted'`)+`,
+			attempt_ended = true
+		FROM (SELECT ord FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced') f
+		WHERE s.job_id = $1 AND s.ord >= f.ord AND s.status <> 'replaced'`, jobID, from)
+	if err == nil && tag.RowsAffected() == 0 {
+		return &records.StepNotBegunError{StepID: from}
+	}
+	return err
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,23 +69,22 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 	// them (READ COMMITTED takes a snapshot per statement).
 	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.jobIDs}}
 	err := s.hotQuery(ctx, false, []*pgx.QueuedQuery{lock}, func(rows pgx.Rows) error {
-		var ord int32
-		var attempt *int32
+		var ord, attempt int32
+		var answered bool
 		var output []byte
-		if err := rows.Scan(&ord, &attempt, &output); err != nil {
+		if err := rows.Scan(&ord, &answered, &attempt, &output); err != nil {
 			return err
 		}
-		if attempt == nil {
+		if answered {
 			if len(output) == 0 {
 				output = []byte("null")
 			}
 			served[int(ord)] = records.StepBeginResult{Output: json.RawMessage(output)}
 		} else {
-			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(*attempt)}
+			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(attempt)}
 		}
 		return nil
-	}, beginStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, inputs, maxAttempts, backoffs, sc.ords,
-		records.MaxSteps)
+	}, beginStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, inputs, maxAttempts, backoffs, sc.ords)
 	if err != nil {
 		return map[int]records.StepBeginResult{}, err
 	}
@@ -95,15 +95,42 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 // the locked path locks each.
 const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 
-// beginStepsGroupedSQL begins a group's steps by the rules of StepBegin,
-// reading each job through its key, each step through job_steps' key and
-// each job's last order through job_steps_order. A new step is its job's
-// next, with attempt 1; a step running for this delivery keeps its
-// attempt; one completed with another input runs anew; any other counts
-// one attempt more, within its attempts. A step completed with an equal
-// input answers its output (attempt NULL) and is not written. The jobs'
-// first calls of their deliveries acknowledge them.
-var beginStepsGroupedSQL = `
+// stepBeginDecisionSQL is the rules' decision of a STEP.BEGIN held by its
+// caller (records.Rules.StepBegin, engine.DecideStepBegin) in SQL, for the
+// grouped statement that decides without asking: the verdict (a
+// records.StepVerdict) and the attempt it runs, of a row c with columns
+// found, kind, status, attempts, step_max (the call's max_attempts, else
+// the step's), same_input, current (begun by the job's delivery) and
+// last_ord (the job's steps). steps_rule_test.go runs every case through
+// both.
+func stepBeginDecisionSQL(c string) (verdict, attempt string) {
+	v := func(s records.StepVerdict) string { return strconv.Itoa(int(s)) }
+	verdict = `CASE
+		WHEN NOT ` + c + `.found THEN CASE WHEN ` + c + `.last_ord < ` + strconv.Itoa(records.MaxSteps) +
+		` THEN ` + v(records.StepBegins) + ` ELSE ` + v(records.StepRefused) + ` END
+		WHEN ` + c + `.kind <> 'step' THEN ` + v(records.StepRefused) + `
+		WHEN ` + c + `.status = 'completed' AND ` + c + `.same_input THEN ` + v(records.StepAnswersOutput) + `
+		WHEN ` + c + `.status = 'running' AND ` + c + `.current OR ` + c + `.status = 'completed' THEN ` + v(records.StepRuns) + `
+		WHEN ` + c + `.attempts >= ` + c + `.step_max THEN ` + v(records.StepExhausted) + `
+		ELSE ` + v(records.StepRuns) + ` END`
+	attempt = `CASE
+		WHEN NOT ` + c + `.found OR ` + c + `.status = 'completed' THEN 1
+		WHEN ` + c + `.status = 'running' AND ` + c + `.current THEN ` + c + `.attempts
+		ELSE ` + c + `.attempts + 1 END`
+	return verdict, attempt
+}
+
+// beginStepsGroupedSQL begins a group's steps as the rules decide
+// (stepBeginDecisionSQL), reading each job through its key, each step
+// through job_steps_live and each job's last order through
+// job_steps_order: a new step is its job's next; a step begun again is
+// written with its attempt; a step completed with an equal input answers
+// its output and is not written. Any other decision is left to the locked
+// path. The jobs' first calls of their deliveries acknowledge them.
+var beginStepsGroupedSQL = func() string {
+	verdict, attempt := stepBeginDecisionSQL("c")
+	v := func(s records.StepVerdict) string { return strconv.Itoa(int(s)) }
+	return `
 	WITH u AS (
 		SELECT *, count(*) OVER (PARTITION BY job_id) AS calls
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::float8[], $8::int[])
@@ -111,47 +138,37 @@ var beginStepsGroupedSQL = `
 	), c AS (
 		SELECT u.*, j.delivery AS job_delivery, j.ack_deadline IS NOT NULL AS unacked,
 			coalesce(u.max_attempts, j.max_attempts) AS new_max, coalesce(u.backoff, j.retry_backoff_seconds) AS new_backoff,
-			s.step_id IS NOT NULL AS found, s.status, s.attempts, coalesce(u.max_attempts, s.max_attempts) AS step_max,
+			s.step_id IS NOT NULL AS found, s.kind, s.status, s.attempts, coalesce(u.max_attempts, s.max_attempts) AS step_max,
 			s.input = coalesce(u.input::jsonb, 'null') AS same_input, s.output, s.delivery = j.delivery AS current,
 			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.job_id = u.job_id) AS last_ord
 		FROM u
 		JOIN jobs j ON j.id = u.job_id
-		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id
+		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 		WHERE u.calls = 1 AND ` + heldBy("u.worker", "", "u.delivery") + `
-		  AND (s.step_id IS NULL OR s.kind = 'step')
 	), d AS (
-		SELECT c.*, CASE
-				WHEN NOT c.found THEN 1
-				WHEN c.status = 'completed' AND c.same_input THEN NULL
-				WHEN c.status = 'running' AND c.current THEN c.attempts
-				WHEN c.status = 'completed' THEN 1
-				ELSE c.attempts + 1
-			END AS attempt
-		FROM c
-		WHERE CASE
-				WHEN NOT c.found THEN c.last_ord < $9
-				WHEN c.status = 'completed' OR c.status = 'running' AND c.current THEN true
-				ELSE c.attempts < c.step_max
-			END
+		SELECT * FROM (SELECT c.*, ` + verdict + ` AS verdict, ` + attempt + ` AS attempt FROM c) c
+		WHERE c.verdict IN (` + v(records.StepBegins) + `, ` + v(records.StepRuns) + `, ` + v(records.StepAnswersOutput) + `)
 	), added AS (
 		INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
 		SELECT d.job_id, d.step_id, d.last_ord + 1, 'step', 'running', 1, d.new_max, d.new_backoff,
 			coalesce(d.input::jsonb, 'null'), d.job_delivery
-		FROM d WHERE NOT d.found
+		FROM d WHERE d.verdict = ` + v(records.StepBegins) + `
 		ON CONFLICT DO NOTHING
 		RETURNING job_id
 	), again AS (
 		UPDATE job_steps s SET status = 'running', attempts = d.attempt, max_attempts = d.step_max,
 			retry_backoff_seconds = coalesce(d.backoff, s.retry_backoff_seconds), input = coalesce(d.input::jsonb, 'null'),
+			` + beginAttemptSQL("s", "d.job_delivery") + `,
 			delivery = d.job_delivery, began_at = CASE WHEN s.delivery = d.job_delivery THEN s.began_at ELSE now() END,
 			completed_at = NULL
 		FROM d
-		WHERE d.found AND d.attempt IS NOT NULL AND s.job_id = d.job_id AND s.step_id = d.step_id
+		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.job_id = d.job_id AND s.step_id = d.step_id AND s.status <> 'replaced'
 		RETURNING s.job_id
 	), acked AS (
 		UPDATE jobs j SET ack_deadline = NULL
 		FROM d WHERE d.unacked AND j.id = d.job_id
 	)
-	SELECT d.ord, d.attempt, d.output FROM d
-	WHERE d.attempt IS NULL
+	SELECT d.ord, d.verdict = ` + v(records.StepAnswersOutput) + `, d.attempt, d.output FROM d
+	WHERE d.verdict = ` + v(records.StepAnswersOutput) + `
 	   OR d.job_id IN (SELECT job_id FROM added UNION ALL SELECT job_id FROM again)`
+}()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
@@ -134,7 +135,52 @@ func TestStepsBeginGroup(t *testing.T) {
 		t.Errorf("%d deliveries left unacknowledged (%v)", unacked, err)
 	}
 	steps, err := b.st.JobSteps(b.ctx, records.JobStepsParams{JobID: fresh.ID, Limit: 10})
-	if err != nil || len(steps) != 1 || steps[0].Status != store.StepRunning || string(steps[0].Input) != `{"n": 1}` || steps[0].Attempts != 1 {
+	if err != nil || len(steps) != 1 || steps[0].Status != records.StepRunning || string(steps[0].Input) != `{"n": 1}` || steps[0].Attempts != 1 {
 		t.Errorf("%s's steps: %+v, %v", fresh.ID, steps, err)
+	}
+}
+
+// Delivery tokens compare as UUIDs on both paths: a token spelled in
+// capitals or in braces is the job's, and a token that is no UUID is
+// answered stale, never with the database's error.
+func TestStepCallsCompareTokensAsUUIDs(t *testing.T) {
+	t.Parallel()
+	b := newTrBundle(t)
+	b.submit(t, trJob("tokens-spelled", 3, 0))
+	j := b.claim(t, "tokens-spelled", holder)
+	upper, braced := stepCall(j, "s1"), stepCall(j, "s2")
+	upper.Delivery, braced.Delivery = strings.ToUpper(upper.Delivery), "{"+braced.Delivery+"}"
+	got, _ := b.st.StepsBegin(b.ctx, []records.StepBeginParams{{StepParams: upper}})
+	if got[0].Err != nil || !got[0].Result.Execute {
+		t.Fatalf("a grouped begin with its token in capitals: %+v", got[0])
+	}
+	if r, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: braced}); err != nil || !r.Execute {
+		t.Fatalf("a begin with its token in braces: %+v, %v", r, err)
+	}
+	if _, err := b.st.StepComplete(b.ctx, upper, nil); err != nil {
+		t.Fatalf("a completion with its token in capitals: %v", err)
+	}
+	res, _ := b.st.StepsComplete(b.ctx, []store.StepCompletion{{StepParams: braced}})
+	if res[0].Err != nil || !res[0].Changed {
+		t.Fatalf("a grouped completion with its token in braces: %+v", res[0])
+	}
+	bad := stepCall(j, "s3")
+	bad.Delivery = "not-a-token"
+	var stale *records.StaleDeliveryError
+	got, _ = b.st.StepsBegin(b.ctx, []records.StepBeginParams{{StepParams: bad}})
+	if !errors.As(got[0].Err, &stale) {
+		t.Fatalf("a grouped begin with a token that is no UUID: %v", got[0].Err)
+	}
+	if _, _, err := b.st.StepBegin(b.ctx, records.StepBeginParams{StepParams: bad}); !errors.As(err, &stale) {
+		t.Fatalf("a begin with a token that is no UUID: %v", err)
+	}
+	if _, err := b.st.StepComplete(b.ctx, bad, nil); !errors.As(err, &stale) {
+		t.Fatalf("a completion with a token that is no UUID: %v", err)
+	}
+	if _, _, _, err := b.st.StepSleep(b.ctx, records.StepSleepParams{StepParams: bad, For: time.Second}); !errors.As(err, &stale) {
+		t.Fatalf("a sleep with a token that is no UUID: %v", err)
+	}
+	if _, _, _, err := b.st.StepFail(b.ctx, records.StepFailParams{StepParams: bad, Message: "x"}); !errors.As(err, &stale) {
+		t.Fatalf("a failure with a token that is no UUID: %v", err)
 	}
 }

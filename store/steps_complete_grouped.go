@@ -72,7 +72,8 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 	return applied, nil
 }
 
-// completeStepsGroupedSQL completes a group's steps. The jobs are locked
+// completeStepsGroupedSQL completes a group's steps where the rules
+// decide they complete (stepCompletesSQL). The jobs are locked
 // through their key, in id order, as the locked path locks each; a step
 // named twice is completed by its first call, the other finding it done.
 var completeStepsGroupedSQL = `
@@ -88,7 +89,16 @@ var completeStepsGroupedSQL = `
 	)
 	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
 	FROM u, j
-	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id
+	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 	  AND ` + heldBy("u.worker", "", "u.delivery") + `
-	  AND s.kind = 'step' AND s.status = 'running' AND s.delivery = j.delivery
+	  AND ` + stepCompletesSQL("s", "s.delivery = j.delivery") + `
 	RETURNING u.ord`
+
+// stepCompletesSQL is the rules' decision of a STEP.COMPLETE held by its
+// caller (records.Rules.StepComplete, engine.DecideStepComplete) in SQL:
+// it holds of the step row s exactly where they decide StepCompletes;
+// current is the SQL expression of whether the job's delivery began it.
+// steps_rule_test.go runs every case through both.
+func stepCompletesSQL(s, current string) string {
+	return s + `.kind = 'step' AND ` + s + `.status = 'running' AND ` + current
+}

@@ -184,7 +184,7 @@ func TestStepsCompleteGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range steps {
-			if s.Status != store.StepCompleted {
+			if s.Status != records.StepCompleted {
 				t.Errorf("%s %s: %s", id, s.StepID, s.Status)
 			}
 			outputs[id+"/"+s.StepID] = string(s.Output)

@@ -282,6 +282,23 @@ func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.
 // running again is left as it is (the retry already happened). Its effects
 // name the job Moved when this call changed it, and Ready when it waits.
 func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error) {
+	return s.jobRetry(ctx, id, "")
+}
+
+// JobRetryFrom is JobRetry from step stepID on: the job — failed,
+// cancelled or completed (any other status is a StateError) — runs again,
+// that step and every step begun after it forgotten (replaced, their rows
+// kept), the steps before it keeping their outputs. StepNotBegunError when
+// the job has no such step.
+func (s *Store) JobRetryFrom(ctx context.Context, id, stepID string) (records.Effects, error) {
+	if !storable(stepID) {
+		return records.Effects{}, &records.StepNotBegunError{StepID: stepID}
+	}
+	return s.jobRetry(ctx, id, stepID)
+}
+
+// jobRetry is JobRetry, or JobRetryFrom step from when it is given.
+func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects, error) {
 	var fx records.Effects
 	if !storable(id) {
 		return fx, records.ErrNotFound
@@ -295,11 +312,11 @@ func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error
 			id).Scan(&status, &queue, &requires, &inGraph); err != nil {
 			return err
 		}
-		switch status {
-		case records.StatusCompleted:
+		switch {
+		case from != "" && !records.IsTerminal(status), status == records.StatusCompleted && from == "":
 			return &records.StateError{Status: status}
-		case records.StatusFailed, records.StatusCancelled:
-		case records.StatusQueued:
+		case records.IsTerminal(status):
+		case status == records.StatusQueued:
 			// Its row was held while claims skip locked rows: a pop woken
 			// for it may have found nothing meanwhile.
 			fx.Ready = []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
@@ -307,10 +324,16 @@ func (s *Store) JobRetry(ctx context.Context, id string) (records.Effects, error
 		default:
 			return nil
 		}
+		if from != "" {
+			if err := replaceStepsFrom(ctx, tx, id, from); err != nil {
+				return err
+			}
+		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
-				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL, updated_at = now()
-			WHERE id = $1`, id)
+				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL,
+				result = CASE WHEN $2 THEN NULL ELSE result END, updated_at = now()
+			WHERE id = $1`, id, from != "")
 		if err != nil {
 			return err
 		}

@@ -18,12 +18,6 @@ import (
 // the step with its output and queues the job in one transaction, so the
 // next delivery's STEP.WAIT answers that output.
 
-// Step kind and status of a wait.
-const (
-	StepKindWait = "wait"
-	StepAwaiting = "awaiting"
-)
-
 // wakeSQL queues an awaiting job whose wait just ended; it takes a new
 // place among its key's jobs (jobs_unplace).
 const wakeSQL = `
@@ -106,7 +100,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		if _, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', completed_at = now(),
 				output = jsonb_build_object('signal', $3::text, 'payload', $4::jsonb)
-			WHERE job_id = $1 AND step_id = $2`, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
+			WHERE job_id = $1 AND step_id = $2 AND status = 'awaiting'`, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE job_signals SET taken_by = $3 WHERE job_id = $1 AND seq = $2`,
@@ -137,7 +131,7 @@ func waitOutput(r stepRow) json.RawMessage {
 func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res records.StepWaitResult, changed bool, fx records.Effects, err error) {
 	again := func(tx pgx.Tx, j stepJob) (bool, error) {
 		r, err := readStep(ctx, tx, p.JobID, p.StepID, nil)
-		if err != nil || !r.found || r.kind != StepKindWait || r.status != StepAwaiting || !r.current(j) ||
+		if err != nil || !r.found || r.kind != records.StepKindWait || r.status != records.StepAwaiting || !r.current(j) ||
 			j.status != records.StatusAwaiting {
 			return false, err
 		}
@@ -150,18 +144,18 @@ func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res rec
 		switch {
 		case err != nil:
 			return err
-		case r.found && r.kind != StepKindWait:
+		case r.found && r.kind != records.StepKindWait:
 			return &records.StepKindError{StepID: p.StepID, Kind: r.kind}
-		case r.found && r.status == StepCompleted && len(r.output) == 0:
+		case r.found && r.status == records.StepCompleted && len(r.output) == 0:
 			// Woken by its last job's end: its output is read now, once.
 			return s.keepJobsOutput(ctx, tx, p, &res)
-		case r.found && r.status == StepCompleted:
+		case r.found && r.status == records.StepCompleted:
 			res.Output = waitOutput(r)
 			return nil
 		case r.found:
 			// An awaiting wait whose delivery ended otherwise (an admin
 			// moved the job): it waits again below.
-			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE job_id = $1 AND step_id = $2`, p.JobID, p.StepID); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID); err != nil {
 				return err
 			}
 		}
@@ -200,9 +194,9 @@ func (s *Store) beginWait(ctx context.Context, tx pgx.Tx, p records.StepWaitPara
 	if err != nil {
 		return err
 	}
-	status := StepAwaiting
+	status := records.StepAwaiting
 	if done {
-		status = StepCompleted
+		status = records.StepCompleted
 	}
 	var timeout *string
 	if p.Timeout > 0 {
@@ -372,7 +366,7 @@ func (s *Store) jobsOutput(ctx context.Context, tx pgx.Tx, ids []string, budget 
 // deliveries answer the same.
 func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, p records.StepWaitParams, res *records.StepWaitResult) error {
 	var ids []string
-	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE job_id = $1 AND step_id = $2`,
+	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`,
 		p.JobID, p.StepID).Scan(&ids); err != nil {
 		return err
 	}
@@ -381,7 +375,7 @@ func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, p records.StepWai
 		return err
 	}
 	res.Output = out
-	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $3::jsonb WHERE job_id = $1 AND step_id = $2`,
+	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $3::jsonb WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`,
 		p.JobID, p.StepID, out)
 	return err
 }

@@ -30,6 +30,7 @@ type Engine interface {
 	CancelJob(ctx context.Context, id string) error
 	CancelJobCascade(ctx context.Context, id string) error
 	RetryJob(ctx context.Context, id string) error
+	RetryJobFrom(ctx context.Context, id, stepID string) error
 	AppendLog(ctx context.Context, id, worker, channel string, line []byte) error
 	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error)
 

@@ -13,7 +13,7 @@ import (
 )
 
 // A job's page lists its steps: each with its status, attempts, input and
-// output.
+// output, and the attempts kept (a failed one, and the one running).
 func TestTheJobPageListsItsSteps(t *testing.T) {
 	t.Parallel()
 	a := agqtest.Start(t)
@@ -36,6 +36,18 @@ func TestTheJobPageListsItsSteps(t *testing.T) {
 		{"STEP.BEGIN", "charge-ship", "charge", `{"input":{"cents":1250}}`},
 		{"STEP.COMPLETE", "charge-ship", "charge", `{"receipt":"r-77"}`},
 		{"STEP.BEGIN", "charge-ship", "ship"},
+		{"STEP.FAIL", "charge-ship", "ship", `{"message":"carrier down","retry_after_seconds":0.01}`},
+	} {
+		if err := w.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	// Delivered again, the failed step runs a second attempt.
+	if err := w.Do(ctx, "BRPOP", "queue:orders", "5").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]any{
+		{"STEP.BEGIN", "charge-ship", "ship"},
 	} {
 		if err := w.Do(ctx, cmd...).Err(); err != nil {
 			t.Fatalf("%v: %v", cmd, err)
@@ -51,7 +63,9 @@ func TestTheJobPageListsItsSteps(t *testing.T) {
 		t.Fatalf("no steps on the job page:\n%s", page)
 	}
 	steps := page[i:]
-	for _, want := range []string{"<code>charge</code>", "st-completed", "1250", "r-77", "<code>ship</code>", "st-running"} {
+	for _, want := range []string{"<code>charge</code>", "st-completed", "1250", "r-77", "<code>ship</code>", "st-running",
+		`class="step-history"`, "#1 <span class=\"st st-failed\">failed</span>", "carrier down",
+		"#2 <span class=\"st st-running\">running</span>"} {
 		if !strings.Contains(steps, want) {
 			t.Errorf("the steps table lacks %q:\n%s", want, steps)
 		}

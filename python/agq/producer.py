@@ -176,10 +176,16 @@ class Producer:
             args += ["ID", signal_id]
         call(self._rdb, *args)
 
-    def retry(self, job_id: str) -> None:
+    def retry(self, job_id: str, from_step: Optional[str] = None) -> None:
         """Puts a failed or cancelled job back, with fresh attempts and its
-        completed steps kept."""
-        call(self._rdb, "JOB.RETRY", job_id)
+        completed steps kept. With from_step, a failed, cancelled or
+        completed job runs again from that step (JOB.RETRY ... FROM): the
+        step and every step begun after it run again, the steps before it
+        keep their outputs."""
+        if from_step is None:
+            call(self._rdb, "JOB.RETRY", job_id)
+        else:
+            call(self._rdb, "JOB.RETRY", job_id, "FROM", from_step)
 
     def steps(self, job_id: str) -> List[Dict[str, Any]]:
         """The job's durable steps and sleeps (JOB.STEPS), in the order first begun."""

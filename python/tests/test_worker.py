@@ -139,6 +139,31 @@ class WorkerTest(AgqTestCase):
         self.assertEqual(steps["cool-down"]["kind"], "sleep")
         self.assertEqual(steps["measure"]["status"], "completed")
 
+    def test_a_completed_job_retried_from_a_step(self):
+        queue = self.name("rerun")
+        worker = self.worker(queue)
+        ran = []
+
+        @worker.handler("three-steps")
+        def three_steps(job: agq.Job) -> list:
+            return [job.step(name, lambda n=name: (ran.append(n), len(ran))[1]) for name in ("fetch", "transform", "load")]
+
+        self.start_worker(worker)
+        producer = self.producer()
+        job_id = producer.submit("three-steps", queue=queue)
+        self.assertEqual(producer.wait(job_id, timeout=30).output, [1, 2, 3])
+        with self.assertRaises(agq.AgqError) as refused:
+            producer.retry(job_id, from_step="nope")
+        self.assertIn("step nope was not begun", str(refused.exception))
+        producer.retry(job_id, from_step="transform")
+        done = producer.wait(job_id, timeout=30)
+        self.assertEqual(done.status, "completed", done.raw)
+        self.assertEqual(done.output, [1, 4, 5])
+        self.assertEqual(ran, ["fetch", "transform", "load", "transform", "load"])
+        statuses = [(s["step_id"], s["status"]) for s in producer.steps(job_id)]
+        self.assertEqual(statuses, [("fetch", "completed"), ("transform", "replaced"), ("load", "replaced"),
+                                    ("transform", "completed"), ("load", "completed")])
+
     def test_a_failing_step_is_retried_alone(self):
         queue = self.name("stepfail")
         worker = self.worker(queue)
@@ -168,6 +193,9 @@ class WorkerTest(AgqTestCase):
         steps = self.steps(job_id)
         self.assertEqual(steps["second"]["attempts"], 2)
         self.assertEqual([e["error"] for e in steps["second"]["errors"]], ["ConnectionError: the carrier's API timed out"])
+        history = steps["second"]["history"]
+        self.assertEqual([(a["attempt"], a["outcome"]) for a in history], [(1, "failed"), (2, "completed")])
+        self.assertEqual(history[0]["error"], "ConnectionError: the carrier's API timed out")
 
     def test_many_slots_take_their_jobs_in_batches(self):
         queue = self.name("batch")
