@@ -187,7 +187,9 @@ func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) 
 			return nil, resp.ErrSyntax
 		}
 	}
-	if sess.principal().Role == auth.RoleWorker {
+	// A worker's key reads the steps of the job it holds, and of the jobs
+	// it submitted: it is their producer.
+	if sess.principal().Role == auth.RoleWorker && s.mayReadID(ctx, sess, p.JobID) != nil {
 		w, err := s.hotWorker(ctx, sess)
 		if err != nil {
 			return nil, err

@@ -130,6 +130,18 @@ func TestAWorkerKeyRunsAParentThatSpawnsAndAwaitsChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectInOrder(t, events, "awaiting approval", "signal approve", "woken approval", "completed")
+	// It reads the steps of the child it submitted, as its producer;
+	// another worker, which neither submitted nor ran it, does not.
+	var billSteps []struct {
+		StepID string `json:"step_id"`
+		Kind   string `json:"kind"`
+	}
+	if err := json.Unmarshal([]byte(do(spawner.c, "JOB.STEPS", "order-9-bill")), &billSteps); err != nil ||
+		len(billSteps) != 1 || billSteps[0].StepID != "approval" || billSteps[0].Kind != "wait" {
+		t.Fatalf("JOB.STEPS order-9-bill by the worker's key that submitted it: %+v, %v", billSteps, err)
+	}
+	other := registerWorker(t, a, "other-1", "child")
+	refused(other.c, "NOPERM only the worker holding job order-9-bill reads its steps", "JOB.STEPS", "order-9-bill")
 
 	// It waits for a child, and the parent wakes with all three.
 	var waited struct {

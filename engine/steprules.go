@@ -108,6 +108,16 @@ func runningFor(s records.StepNow, p records.StepParams) (repeated bool, err err
 // DecideStepComplete decides what STEP.COMPLETE p does: the step running
 // for the job's delivery completes; completing it again changes nothing.
 func DecideStepComplete(j records.JobNow, s records.StepNow, p records.StepParams) (records.StepDecision, error) {
+	return endRunning(j, s, p, records.StepCompletes, func() (records.StepDecision, error) {
+		return records.StepDecision{Verdict: records.StepRepeated}, nil
+	})
+}
+
+// endRunning decides a call that ends the step running for the job's
+// delivery, as verdict, once the rule of holders let the call go on; a
+// step completed already is answered by completed.
+func endRunning(j records.JobNow, s records.StepNow, p records.StepParams, verdict records.StepVerdict,
+	completed func() (records.StepDecision, error)) (records.StepDecision, error) {
 	if d, err := stepHold(j, p); err != nil {
 		return d, err
 	}
@@ -115,9 +125,9 @@ func DecideStepComplete(j records.JobNow, s records.StepNow, p records.StepParam
 	case err != nil:
 		return records.StepDecision{}, err
 	case repeated:
-		return records.StepDecision{Verdict: records.StepRepeated}, nil
+		return completed()
 	}
-	return records.StepDecision{Verdict: records.StepCompletes}, nil
+	return records.StepDecision{Verdict: verdict}, nil
 }
 
 // DecideStepFail decides what STEP.FAIL p does: the step running for the
@@ -135,16 +145,9 @@ func DecideStepFail(j records.JobNow, s records.StepNow, p records.StepParams) (
 			return records.StepDecision{Verdict: records.StepRepeated}, nil
 		}
 	}
-	if d, err := stepHold(j, p); err != nil {
-		return d, err
-	}
-	switch repeated, err := runningFor(s, p); {
-	case err != nil:
-		return records.StepDecision{}, err
-	case repeated:
+	return endRunning(j, s, p, records.StepFails, func() (records.StepDecision, error) {
 		return records.StepDecision{}, &records.StepNotBegunError{StepID: p.StepID}
-	}
-	return records.StepDecision{Verdict: records.StepFails}, nil
+	})
 }
 
 // DecideStepSleep decides what STEP.SLEEP p does: a new sleep puts the
