@@ -182,3 +182,50 @@ func TestAJobsWaitTimesOutNamingThePending(t *testing.T) {
 		t.Fatalf("the waiter is %s", st)
 	}
 }
+
+// A job cancelled while it awaited a job that never ends, then retried
+// (from its wait, or whole), awaits another job in its new run: the old
+// wait holds nothing back, and it wakes when that job ends.
+func TestARetriedWaitForgetsTheJobsItAwaitedBefore(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "re-awaiter", "parent", "child")
+	submit(t, admin, map[string]any{"job_id": "never", "type": "child", "queue": "later", "delay_seconds": 3600})
+	for _, from := range []bool{true, false} {
+		id, queue := "re-wait-whole", "re-whole"
+		retry := []any{"JOB.RETRY", id}
+		if from {
+			id, queue = "re-wait-from", "re-from"
+			retry = []any{"JOB.RETRY", id, "FROM", "kids"}
+		}
+		submit(t, admin, map[string]any{"job_id": id, "type": "parent", "queue": queue})
+		if got := popStep(t, w, queue).text("STEP.WAIT", "kids", "JOBS", "never"); got != "AWAITING never" {
+			t.Fatalf("%s: STEP.WAIT JOBS never = %q", id, got)
+		}
+		if err := admin.Do(ctx, "JOB.CANCEL", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Do(ctx, retry...).Err(); err != nil {
+			t.Fatalf("%v: %v", retry, err)
+		}
+		child := submit(t, admin, map[string]any{"job_id": id + "-child", "type": "child", "queue": queue + "-children"})
+		if got := popStep(t, w, queue).text("STEP.WAIT", "kids", "JOBS", child); got != "AWAITING never" {
+			t.Fatalf("%s run again: STEP.WAIT JOBS %s = %q", id, child, got)
+		}
+		popStep(t, w, queue+"-children")
+		if err := w.update(ctx, child, map[string]any{"status": "completed", "result": 1}); err != nil {
+			t.Fatal(err)
+		}
+		got := popStep(t, w, queue).text("STEP.WAIT", "kids", "JOBS", child)
+		var out struct {
+			Jobs map[string]struct {
+				Status string `json:"status"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal([]byte(got), &out); err != nil || len(out.Jobs) != 1 || out.Jobs[child].Status != "completed" {
+			t.Fatalf("%s woken: STEP.WAIT JOBS %s = %s", id, child, got)
+		}
+	}
+}

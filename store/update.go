@@ -329,6 +329,12 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 				return err
 			}
 		}
+		// Whatever the job waited for when it ended holds its new run back
+		// no more (job_waits_child); its parents not ended are waited for
+		// again below.
+		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE child_id = $1`, id); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL,

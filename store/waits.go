@@ -154,8 +154,12 @@ func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res rec
 			return nil
 		case r.found:
 			// An awaiting wait whose delivery ended otherwise (an admin
-			// moved the job): it waits again below.
+			// moved the job, a retry of the job cancelled as it waited):
+			// it waits again below, for nothing it awaited before.
 			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE child_id = $1`, p.JobID); err != nil {
 				return err
 			}
 		}

@@ -264,7 +264,7 @@ func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []strin
 			coalesce(st.output->>'timeout' = 'true', false), coalesce(a.ok_at < st.wake_at, false),
 			sg.created_at IS NOT NULL, coalesce(sg.taken_by, '')
 		FROM unnest($1::text[], $2::timestamptz[], $4::bool[]) AS a(id, ok_at, must)
-		LEFT JOIN job_steps st ON st.job_id = a.id AND st.step_id = $3
+		LEFT JOIN job_steps st ON st.job_id = a.id AND st.step_id = $3 AND st.status <> 'replaced'
 		LEFT JOIN job_signals sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait, must)
 	if err != nil {
 		return err
