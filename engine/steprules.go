@@ -22,6 +22,11 @@ func (Decisions) StepSleep(j records.JobNow, s records.StepNow, p records.StepPa
 	return DecideStepSleep(j, s, p)
 }
 
+// StepWait is DecideStepWait.
+func (Decisions) StepWait(j records.JobNow, s records.StepNow, p records.StepParams) (records.StepDecision, error) {
+	return DecideStepWait(j, s, p)
+}
+
 // stepHold applies the rule of holders (records.JobNow.Hold) to a step
 // call, as JOB.UPDATE's: no error when the call goes on to the step's own
 // rule; otherwise the decision and the error are the call's answer.
@@ -172,4 +177,14 @@ func DecideStepSleep(j records.JobNow, s records.StepNow, p records.StepParams) 
 		return records.StepDecision{}, &records.StepLimitError{}
 	}
 	return records.StepDecision{Verdict: records.StepSleeps}, nil
+}
+
+// DecideStepWait decides whether STEP.WAIT p goes on, by the rule of
+// holders every step call follows: what the wait then does depends on the
+// signals and jobs it names, which the store reads as it applies it.
+func DecideStepWait(j records.JobNow, _ records.StepNow, p records.StepParams) (records.StepDecision, error) {
+	if d, err := stepHold(j, p); err != nil {
+		return d, err
+	}
+	return records.StepDecision{Verdict: records.StepWaits}, nil
 }

@@ -62,6 +62,7 @@ func TestDecideStepCalls(t *testing.T) {
 	beginBy := func(p records.StepParams) decideStep { return beginRule(records.StepBeginParams{StepParams: p}) }
 	complete := stepRule(engine.DecideStepComplete, call)
 	fail, sleep := stepRule(engine.DecideStepFail, call), stepRule(engine.DecideStepSleep, call)
+	wait := stepRule(engine.DecideStepWait, call)
 	one := 1
 	runs := func(attempt int) records.StepDecision {
 		return records.StepDecision{Verdict: records.StepRuns, Attempt: attempt, MaxAttempts: 3}
@@ -150,6 +151,18 @@ func TestDecideStepCalls(t *testing.T) {
 		{"SleepAStepsID", sleep, running, step(records.StepCompleted, 1, false), records.StepDecision{},
 			&records.StepKindError{StepID: "s", Kind: records.StepKindStep}},
 		{"SleepAJobNotRunning", sleep, job(func(j *records.JobNow) { j.Status = records.StatusQueued }), none,
+			records.StepDecision{}, &records.StateError{Status: "not running"}},
+
+		{"WaitByItsHolder", wait, running, none, records.StepDecision{Verdict: records.StepWaits}, nil},
+		{"WaitByAnAdmin", stepRule(engine.DecideStepWait, with(func(p *records.StepParams) { p.WorkerID, p.Admin, p.Delivery = "", true, "" })),
+			running, none, records.StepDecision{Verdict: records.StepWaits}, nil},
+		{"WaitWithAStaleDelivery", stepRule(engine.DecideStepWait, with(func(p *records.StepParams) { p.Delivery = d2 })),
+			running, none, records.StepDecision{}, &records.StaleDeliveryError{Attempt: 1}},
+		{"WaitByAnotherWorker", stepRule(engine.DecideStepWait, with(func(p *records.StepParams) { p.WorkerID = "w-b" })),
+			running, none, records.StepDecision{}, &records.NotOwnerError{Owner: "w-a"}},
+		{"WaitWithItsCancellationAsked", wait, job(func(j *records.JobNow) { j.CancelRequested = true }), none,
+			records.StepDecision{Verdict: records.StepCancels}, records.ErrJobCancelled},
+		{"WaitAJobNotRunning", wait, job(func(j *records.JobNow) { j.Status, j.Worker = records.StatusAwaiting, "" }), none,
 			records.StepDecision{}, &records.StateError{Status: "not running"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,10 +26,11 @@ type Rules interface {
 	NextRetry(Failure) (retry bool, delay time.Duration)
 	// Report decides what a report does to its job as it stands.
 	Report(JobNow, Report) (ReportVerdict, error)
-	// StepBegin, StepComplete, StepFail and StepSleep decide what a step
-	// call does to its job and step as they stand.
+	// StepBegin, StepComplete, StepFail, StepSleep and StepWait decide
+	// what a step call does to its job and step as they stand.
 	StepBegin(JobNow, StepNow, StepBeginParams) (StepDecision, error)
 	StepComplete(JobNow, StepNow, StepParams) (StepDecision, error)
 	StepFail(JobNow, StepNow, StepParams) (StepDecision, error)
 	StepSleep(JobNow, StepNow, StepParams) (StepDecision, error)
+	StepWait(JobNow, StepNow, StepParams) (StepDecision, error)
 }

@@ -230,6 +230,9 @@ const (
 	// StepCarriesOn: the sleep completed in an earlier delivery; nothing
 	// changes, and the worker carries on.
 	StepCarriesOn
+	// StepWaits: the wait goes on as the signals and jobs it names stand:
+	// it takes a stored signal, answers its output, or the job awaits.
+	StepWaits
 )
 
 // StepDecision is the rules' answer to a step call.

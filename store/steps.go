@@ -49,10 +49,6 @@ func (r stepRow) now(j stepJob) records.StepNow {
 	return n
 }
 
-// errCancelNow is a holder's call finding its job's cancellation asked:
-// the job ends cancelled, and the holder is told.
-var errCancelNow = errors.New("cancel now")
-
 // lockStepJob reads and locks the job of a step call, through its key.
 func lockStepJob(ctx context.Context, tx pgx.Tx, id string) (stepJob, error) {
 	var j stepJob
@@ -86,25 +82,6 @@ func (j stepJob) now() records.JobNow {
 // latest.
 func (j stepJob) stale(p records.StepParams) bool {
 	return j.now().Hold(caller(p)) == records.HoldStale
-}
-
-// hold checks what JOB.UPDATE checks: the job runs for this delivery, at
-// this worker (or the caller is an admin), and is not being cancelled.
-func (j stepJob) hold(p records.StepParams) error {
-	now := j.now()
-	switch now.Hold(caller(p)) {
-	case records.HoldStale:
-		return &records.StaleDeliveryError{Attempt: j.attempt}
-	case records.HoldCancelled:
-		return records.ErrJobCancelled
-	case records.HoldNotRunning:
-		return &records.StateError{Status: "not running"}
-	case records.HoldOtherWorker:
-		return &records.NotOwnerError{Owner: now.Worker}
-	case records.HoldCancelAsked:
-		return errCancelNow
-	}
-	return nil
 }
 
 // current reports whether the step's attempt was begun by the job's latest
@@ -198,19 +175,22 @@ func acknowledge(ctx context.Context, tx pgx.Tx, j stepJob, id string) error {
 }
 
 // stepCall runs one wait call (STEP.WAIT) in a transaction: run gets the
-// job locked and checked for the call. pre, when set, may answer the call
-// before the checks (a call sent again after it moved the job out of
-// running).
+// job locked and let go on by the rules (records.Rules.StepWait). pre,
+// when set, may answer the call before them (a call sent again after it
+// moved the job out of running).
 func (s *Store) stepCall(ctx context.Context, p records.StepParams,
 	pre func(tx pgx.Tx, j stepJob) (bool, error), run func(tx pgx.Tx, j stepJob, fx *records.Effects) error) (records.Effects, error) {
+	if s.rules == nil {
+		return records.Effects{}, ErrNoRules
+	}
 	return s.stepTx(ctx, p, func(tx pgx.Tx, j stepJob, fx *records.Effects) (bool, error) {
 		if pre != nil && !j.stale(p) {
 			if answered, err := pre(tx, j); answered || err != nil {
 				return false, err
 			}
 		}
-		switch err := j.hold(p); {
-		case errors.Is(err, errCancelNow):
+		switch d, err := s.rules.StepWait(j.now(), records.StepNow{}, p); {
+		case d.Verdict == records.StepCancels:
 			return true, nil
 		case err != nil:
 			return false, err
