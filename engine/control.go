@@ -43,7 +43,7 @@ func (e *Engine) CancelJobCascade(ctx context.Context, id string) error {
 		return effects{Effects: cfx, AsIs: []AsIs{cancelAsIs(id)}}, nil
 	})
 	if err == nil {
-		e.walkOn(ctx, store.WalkCascade, first)
+		e.walkOn(ctx, store.WalkCascade, []string{id}, first)
 		e.settle(ctx, []string{id})
 	}
 	return err

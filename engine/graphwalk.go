@@ -27,15 +27,16 @@ func (e *Engine) walk(ctx context.Context, kind string, ids []string) {
 		e.log.Warn().Err(err).Str("walk", kind).Msg("walking a job graph; the leader's sweep will carry on")
 		return
 	}
-	e.walkOn(ctx, kind, w)
+	e.walkOn(ctx, kind, ids, w)
 }
 
-// walkOn publishes a batch of a walk, w, and carries the walk on until no
-// mark is left: restored jobs announced "retried", cancelled ones
-// "cancelled", running ones "cancel_requested" with their holders told,
-// and the jobs to settle settled — a cascade's once it is over, so that no
-// child it is about to cancel is released first.
-func (e *Engine) walkOn(ctx context.Context, kind string, w store.Walked) {
+// walkOn publishes a batch of a walk, w, taken from the marks of ids,
+// and carries the walk on until no mark is left: restored jobs announced
+// "retried", cancelled ones "cancelled", running ones "cancel_requested"
+// with their holders told, and the jobs to settle settled — a cascade's
+// once it is over, so that no child it is about to cancel is released
+// first.
+func (e *Engine) walkOn(ctx context.Context, kind string, ids []string, w store.Walked) {
 	var held []string
 	defer func() {
 		if len(held) > 0 {
@@ -51,9 +52,8 @@ func (e *Engine) walkOn(ctx context.Context, kind string, w store.Walked) {
 		if len(w.Next) == 0 && !w.More || round == maxWalkRounds {
 			return
 		}
-		var ids []string // with no mark left to follow, the oldest
 		if len(w.Next) > 0 {
-			ids = w.Next
+			ids = w.Next // else the marks of ids the batch left
 		}
 		var err error
 		if w, err = e.store.GraphWalk(ctx, kind, ids, walkRound); err != nil {
