@@ -94,6 +94,7 @@ func (s *Server) authenticate(ctx context.Context, sess *Session, user, key stri
 	p, err := offStack(func() (auth.Principal, error) { return s.keys.Authenticate(ctx, user, key) })
 	if err == nil {
 		sess.setAuth(p, user, s.opts.Limits)
+		sess.eng = sess.eng.In(p.Home())
 		s.authenticated(sess)
 		if p.Role == auth.RoleWorker {
 			s.countAs(sess, p.Name)

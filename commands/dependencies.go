@@ -30,7 +30,7 @@ func (s *Server) cmdJobParents(ctx context.Context, sess *Session, args [][]byte
 		}
 		worker = w.ID
 	}
-	page, next, err := s.eng.JobParents(ctx, worker, id, cursor)
+	page, next, err := sess.eng.JobParents(ctx, worker, id, cursor)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Server) cmdJobChildren(ctx context.Context, sess *Session, args [][]byt
 	if err := s.mayReadID(ctx, sess, id); err != nil {
 		return nil, err
 	}
-	kids, err := s.eng.JobChildren(ctx, id, cursor, limit)
+	kids, err := sess.eng.JobChildren(ctx, id, cursor, limit)
 	if err != nil {
 		return nil, err
 	}

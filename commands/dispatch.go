@@ -189,7 +189,7 @@ func (s *Server) run(sess *Session, c *Command, name string, args [][]byte) (rep
 		// killed): nothing reached the database, so it runs once more,
 		// on a fresh connection, rather than answering TRYAGAIN.
 		s.metrics.retried.Inc()
-		s.eng.DropIdleConns()
+		sess.eng.DropIdleConns()
 		reply, err = c.Handler(ctx, sess, args)
 	}
 	if err != nil && sess.revoked.Load() && errors.Is(err, context.Canceled) {

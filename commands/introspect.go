@@ -141,7 +141,7 @@ func (s *Server) infoSections() []infoSection {
 }
 
 // INFO [section …]
-func (s *Server) cmdInfo(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdInfo(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
 		want[resp.Lower(a)] = true

@@ -112,7 +112,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte)
 			return nil, err
 		}
 		setSubmitter(sess, jobs)
-		res, err := s.eng.SubmitBatch(ctx, jobs)
+		res, err := sess.eng.SubmitBatch(ctx, jobs)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func (s *Server) cmdJobSubmit(ctx context.Context, sess *Session, args [][]byte)
 const maxBatch = 10000
 
 // LPUSH queue:<name> json [json …] — answers the queue's ready depth.
-func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdLPush(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	if !bytes.HasPrefix(args[1], []byte("queue:")) {
 		return nil, resp.ErrReadOnlyKeys // a write to a key that is not a queue
 	}
@@ -137,7 +137,7 @@ func (s *Server) cmdLPush(ctx context.Context, _ *Session, args [][]byte) (resp.
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.eng.Push(ctx, queues[0], jobs)
+	n, err := sess.eng.Push(ctx, queues[0], jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (s *Server) prepareReport(ctx context.Context, sess *Session, args [][]byte
 		return write{}, err
 	}
 	return write{keys: []string{"job:" + r.ID}, send: func() func(context.Context) (resp.Reply, error) {
-		return okOnNil(s.eng.Report(r))
+		return okOnNil(sess.eng.Report(r))
 	}}, nil
 }
 
@@ -240,7 +240,7 @@ func (s *Server) readReport(ctx context.Context, sess *Session, args [][]byte) (
 
 // JOB.GET job_id
 func (s *Server) cmdJobGet(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-	j, err := s.eng.JobGet(ctx, string(args[1]))
+	j, err := sess.eng.JobGet(ctx, string(args[1]))
 	if err == nil {
 		if err := mayRead(sess, j); err != nil {
 			return nil, err
@@ -262,7 +262,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 	}
 	b := newBlocking(ctx, sess, timeout, api.WaitRecheck)
 	defer b.close()
-	j, ended, err := s.eng.WaitJob(ctx, id, jobWait{b})
+	j, ended, err := sess.eng.WaitJob(ctx, id, jobWait{b})
 	if err != nil || !ended {
 		return resp.Nil, err
 	}
@@ -271,7 +271,7 @@ func (s *Server) cmdJobWait(ctx context.Context, sess *Session, args [][]byte) (
 
 // JOB.LIST [QUEUE q] [STATUS s] [TYPE t] [LIMIT n] [CURSOR c]
 // Answers [next_cursor, [job json …]] like SCAN; cursor "0" starts and ends.
-func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobList(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	p := records.JobListParams{Limit: 100}
 	for i := 1; i < len(args); i += 2 {
 		if i+1 >= len(args) {
@@ -302,7 +302,7 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 			return nil, resp.ErrSyntax
 		}
 	}
-	jobs, err := s.eng.JobList(ctx, p)
+	jobs, err := sess.eng.JobList(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -315,23 +315,23 @@ func (s *Server) cmdJobList(ctx context.Context, _ *Session, args [][]byte) (res
 }
 
 // JOB.CANCEL job_id [CASCADE]
-func (s *Server) cmdJobCancel(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobCancel(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	switch {
 	case len(args) == 2:
-		return okOr(s.eng.CancelJob(ctx, string(args[1])))
+		return okOr(sess.eng.CancelJob(ctx, string(args[1])))
 	case len(args) == 3 && strings.EqualFold(string(args[2]), "cascade"):
-		return okOr(s.eng.CancelJobCascade(ctx, string(args[1])))
+		return okOr(sess.eng.CancelJobCascade(ctx, string(args[1])))
 	}
 	return nil, resp.ErrSyntax
 }
 
 // JOB.RETRY job_id [FROM step_id]
-func (s *Server) cmdJobRetry(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobRetry(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	switch {
 	case len(args) == 2:
-		return okOr(s.eng.RetryJob(ctx, string(args[1])))
+		return okOr(sess.eng.RetryJob(ctx, string(args[1])))
 	case len(args) == 4 && strings.EqualFold(string(args[2]), "from"):
-		return okOr(s.eng.RetryJobFrom(ctx, string(args[1]), string(args[3])))
+		return okOr(sess.eng.RetryJobFrom(ctx, string(args[1]), string(args[3])))
 	}
 	return nil, resp.ErrSyntax
 }

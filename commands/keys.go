@@ -43,7 +43,7 @@ func (s *Server) cmdKeyRevoke(ctx context.Context, sess *Session, args [][]byte)
 }
 
 // KEY.LIST
-func (s *Server) cmdKeyList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
+func (s *Server) cmdKeyList(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
 	entries, err := s.keys.List(ctx)
 	if err != nil {
 		return nil, err

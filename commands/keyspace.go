@@ -15,7 +15,7 @@ func (s *Server) keyspaceCommands() []*Command {
 	cmds := []*Command{
 		{Name: "keys", Arity: 2, Roles: readers, Handler: oneKey(ks.Keys)},
 		{Name: "scan", Arity: -2, Roles: readers, Handler: scanCommand(ks)},
-		{Name: "dbsize", Arity: 1, Roles: readers, Handler: func(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
+		{Name: "dbsize", Arity: 1, Roles: readers, Handler: func(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
 			return ks.DBSize(ctx)
 		}},
 		{Name: "get", Arity: 2, Roles: readers, Handler: oneKey(ks.Get)},
@@ -36,14 +36,14 @@ func (s *Server) keyspaceCommands() []*Command {
 // oneKey is the handler of a command whose one argument is a key or a
 // pattern: GET, STRLEN, TTL, PTTL, TYPE, SMEMBERS, SCARD, KEYS.
 func oneKey(read func(context.Context, string) (resp.Reply, error)) Handler {
-	return func(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	return func(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 		return read(ctx, string(args[1]))
 	}
 }
 
 // EXISTS key [key …]
 func existsCommand(ks *keyspace.Keyspace) Handler {
-	return func(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	return func(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 		keys := make([]string, len(args)-1)
 		for i, key := range args[1:] {
 			keys[i] = string(key)
@@ -54,7 +54,7 @@ func existsCommand(ks *keyspace.Keyspace) Handler {
 
 // SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 func scanCommand(ks *keyspace.Keyspace) Handler {
-	return func(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+	return func(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 		a, err := parseScan(args)
 		if err != nil {
 			return nil, err

@@ -27,12 +27,12 @@ func (s *Server) cmdQueueConfig(ctx context.Context, sess *Session, args [][]byt
 	}
 	var limits records.Limits
 	if change == (records.LimitsChange{}) {
-		limits, err = s.eng.QueueLimitsGet(ctx, name)
+		limits, err = sess.eng.QueueLimitsGet(ctx, name)
 	} else {
 		if sess.principal().Role != auth.RoleAdmin {
 			return nil, resp.CodeErrorf("NOPERM", "only admins may change a queue's limits")
 		}
-		limits, err = s.eng.ConfigureQueue(ctx, name, change)
+		limits, err = sess.eng.ConfigureQueue(ctx, name, change)
 	}
 	if err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 		return nil, err
 	}
 	if change == (records.LimitsChange{}) {
-		limits, err := s.eng.TypeLimitsGet(ctx, name)
+		limits, err := sess.eng.TypeLimitsGet(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +63,7 @@ func (s *Server) cmdTypeConfig(ctx context.Context, sess *Session, args [][]byte
 	if sess.principal().Role != auth.RoleAdmin {
 		return nil, resp.CodeErrorf("NOPERM", "only admins may change a job type's limits")
 	}
-	limits, err := s.eng.ConfigureType(ctx, name, change)
+	limits, err := sess.eng.ConfigureType(ctx, name, change)
 	if err != nil {
 		return nil, err
 	}
@@ -150,16 +150,16 @@ func queueLimitsMap(name string, l records.Limits) resp.Map {
 }
 
 // QUEUE.INFO name — the queue's counts (as QUEUE.STATS) and its limits.
-func (s *Server) cmdQueueInfo(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdQueueInfo(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	name := strings.TrimPrefix(string(args[1]), "queue:")
-	qs, err := s.eng.QueueStats(ctx, name)
+	qs, err := sess.eng.QueueStats(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	if len(qs) == 0 {
 		return nil, resp.Errorf("no such queue '%s'", name)
 	}
-	limits, err := s.eng.QueueLimitsGet(ctx, name)
+	limits, err := sess.eng.QueueLimitsGet(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func (s *Server) cmdPublish(ctx context.Context, sess *Session, args [][]byte) (
 		return nil, err
 	}
 	n := s.broker.Receivers(channel)
-	if err := s.eng.AppendLog(ctx, id, w.ID, channel, line); err != nil {
+	if err := sess.eng.AppendLog(ctx, id, w.ID, channel, line); err != nil {
 		return nil, err
 	}
 	return resp.Int(n), nil
@@ -50,7 +50,7 @@ func (s *Server) cmdPublish(ctx context.Context, sess *Session, args [][]byte) (
 
 // JOB.LOGS job_id [attempt] — the kept log lines of an attempt (the
 // current or last one by default), oldest first.
-func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobLogs(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	id := string(args[1])
 	attempt := 0
 	if len(args) == 3 {
@@ -60,7 +60,7 @@ func (s *Server) cmdJobLogs(ctx context.Context, _ *Session, args [][]byte) (res
 		}
 		attempt = n
 	}
-	lines, _, err := s.eng.JobLogs(ctx, id, attempt)
+	lines, _, err := sess.eng.JobLogs(ctx, id, attempt)
 	if err != nil {
 		return nil, &records.JobError{JobID: id, Err: err}
 	}

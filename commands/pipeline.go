@@ -256,7 +256,7 @@ func (r *pipelineRun) countPushes() {
 			pushes[i] = *e.w.push.jobs
 		}
 		ctx, cancel := r.s.ctxForCommand(r.sess)
-		depths, err := r.s.eng.PushDepths(ctx, queue, pushes)
+		depths, err := r.sess.eng.PushDepths(ctx, queue, pushes)
 		cancel()
 		for i, e := range es {
 			if err != nil {
@@ -288,7 +288,7 @@ func (s *Server) pipelinedReply(sess *Session, e *pipelined) []byte {
 	}
 	if retry && e.w.push == nil {
 		s.metrics.retried.Inc()
-		s.eng.DropIdleConns()
+		sess.eng.DropIdleConns()
 		e.reply, e.err = e.w.send()(e.ctx)
 	}
 	out, err := e.reply, e.err
@@ -338,7 +338,7 @@ func (s *Server) prepareSubmission(_ context.Context, sess *Session, args [][]by
 		w.push = &pushed{queue: queue}
 	}
 	w.send = func() func(context.Context) (resp.Reply, error) {
-		wait := s.eng.Submit(job)
+		wait := sess.eng.Submit(job)
 		return func(ctx context.Context) (resp.Reply, error) {
 			res, err := wait(ctx)
 			if err != nil {

@@ -187,7 +187,7 @@ func (s *Server) popNow(ctx context.Context, sess *Session, queues []string, lim
 		if err != nil {
 			return "", nil, err
 		}
-		queue, jobs, err := s.eng.Claim(ctx, w, queues, limit)
+		queue, jobs, err := sess.eng.Claim(ctx, w, queues, limit)
 		s.forgetChangedWorker(sess, err)
 		switch {
 		case errors.Is(err, records.ErrWorkerDraining):
@@ -225,7 +225,7 @@ func (s *Server) popWaiting(ctx context.Context, sess *Session, queues []string,
 		sess.forgetWorker()
 		return s.lookupPopWorker(sess)
 	}
-	queue, jobs, err := s.eng.PopWaiting(ctx, w, refresh, queues, limit, popWait{b})
+	queue, jobs, err := sess.eng.PopWaiting(ctx, w, refresh, queues, limit, popWait{b})
 	s.forgetChangedWorker(sess, err)
 	return queue, jobs, err
 }

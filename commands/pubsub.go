@@ -176,7 +176,7 @@ func (s *Server) maySubscribe(ctx context.Context, sess *Session, name string, p
 		if id, ok := strings.CutPrefix(name, "job."); ok {
 			// The status of a job its key submitted (a child it spawned).
 			if id, ok := strings.CutSuffix(id, ".status"); ok {
-				if j, err := s.eng.JobGet(ctx, id); err == nil && j.SubmittedBy == p.Name {
+				if j, err := sess.eng.JobGet(ctx, id); err == nil && j.SubmittedBy == p.Name {
 					return nil
 				}
 			}
@@ -193,7 +193,7 @@ func (s *Server) maySubscribe(ctx context.Context, sess *Session, name string, p
 			return refuse
 		}
 		if i := strings.LastIndexByte(id, '.'); i > 0 && (id[i:] == ".status" || id[i:] == ".logs") {
-			j, err := s.eng.JobGet(ctx, id[:i])
+			j, err := sess.eng.JobGet(ctx, id[:i])
 			if err == nil && j.WorkerID != nil && *j.WorkerID == w.ID {
 				return nil
 			}

@@ -25,12 +25,12 @@ func (s *Server) queueCommands() []*Command {
 }
 
 // LLEN queue:<name> — the number of jobs claimable now.
-func (s *Server) cmdLLen(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdLLen(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	q, err := queueKeys(args[1:2])
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.eng.QueueDepth(ctx, q[0])
+	n, err := sess.eng.QueueDepth(ctx, q[0])
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func (s *Server) cmdLLen(ctx context.Context, _ *Session, args [][]byte) (resp.R
 // LRANGE queue:<name> start stop — peeks at claimable jobs. As in a Redis
 // list fed by LPUSH and drained by BRPOP, the last element is the next to
 // be popped.
-func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdLRange(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	q, err := queueKeys(args[1:2])
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 	if err1 != nil || err2 != nil {
 		return nil, resp.ErrNotInteger
 	}
-	total, err := s.eng.QueueDepth(ctx, q[0])
+	total, err := sess.eng.QueueDepth(ctx, q[0])
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 	// List index i is pop position total-1-i.
 	first := total - 1 - stop
 	n := stop - start + 1
-	jobs, err := s.eng.QueuePeek(ctx, q[0], first, min(n, 10000))
+	jobs, err := sess.eng.QueuePeek(ctx, q[0], first, min(n, 10000))
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +79,8 @@ func (s *Server) cmdLRange(ctx context.Context, _ *Session, args [][]byte) (resp
 }
 
 // QUEUE.LIST
-func (s *Server) cmdQueueList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
-	qs, err := s.eng.QueueStats(ctx, "")
+func (s *Server) cmdQueueList(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
+	qs, err := sess.eng.QueueStats(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (s *Server) cmdQueueList(ctx context.Context, _ *Session, _ [][]byte) (resp
 
 // QUEUE.STATS [name] — one queue's counts as a map, or every queue's as an
 // array of maps.
-func (s *Server) cmdQueueStats(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdQueueStats(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	if len(args) > 2 {
 		return nil, resp.ErrSyntax
 	}
@@ -97,7 +97,7 @@ func (s *Server) cmdQueueStats(ctx context.Context, _ *Session, args [][]byte) (
 	if len(args) == 2 {
 		name = strings.TrimPrefix(string(args[1]), "queue:")
 	}
-	qs, err := s.eng.QueueStats(ctx, name)
+	qs, err := sess.eng.QueueStats(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -130,15 +130,15 @@ func queueStatsMap(q records.Queue) resp.Map {
 }
 
 // QUEUE.PAUSE name
-func (s *Server) cmdQueuePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return s.setPaused(ctx, args[1], true)
+func (s *Server) cmdQueuePause(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	return s.setPaused(ctx, sess, args[1], true)
 }
 
 // QUEUE.RESUME name
-func (s *Server) cmdQueueResume(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return s.setPaused(ctx, args[1], false)
+func (s *Server) cmdQueueResume(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	return s.setPaused(ctx, sess, args[1], false)
 }
 
-func (s *Server) setPaused(ctx context.Context, arg []byte, paused bool) (resp.Reply, error) {
-	return okOr(s.eng.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused))
+func (s *Server) setPaused(ctx context.Context, sess *Session, arg []byte, paused bool) (resp.Reply, error) {
+	return okOr(sess.eng.PauseQueue(ctx, strings.TrimPrefix(string(arg), "queue:"), paused))
 }

@@ -284,7 +284,7 @@ func scheduleJSON(sc records.Schedule) []byte {
 }
 
 // SCHEDULE.CREATE json
-func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdScheduleCreate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	doc, err := s.decodeScheduleDoc(args[1])
 	if err != nil {
 		return nil, err
@@ -296,18 +296,18 @@ func (s *Server) cmdScheduleCreate(ctx context.Context, _ *Session, args [][]byt
 	if err := s.applyScheduleDoc(doc, &sc, true, time.Now()); err != nil {
 		return nil, err
 	}
-	return okOr(s.eng.CreateSchedule(ctx, sc))
+	return okOr(sess.eng.CreateSchedule(ctx, sc))
 }
 
 // SCHEDULE.GET name
-func (s *Server) cmdScheduleGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	sc, err := s.eng.ScheduleGet(ctx, string(args[1]))
+func (s *Server) cmdScheduleGet(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	sc, err := sess.eng.ScheduleGet(ctx, string(args[1]))
 	return jsonOrNil(sc, err, scheduleJSON)
 }
 
 // SCHEDULE.LIST
-func (s *Server) cmdScheduleList(ctx context.Context, _ *Session, _ [][]byte) (resp.Reply, error) {
-	all, err := s.eng.ScheduleList(ctx)
+func (s *Server) cmdScheduleList(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
+	all, err := sess.eng.ScheduleList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -315,30 +315,30 @@ func (s *Server) cmdScheduleList(ctx context.Context, _ *Session, _ [][]byte) (r
 }
 
 // SCHEDULE.UPDATE name json
-func (s *Server) cmdScheduleUpdate(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdScheduleUpdate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	name := string(args[1])
 	doc, err := s.decodeScheduleDoc(args[2])
 	if err != nil {
 		return nil, err
 	}
-	err = s.eng.UpdateSchedule(ctx, name, func(sc *records.Schedule) error {
+	err = sess.eng.UpdateSchedule(ctx, name, func(sc *records.Schedule) error {
 		return s.applyScheduleDoc(doc, sc, false, time.Now())
 	})
 	return okOr(err)
 }
 
 // SCHEDULE.DELETE name
-func (s *Server) cmdScheduleDelete(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return okOr(s.eng.DeleteSchedule(ctx, string(args[1])))
+func (s *Server) cmdScheduleDelete(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	return okOr(sess.eng.DeleteSchedule(ctx, string(args[1])))
 }
 
 // SCHEDULE.PAUSE name
-func (s *Server) cmdSchedulePause(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return okOr(s.eng.PauseSchedule(ctx, string(args[1])))
+func (s *Server) cmdSchedulePause(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	return okOr(sess.eng.PauseSchedule(ctx, string(args[1])))
 }
 
 // SCHEDULE.RESUME name [CATCHUP]
-func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdScheduleResume(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	name := string(args[1])
 	catchup := false
 	switch {
@@ -347,13 +347,13 @@ func (s *Server) cmdScheduleResume(ctx context.Context, _ *Session, args [][]byt
 	case len(args) > 2:
 		return nil, resp.ErrSyntax
 	}
-	return okOr(s.eng.ResumeSchedule(ctx, name, catchup))
+	return okOr(sess.eng.ResumeSchedule(ctx, name, catchup))
 }
 
 // SCHEDULE.TRIGGER name — fires the schedule now, whether it is paused or
 // not; answers the job's id.
-func (s *Server) cmdScheduleTrigger(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	id, err := s.eng.TriggerSchedule(ctx, string(args[1]))
+func (s *Server) cmdScheduleTrigger(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	id, err := sess.eng.TriggerSchedule(ctx, string(args[1]))
 	if err != nil {
 		return nil, err
 	}

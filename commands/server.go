@@ -147,6 +147,7 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		return false
 	}
 	sess := newSession(s.nextID.Add(1), conn)
+	sess.eng = s.eng
 	if sess.guard != nil {
 		sess.guard.SetLimits(resp.PreAuthLimits)
 	}
@@ -195,10 +196,10 @@ func (s *Server) countAs(sess *Session, principal string) {
 		return
 	}
 	if was != "" {
-		s.eng.WorkerDisconnected(was)
+		sess.eng.WorkerDisconnected(was)
 	}
 	if principal != "" {
-		s.eng.WorkerConnected(principal)
+		sess.eng.WorkerConnected(principal)
 	}
 }
 

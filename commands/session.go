@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/agq/agq/commands/pubsub"
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
@@ -51,6 +52,9 @@ type Session struct {
 	unblock context.CancelFunc
 
 	unauth unauthState // under Server.mu
+	// eng is the engine acting in the connection's namespace (the key's,
+	// or where NAMESPACE moved a cluster admin); the owning goroutine's.
+	eng api.Engine
 	// sub is the connection's pub/sub side once it subscribed (under mu);
 	// conn is then the detached connection.
 	sub *pubsub.Subscriber

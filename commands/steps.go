@@ -62,7 +62,7 @@ func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte)
 		}
 		b.Input, b.MaxAttempts, b.BackoffSeconds = doc.Input, doc.MaxAttempts, doc.RetryBackoffSeconds
 	}
-	r, err := s.eng.StepBegin(ctx, b)
+	r, err := sess.eng.StepBegin(ctx, b)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (s *Server) prepareStepComplete(ctx context.Context, sess *Session, args []
 		return write{}, err
 	}
 	return write{keys: []string{"job:" + p.JobID}, send: func() func(context.Context) (resp.Reply, error) {
-		return okOnNil(s.eng.StepComplete(p, output))
+		return okOnNil(sess.eng.StepComplete(p, output))
 	}}, nil
 }
 
@@ -128,7 +128,7 @@ func (s *Server) cmdStepFail(ctx context.Context, sess *Session, args [][]byte) 
 		}
 		f.RetryAfter = &d
 	}
-	r, err := s.eng.StepFail(ctx, f)
+	r, err := sess.eng.StepFail(ctx, f)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (s *Server) cmdStepSleep(ctx context.Context, sess *Session, args [][]byte)
 	if err != nil || !ok {
 		return nil, resp.Errorf("seconds must be more than 0 and at most 2592000 (30 days)")
 	}
-	r, err := s.eng.StepSleep(ctx, records.StepSleepParams{StepParams: p, For: d})
+	r, err := sess.eng.StepSleep(ctx, records.StepSleepParams{StepParams: p, For: d})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (s *Server) cmdJobSteps(ctx context.Context, sess *Session, args [][]byte) 
 		}
 		p.Holder = w.ID
 	}
-	steps, err := s.eng.JobSteps(ctx, p)
+	steps, err := sess.eng.JobSteps(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (s *Server) mayReadID(ctx context.Context, sess *Session, id string) error 
 	if submitter(sess) == "" {
 		return nil
 	}
-	j, err := s.eng.JobGet(ctx, id)
+	j, err := sess.eng.JobGet(ctx, id)
 	if errors.Is(err, records.ErrNotFound) {
 		return nil
 	}

@@ -22,7 +22,7 @@ func (s *Server) waitCommands() []*Command {
 const maxSignalID = 128
 
 // JOB.SIGNAL job_id name json [ID token]
-func (s *Server) cmdJobSignal(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdJobSignal(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	p := records.SignalParams{JobID: string(args[1]), Name: string(args[2])}
 	switch {
 	case len(args) == 6 && resp.Is(args[4], "id"):
@@ -43,7 +43,7 @@ func (s *Server) cmdJobSignal(ctx context.Context, _ *Session, args [][]byte) (r
 		return nil, resp.Errorf("invalid signal: must be JSON")
 	}
 	p.Payload = args[3]
-	return okOr(s.eng.JobSignal(ctx, p))
+	return okOr(sess.eng.JobSignal(ctx, p))
 }
 
 // STEP.WAIT job_id step_id SIGNAL name [TIMEOUT seconds] [DELIVERY token]
@@ -84,7 +84,7 @@ func (s *Server) cmdStepWait(ctx context.Context, sess *Session, args [][]byte) 
 	default:
 		return nil, resp.ErrSyntax
 	}
-	r, err := s.eng.StepWait(ctx, w)
+	r, err := sess.eng.StepWait(ctx, w)
 	if err != nil {
 		return nil, err
 	}

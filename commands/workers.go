@@ -31,7 +31,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 			return nil, resp.Errorf("invalid registration: %s", err)
 		}
 	}
-	w, running, err := s.eng.ParseRegistration(raw)
+	w, running, err := sess.eng.ParseRegistration(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 			return nil, errWorkerTaken
 		}
 	}
-	if err := s.eng.RegisterWorker(ctx, w, running); err != nil {
+	if err := sess.eng.RegisterWorker(ctx, w, running); err != nil {
 		return nil, err
 	}
 	sess.mu.Lock()
@@ -54,14 +54,14 @@ func (s *Server) cmdWorkerRegister(ctx context.Context, sess *Session, args [][]
 	sess.mu.Unlock()
 	s.forgetWorkers(w.Principal, w.ID)
 	s.log.Info().Int64("conn", sess.ID).Str("worker", w.ID).Strs("capabilities", w.Capabilities).Msg("worker registered")
-	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(s.eng.HeartbeatInterval().Seconds()))), nil
+	return resp.SimpleString(fmt.Sprintf("OK worker_id=%s heartbeat_interval=%d", w.ID, int(sess.eng.HeartbeatInterval().Seconds()))), nil
 }
 
 // checkWorkerAccess refuses a worker principal acting on another
 // principal's worker; admins may act on any.
 func (s *Server) checkWorkerAccess(ctx context.Context, sess *Session, id string) error {
 	who := sess.principal()
-	return s.eng.CheckWorkerAccess(ctx, who.Name, who.Role == auth.RoleAdmin, id)
+	return sess.eng.CheckWorkerAccess(ctx, who.Name, who.Role == auth.RoleAdmin, id)
 }
 
 // WORKER.HEARTBEAT worker_id [stats_json]
@@ -84,7 +84,7 @@ func (s *Server) cmdWorkerHeartbeat(ctx context.Context, sess *Session, args [][
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err
 	}
-	res, err := s.eng.Heartbeat(ctx, id, stats)
+	res, err := sess.eng.Heartbeat(ctx, id, stats)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args []
 	if err := s.checkWorkerAccess(ctx, sess, id); err != nil {
 		return nil, err
 	}
-	if err := s.eng.UnregisterWorker(ctx, id); err != nil {
+	if err := sess.eng.UnregisterWorker(ctx, id); err != nil {
 		return nil, err
 	}
 	s.forgetWorkers("", id)
@@ -118,7 +118,7 @@ func (s *Server) cmdWorkerUnregister(ctx context.Context, sess *Session, args []
 }
 
 // WORKER.LIST [ACTIVE|DRAINING|DEAD|UNREGISTERED]
-func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) cmdWorkerList(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	if len(args) > 2 {
 		return nil, resp.ErrSyntax
 	}
@@ -131,7 +131,7 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 			return nil, resp.Errorf("state must be ACTIVE, DRAINING, DEAD or UNREGISTERED")
 		}
 	}
-	workers, err := s.eng.WorkerList(ctx, state)
+	workers, err := sess.eng.WorkerList(ctx, state)
 	if err != nil {
 		return nil, err
 	}
@@ -139,14 +139,14 @@ func (s *Server) cmdWorkerList(ctx context.Context, _ *Session, args [][]byte) (
 }
 
 // WORKER.GET worker_id
-func (s *Server) cmdWorkerGet(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	w, err := s.eng.WorkerGet(ctx, string(args[1]))
+func (s *Server) cmdWorkerGet(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	w, err := sess.eng.WorkerGet(ctx, string(args[1]))
 	return jsonOrNil(w, err, workerJSON)
 }
 
 // WORKER.DRAIN worker_id
-func (s *Server) cmdWorkerDrain(ctx context.Context, _ *Session, args [][]byte) (resp.Reply, error) {
-	return okOr(s.eng.DrainWorker(ctx, string(args[1])))
+func (s *Server) cmdWorkerDrain(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+	return okOr(sess.eng.DrainWorker(ctx, string(args[1])))
 }
 
 func workerJSON(w records.Worker) []byte {
@@ -184,9 +184,9 @@ func (s *Server) sessionWorker(ctx context.Context, sess *Session) (records.Work
 	var w records.Worker
 	var err error
 	if id != "" {
-		w, err = s.eng.WorkerGet(ctx, id)
+		w, err = sess.eng.WorkerGet(ctx, id)
 	} else {
-		w, err = s.eng.WorkerOfPrincipal(ctx, who.Name)
+		w, err = sess.eng.WorkerOfPrincipal(ctx, who.Name)
 		id = who.Name
 	}
 	if errors.Is(err, records.ErrNotFound) || (err == nil && w.Principal != who.Name) {

@@ -59,13 +59,22 @@ type Config struct {
 	Presence *registry.Presence
 }
 
-// Engine runs the transitions of jobs and workers.
+// Engine runs the transitions of jobs and workers, acting in one
+// namespace: In gives the same engine acting in another. Everything but
+// the namespace and its store is shared by all of them (core).
 type Engine struct {
 	// Reads are the queries that change nothing: the store answers them
 	// with the records it returns everywhere.
 	api.Reads
+	*core
+	// store acts in ns.
+	store *store.Store
+	ns    string
+}
+
+// core is what the engines of every namespace share.
+type core struct {
 	cfg     Config
-	store   *store.Store
 	hub     *wakeup.Hub
 	log     zerolog.Logger
 	clock   clock.Clock
@@ -77,9 +86,13 @@ type Engine struct {
 	deep deepQueues
 	// trace is Config.Tracer, nil when tracing is off.
 	trace *tracing.Tracer
+	// root is the store of the default namespace, for the work that spans
+	// namespaces (the groups, the sweeps).
+	root *store.Store
 }
 
-// New builds an engine over st, publishing through hub.
+// New builds an engine over st, publishing through hub; it acts in the
+// default namespace.
 func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 30*time.Second)
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 30*time.Second)
@@ -88,15 +101,20 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, time.Hour)
 	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, 10*time.Second)
 	cfg.MaxParentResults = cmp.Or(cfg.MaxParentResults, 1<<20)
+	st = st.In(records.DefaultNamespace)
 	e := &Engine{
-		Reads:   st,
-		cfg:     cfg,
-		store:   st,
-		hub:     hub,
-		log:     cfg.Logger,
-		clock:   clock.Or(cfg.Clock),
-		metrics: newMetrics(cfg.Registerer),
-		trace:   cfg.Tracer,
+		Reads: st,
+		core: &core{
+			cfg:     cfg,
+			hub:     hub,
+			log:     cfg.Logger,
+			clock:   clock.Or(cfg.Clock),
+			metrics: newMetrics(cfg.Registerer),
+			trace:   cfg.Tracer,
+			root:    st,
+		},
+		store: st,
+		ns:    records.DefaultNamespace,
 	}
 	e.groups = e.newGroups()
 	// Jobs that left running, on any node, make room for this node's
@@ -112,6 +130,20 @@ func New(cfg Config, st *store.Store, hub *wakeup.Hub) *Engine {
 	})
 	return e
 }
+
+// In is the engine acting in namespace ns.
+func (e *Engine) In(ns string) api.Engine { return e.in(ns) }
+
+func (e *Engine) in(ns string) *Engine {
+	if ns == e.ns {
+		return e
+	}
+	st := e.store.In(ns)
+	return &Engine{Reads: st, core: e.core, store: st, ns: ns}
+}
+
+// Namespace is the namespace e acts in.
+func (e *Engine) Namespace() string { return e.ns }
 
 // Lease is how long a held job survives without a heartbeat.
 func (e *Engine) Lease() time.Duration { return 3 * e.cfg.HeartbeatInterval }

@@ -57,6 +57,9 @@ const MaxGroup = 500
 
 // Job is a job as stored.
 type Job struct {
+	// Namespace is the namespace the job belongs to; its ID is unique
+	// only there.
+	Namespace           string
 	ID                  string
 	Seq                 int64 // submission order
 	Queue               string
@@ -126,6 +129,9 @@ const (
 
 // NewJob is a validated submission.
 type NewJob struct {
+	// Namespace is the namespace the job is submitted in (the engine's to
+	// set, from the submitting key's).
+	Namespace           string
 	ID                  string
 	Queue               string
 	Type                string
@@ -199,6 +205,7 @@ type Pushed struct {
 
 // JobState is where a job stands: what a status message says of it.
 type JobState struct {
+	Namespace         string
 	ID, Queue, Status string
 	Attempt           int
 	WorkerID          *string
@@ -208,9 +215,11 @@ type JobState struct {
 // worker (or an admin), the status reported, the delivery it is about,
 // and the document as sent (progress or result).
 type Report struct {
-	ID       string
-	WorkerID string // the reporting worker; ignored when Admin
-	Admin    bool
+	// Namespace is the reporter's namespace, the job's.
+	Namespace string
+	ID        string
+	WorkerID  string // the reporting worker; ignored when Admin
+	Admin     bool
 	// Status is "", "running", "completed", "failed", "cancelled" or
 	// "snoozed".
 	Status    string

@@ -15,6 +15,9 @@ const (
 
 // Worker is a registered worker.
 type Worker struct {
+	// Namespace is the namespace of the worker's key: the one it pops
+	// from and reports in.
+	Namespace         string
 	ID                string
 	Principal         string
 	State             string
@@ -54,6 +57,7 @@ type WorkerPageParams struct {
 // cancelled; or, with DeadWorker set instead, a worker the watchdog
 // declared DEAD.
 type Moved struct {
+	Namespace  string `json:"n,omitempty"`
 	ID         string `json:"i,omitempty"`
 	Status     string `json:"s,omitempty"`
 	Queue      string `json:"q,omitempty"`
@@ -68,8 +72,11 @@ type Moved struct {
 // Key is a stored key: the principal it authenticates, allowed to
 // connect, with its role.
 type Key struct {
-	Name      string
-	Role      string
+	Name string
+	Role string
+	// Namespace is the namespace the key acts in; "" for an admin or a
+	// viewer of every namespace.
+	Namespace string
 	KeyDigest []byte
 	Source    string
 	CreatedAt time.Time

@@ -527,7 +527,7 @@ func newRecordingStore(ctx context.Context, t *testing.T) *recordingStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	r.st = &store.Store{Pool: pool}
+	r.st = store.ForPool(pool)
 	return r
 }
 

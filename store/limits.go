@@ -93,7 +93,7 @@ func configure(ctx context.Context, tx pgx.Tx, table, name string, c records.Lim
 	err := tx.QueryRow(ctx, `
 		INSERT INTO `+table+` AS q (name, max_running, rate_limit, rate_period`+insertColumns+`)
 		VALUES ($1, $3, $5, $6`+insertValues+`)
-		ON CONFLICT (name) DO UPDATE SET
+		ON CONFLICT (namespace, name) DO UPDATE SET
 			max_running = CASE WHEN $2 THEN excluded.max_running ELSE q.max_running END,
 			rate_limit = CASE WHEN $4 THEN excluded.rate_limit ELSE q.rate_limit END,
 			rate_period = CASE WHEN $4 THEN excluded.rate_period ELSE q.rate_period END`+perKeySet+`

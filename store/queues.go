@@ -92,7 +92,7 @@ func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) er
 	_, err := s.Pool.Exec(ctx, `
 		WITH up AS (
 			INSERT INTO queues (name, paused) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+			ON CONFLICT (namespace, name) DO UPDATE SET paused = excluded.paused
 		)
 		SELECT pg_notify($3, json_build_object('q', $1::text, 'n', 1000000)::text) WHERE NOT $2`,
 		name, paused, ChannelJobs)

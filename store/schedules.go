@@ -102,7 +102,7 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc records.Schedule) (create
 		err := s.Pool.QueryRow(ctx, `
 			INSERT INTO schedules (name, cron, timezone, queue, job, enabled, max_catchup, next_fire_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-			ON CONFLICT (name) DO NOTHING
+			ON CONFLICT (namespace, name) DO NOTHING
 			RETURNING true`,
 			sc.Name, sc.Cron, sc.Timezone, sc.Queue, job, sc.Enabled, sc.MaxCatchup, sc.NextFireAt).Scan(&inserted)
 		if err == nil {

@@ -31,18 +31,39 @@ var (
 	ErrNoRules = errors.New("store has no rules (Config.Rules is nil)")
 )
 
-// Store wraps the connection pool.
+// Store wraps the connection pool. A Store acts in one namespace (In
+// gives the same pool in another): the statements a client's command runs
+// name it, so that no command reads or changes another namespace's rows.
+// The leader's sweeps span every namespace and take each row's own.
 type Store struct {
+	*shared
+	ns string
+}
+
+// shared is what every namespace's Store has in common.
+type shared struct {
 	Pool *pgxpool.Pool
-	// limitedQueues holds the queues whose last claim found limits (the
-	// queue's own or some job type's): their next claim goes straight to
-	// the locking claim.
+	// limitedQueues holds the queues (by namespace and name) whose last
+	// claim found limits (the queue's own or some job type's): their next
+	// claim goes straight to the locking claim.
 	limitedQueues sync.Map
 	// rules decide every report the locked path applies and every
 	// failed attempt.
 	rules records.Rules
 	// recovered is Config.Recovered.
 	recovered func(reason string, jobs []RecoveredJob)
+}
+
+// In is the store acting in namespace ns.
+func (s *Store) In(ns string) *Store { return &Store{shared: s.shared, ns: ns} }
+
+// Namespace is the namespace s acts in.
+func (s *Store) Namespace() string { return s.ns }
+
+// ForPool is a store over an open pool, acting in the default namespace,
+// without rules (tests that watch statements use it).
+func ForPool(pool *pgxpool.Pool) *Store {
+	return &Store{shared: &shared{Pool: pool}, ns: records.DefaultNamespace}
 }
 
 // Config sizes the pool and gives the rules the store applies.
@@ -105,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{Pool: pool, rules: cfg.Rules, recovered: cfg.Recovered}, nil
+	return &Store{shared: &shared{Pool: pool, rules: cfg.Rules, recovered: cfg.Recovered}, ns: records.DefaultNamespace}, nil
 }
 
 // Background returns a store for the leader's background services — the
@@ -119,7 +140,7 @@ func (s *Store) Background(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Store{Pool: pool, rules: s.rules, recovered: s.recovered}, nil
+	return &Store{shared: &shared{Pool: pool, rules: s.rules, recovered: s.recovered}, ns: records.DefaultNamespace}, nil
 }
 
 // Close closes the pool.

@@ -14,6 +14,11 @@ import (
 type Engine interface {
 	Reads
 
+	// In is the engine acting in namespace ns; Namespace names the one it
+	// acts in.
+	In(ns string) Engine
+	Namespace() string
+
 	// Jobs.
 	NewJob(spec records.JobSpec, defaultQueue string) (records.NewJob, error)
 	SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error)

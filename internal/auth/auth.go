@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/agq/agq/records"
 )
 
 // Roles a principal can have.
@@ -46,8 +48,21 @@ type Principal struct {
 	Name   string
 	Role   string
 	Source string // config, minted or generated
+	// Namespace is the namespace the key acts in; "" for an admin or a
+	// viewer of every namespace (whose connections start in the default
+	// one and may move).
+	Namespace string
 	// Digest is the digest of the key the principal authenticated with.
 	Digest [32]byte
+}
+
+// Home is the namespace the principal's connections start in: its key's,
+// or the default one for a key of every namespace.
+func (p Principal) Home() string {
+	if p.Namespace == "" {
+		return records.DefaultNamespace
+	}
+	return p.Namespace
 }
 
 // Entry is one row of KEY.LIST.
