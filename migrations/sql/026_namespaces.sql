@@ -111,3 +111,15 @@ ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (namespace, name
 -- what a worker pops from and where WORKER.LIST shows it.
 ALTER TABLE workers ADD COLUMN namespace text NOT NULL DEFAULT 'default';
 CREATE INDEX workers_namespace ON workers (namespace, worker_id);
+
+-- hot path:
+-- jobs_unfinished on namespace alone is a trap for the planner: in a
+-- namespace holding nearly every row (one namespace, as everywhere until
+-- now) its heap order makes a walk of every unfinished job look cheaper
+-- than jobs_waiting's probe of one queue (LLEN), or than counting the
+-- running jobs alone (a claim under a type limit). With the status second
+-- it serves those counts by namespace and status (index-only for
+-- MAXUNFINISHED's) and is no cheap way to anything else.
+DROP INDEX jobs_unfinished;
+CREATE INDEX jobs_unfinished ON jobs (namespace, status)
+    WHERE status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting');
