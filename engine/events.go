@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"time"
@@ -95,6 +96,10 @@ type queueEvent struct {
 // node has a subscriber to them, so that nobody listening costs the job
 // flow nothing.
 func (e *Engine) publish(ctx context.Context, fx effects) {
+	for i := range fx.Ready {
+		// A note that names no namespace is about e's.
+		fx.Ready[i].Namespace = cmp.Or(fx.Ready[i].Namespace, e.ns)
+	}
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.PublishRoom(fx.Freed)
 	if len(fx.Parents) > 0 {
