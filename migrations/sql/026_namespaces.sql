@@ -112,6 +112,16 @@ ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (namespace, name
 ALTER TABLE workers ADD COLUMN namespace text NOT NULL DEFAULT 'default';
 CREATE INDEX workers_namespace ON workers (namespace, worker_id);
 
+-- quotas: submissions per namespace and second, for SUBMITRATE's sliding
+-- window (across nodes) and NAMESPACE.CONFIG's submitted_last_minute. Only
+-- namespaces with a quota write it; rows older than a day are swept.
+CREATE TABLE namespace_submissions (
+    namespace text NOT NULL,
+    second bigint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (namespace, second)
+);
+
 -- hot path:
 -- jobs_unfinished on namespace alone is a trap for the planner: in a
 -- namespace holding nearly every row (one namespace, as everywhere until
