@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -87,13 +88,13 @@ func (s *Store) applyReport(ctx context.Context, tx pgx.Tx, p records.Report, r 
 		return nil
 	case records.ReportCancels:
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusCancelled, nil)
+		return finish(ctx, tx, cmp.Or(p.Namespace, s.ns), p.ID, records.StatusCancelled, nil)
 	case records.ReportSnoozeFails:
-		if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, r.refusal.Error()); err != nil {
+		if _, err := tx.Exec(ctx, recordErrorSQL, cmp.Or(p.Namespace, s.ns), p.ID, r.refusal.Error()); err != nil {
 			return err
 		}
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusFailed, nil)
+		return finish(ctx, tx, cmp.Or(p.Namespace, s.ns), p.ID, records.StatusFailed, nil)
 	}
 	return s.applyStatus(ctx, tx, p, r)
 }
@@ -128,7 +129,7 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 		return nil
 	case records.StatusCompleted, records.StatusCancelled:
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, p.Status, p.Raw)
+		return finish(ctx, tx, cmp.Or(p.Namespace, s.ns), p.ID, p.Status, p.Raw)
 	case records.StatusFailed:
 		// The failure joins the error history and the retry is timed by
 		// the database's clock, like every other time of the job.
@@ -139,7 +140,7 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 			return err
 		}
 		var runAt time.Time
-		if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
+		if err := tx.QueryRow(ctx, failAttemptSQL, cmp.Or(p.Namespace, s.ns), p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
 			return err
 		}
 		if retry {
@@ -147,7 +148,7 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 			return nil
 		}
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusFailed, p.Raw)
+		return finish(ctx, tx, cmp.Or(p.Namespace, s.ns), p.ID, records.StatusFailed, p.Raw)
 	}
 	return fmt.Errorf("unknown status %q", p.Status)
 }
@@ -180,17 +181,18 @@ func (r reported) effects(p records.Report, err error) (records.Effects, error) 
 	return fx, r.refusal
 }
 
-// finish moves a job to a final status; its caller counts it Done.
-func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMessage) error {
-	_, err := tx.Exec(ctx, finishSQL, id, status, nullJSON(result))
+// finish moves job id of namespace ns to a final status; its caller
+// counts it Done.
+func finish(ctx context.Context, tx pgx.Tx, ns, id, status string, result json.RawMessage) error {
+	_, err := tx.Exec(ctx, finishSQL, ns, id, status, nullJSON(result))
 	return err
 }
 
 // Statements of the locked path that take a job out of running.
 var (
-	// recordErrorSQL adds a failure to the job's error history ($2, the
+	// recordErrorSQL adds a failure to the job's error history ($3, the
 	// message), before finish fails it.
-	recordErrorSQL = `UPDATE jobs j SET errors = ` + withError("$2::text") + ` WHERE j.id = $1`
+	recordErrorSQL = `UPDATE jobs j SET errors = ` + withError("$3::text") + ` WHERE j.namespace = $1 AND j.id = $2`
 
 	// snoozeSQL puts a snoozed job back to waiting, due $2 from now, its
 	// attempt given back.
@@ -201,25 +203,25 @@ var (
 		WHERE j.id = $1
 		RETURNING j.run_at`
 
-	// failAttemptSQL records a failed attempt ($2, the message); when the
-	// policy retries it ($3), the job waits $4 and loses its holder, else
+	// failAttemptSQL records a failed attempt ($3, the message); when the
+	// policy retries it ($4), the job waits $5 and loses its holder, else
 	// finish fails it.
 	failAttemptSQL = `
 		UPDATE jobs j SET
-			errors = ` + withError("$2::text") + `,
-			status = CASE WHEN $3 THEN 'retrying' ELSE j.status END,
-			worker_id = CASE WHEN $3 THEN NULL ELSE j.worker_id END,
-			run_at = CASE WHEN $3 THEN now() + $4::interval ELSE j.run_at END,
+			errors = ` + withError("$3::text") + `,
+			status = CASE WHEN $4 THEN 'retrying' ELSE j.status END,
+			worker_id = CASE WHEN $4 THEN NULL ELSE j.worker_id END,
+			run_at = CASE WHEN $4 THEN now() + $5::interval ELSE j.run_at END,
 			` + clearRunning + `, updated_at = now()
-		WHERE j.id = $1
+		WHERE j.namespace = $1 AND j.id = $2
 		RETURNING j.run_at`
 
-	// finishSQL moves a job to a final status ($2), keeping its result
-	// unless $3 gives one.
+	// finishSQL moves a job ($1, $2) to a final status ($3), keeping its
+	// result unless $4 gives one.
 	finishSQL = `
-		UPDATE jobs SET status = $2, result = coalesce($3::jsonb, result), finished_at = now(),
+		UPDATE jobs SET status = $3, result = coalesce($4::jsonb, result), finished_at = now(),
 			` + clearRunning + `, updated_at = now()
-		WHERE id = $1`
+		WHERE namespace = $1 AND id = $2`
 )
 
 // JobCancel cancels a job: a waiting one at once, a running one by asking
@@ -234,7 +236,7 @@ func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, erro
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		fx, err = cancelIn(ctx, tx, id, false)
+		fx, err = cancelIn(ctx, tx, s.ns, id, false)
 		return err
 	})
 	if err != nil {
@@ -246,15 +248,16 @@ func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, erro
 // cancelIn is JobCancel in tx, and with cascade the start of
 // JobCancelCascade: it also marks the walk down the graph, finds an ended
 // job no refusal, and leaves the job's children to the walk.
-func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.Effects, error) {
+func cancelIn(ctx context.Context, tx pgx.Tx, ns, id string, cascade bool) (records.Effects, error) {
 	var fx records.Effects
 	var status string
 	var asked bool
-	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`,
+		ns, id).Scan(&status, &asked); err != nil {
 		return fx, err
 	}
 	if cascade {
-		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (namespace, job_id, kind) VALUES ($1, $2, $3)`, ns, id, WalkCascade); err != nil {
 			return fx, err
 		}
 	}
@@ -267,14 +270,14 @@ func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.
 		if !asked {
 			fx.Moved = []string{id}
 		}
-		_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
+		_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE namespace = $1 AND id = $2`, ns, id)
 		return fx, err
 	}
 	fx.Moved, fx.Done = []string{id}, []string{id}
 	if !cascade {
 		fx.Parents = []string{id}
 	}
-	return fx, finish(ctx, tx, id, records.StatusCancelled, nil)
+	return fx, finish(ctx, tx, ns, id, records.StatusCancelled, nil)
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
@@ -308,8 +311,9 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		var status, queue string
 		var requires []string
 		var inGraph bool
-		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs WHERE id = $1 FOR UPDATE`,
-			id).Scan(&status, &queue, &requires, &inGraph); err != nil {
+		if err := tx.QueryRow(ctx, `
+			SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`,
+			s.ns, id).Scan(&status, &queue, &requires, &inGraph); err != nil {
 			return err
 		}
 		switch {
@@ -325,30 +329,30 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 			return nil
 		}
 		if from != "" {
-			if err := replaceStepsFrom(ctx, tx, id, from); err != nil {
+			if err := replaceStepsFrom(ctx, tx, s.ns, id, from); err != nil {
 				return err
 			}
 		}
 		// Whatever the job waited for when it ended holds its new run back
 		// no more (job_waits_child); its parents not ended are waited for
 		// again below.
-		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE child_id = $1`, id); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE namespace = $1 AND child_id = $2`, s.ns, id); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL,
-				result = CASE WHEN $2 THEN NULL ELSE result END, updated_at = now()
-			WHERE id = $1`, id, from != "")
+				result = CASE WHEN $3 THEN NULL ELSE result END, updated_at = now()
+			WHERE namespace = $1 AND id = $2`, s.ns, id, from != "")
 		if err != nil {
 			return err
 		}
 		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
-		if _, err := tx.Exec(ctx, jobRetryStepsSQL, id); err != nil {
+		if _, err := tx.Exec(ctx, jobRetryStepsSQL, s.ns, id); err != nil {
 			return err
 		}
 		if inGraph {
-			pending, err := retryInGraph(ctx, tx, id)
+			pending, err := retryInGraph(ctx, tx, s.ns, id)
 			if pending {
 				fx.Ready = nil
 			}

@@ -111,3 +111,12 @@ ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (namespace, name
 -- what a worker pops from and where WORKER.LIST shows it.
 ALTER TABLE workers ADD COLUMN namespace text NOT NULL DEFAULT 'default';
 CREATE INDEX workers_namespace ON workers (namespace, worker_id);
+
+-- graph:
+-- A parent's end is marked in its own namespace: the children that named
+-- it there are the ones settled.
+CREATE OR REPLACE FUNCTION agq_mark_parent_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO dependency_checks (namespace, job_id) VALUES (NEW.namespace, NEW.id);
+    RETURN NULL;
+END $$;
