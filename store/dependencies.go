@@ -490,14 +490,16 @@ func (s *Store) JobChildren(ctx context.Context, id, cursor string, limit int) (
 	// which it would guess cheaper from after's missing statistics and
 	// which reads the whole table for a job with few children. The GIN
 	// index cannot lead with the namespace: it is filtered beside it, so
-	// that a job of another namespace naming the same id is no child.
+	// that a job of another namespace naming the same id is no child —
+	// past the fence, or the planner would AND the children with every
+	// entry of jobs_pkey in the namespace past the cursor.
 	rows, err := s.Pool.Query(ctx, `
 		WITH c AS MATERIALIZED (
-			SELECT id, queue, status, attempt, worker_id FROM jobs
-			WHERE after @> ARRAY[$2::text] AND after IS NOT NULL AND namespace = $1 AND id > $3
+			SELECT namespace, id, queue, status, attempt, worker_id FROM jobs
+			WHERE after @> ARRAY[$2::text] AND after IS NOT NULL AND id > $3
 		)
 		SELECT k.id, k.queue, k.status, k.attempt, k.worker_id
-		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c ORDER BY c.id LIMIT $4) k ON true
+		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c WHERE c.namespace = $1 ORDER BY c.id LIMIT $4) k ON true
 		WHERE p.namespace = $1 AND p.id = $2`, s.ns, id, cursor, limit)
 	if err != nil {
 		return nil, interpretError(err)

@@ -26,7 +26,11 @@ func (s *Store) JobGraph(ctx context.Context, id string, limit int) (records.Job
 		), down(id) AS (
 			SELECT $2::text
 			UNION
-			SELECT c.id FROM down d JOIN jobs c ON c.after @> ARRAY[d.id] AND c.after IS NOT NULL AND c.namespace = $1
+			-- jobs_children, the namespace filtered past the fence (as
+			-- childrenOf does).
+			SELECT c.id FROM down d CROSS JOIN LATERAL (
+				SELECT c.namespace, c.id FROM jobs c WHERE c.after @> ARRAY[d.id] AND c.after IS NOT NULL OFFSET 0) c
+			WHERE c.namespace = $1
 		), side AS (
 			SELECT id, -1 AS dir, row_number() OVER () AS n FROM (SELECT id FROM up LIMIT $3 + 1) u
 			UNION ALL

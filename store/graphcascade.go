@@ -14,16 +14,19 @@ import (
 const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying', 'awaiting'`
 
 // childrenOf is the lateral step from a job (col) to its children, jobs of
-// the namespace $1, one probe of jobs_children a job (the namespace
-// filtered beside it: a GIN index cannot lead with it); OFFSET 0 keeps it
-// a nested loop over that index. probe says whether a child's own children are to be looked for:
+// the namespace $1, one probe of jobs_children a job; OFFSET 0 keeps it a
+// nested loop over that index. A GIN index cannot lead with the
+// namespace: it is filtered past the fence, so that no plan ANDs the
+// probe with the namespace's whole share of jobs_pkey. probe says whether a child's own children are to be looked for:
 // a job not ended that has any has has_children set (its children were
 // linked while it waited or ran), but a job that ended may have children
 // submitted since, unmarked.
 func childrenOf(col string) string {
 	return `CROSS JOIN LATERAL (
-		SELECT c.id, c.has_children OR c.status IN ('completed', 'failed', 'cancelled') AS probe
-		FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL AND c.namespace = $1 OFFSET 0) k`
+		SELECT * FROM (
+			SELECT c.namespace, c.id, c.has_children OR c.status IN ('completed', 'failed', 'cancelled') AS probe
+			FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) c
+		WHERE c.namespace = $1) k`
 }
 
 // cascadeWalkSQL finds every job of namespace $1 after the jobs $2, down

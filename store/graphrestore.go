@@ -106,12 +106,13 @@ func waitAgain(ctx context.Context, tx pgx.Tx, ns string, waiting []string, chil
 				CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.namespace = $1 AND p.id = a.id
 			WHERE p.status NOT IN ('completed', 'failed', 'cancelled')
 			UNION
-			-- The children through jobs_children, the namespace beside
-			-- it: a probe a job.
+			-- The children through jobs_children, a probe a job, the
+			-- namespace filtered past the fence (as childrenOf does).
 			SELECT $1, w.id, k.id FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
-				SELECT c.id FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL AND c.namespace = $1
+				SELECT c.namespace, c.id FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL
 				  AND c.status = 'pending'
 				OFFSET 0) k
+			WHERE k.namespace = $1
 			ON CONFLICT DO NOTHING
 			RETURNING parent_id
 		)
