@@ -112,6 +112,16 @@ ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (namespace, name
 ALTER TABLE workers ADD COLUMN namespace text NOT NULL DEFAULT 'default';
 CREATE INDEX workers_namespace ON workers (namespace, worker_id);
 
+-- quotas: submissions per namespace and second, for SUBMITRATE's sliding
+-- window (across nodes) and NAMESPACE.CONFIG's submitted_last_minute. Only
+-- namespaces with a quota write it; rows older than a day are swept.
+CREATE TABLE namespace_submissions (
+    namespace text NOT NULL,
+    second bigint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (namespace, second)
+);
+
 -- graph:
 -- A parent's end is marked in its own namespace: the children that named
 -- it there are the ones settled.
