@@ -52,9 +52,9 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 // step's attempts fails the job.
 func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginParams) []store.StepBeginOutcome {
 	res := make([]store.StepBeginOutcome, len(calls))
-	for ns, at := range byNamespace(calls, func(c records.StepBeginParams) string { return c.Namespace }) {
+	for ns, at := range callsByNamespace(calls, func(c records.StepBeginParams) string { return c.Namespace }) {
 		in := e.in(ns)
-		part, sfx := in.store.StepsBegin(ctx, pick(calls, at))
+		part, sfx := in.store.StepsBegin(ctx, callsAt(calls, at))
 		for k, i := range at {
 			res[i] = part[k]
 		}
@@ -63,9 +63,9 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginPar
 	return res
 }
 
-// byNamespace gives the indexes of the calls of each namespace, in order
+// callsByNamespace gives the indexes of the calls of each namespace
 // (one namespace, the usual group, costs one map entry).
-func byNamespace[C any](calls []C, ns func(C) string) map[string][]int {
+func callsByNamespace[C any](calls []C, ns func(C) string) map[string][]int {
 	at := map[string][]int{}
 	for i, c := range calls {
 		at[ns(c)] = append(at[ns(c)], i)
@@ -73,8 +73,8 @@ func byNamespace[C any](calls []C, ns func(C) string) map[string][]int {
 	return at
 }
 
-// pick is calls at indexes at.
-func pick[C any](calls []C, at []int) []C {
+// callsAt is calls at indexes at.
+func callsAt[C any](calls []C, at []int) []C {
 	if len(at) == len(calls) {
 		return calls
 	}
@@ -108,8 +108,8 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 // published in its namespace.
 func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
 	res := make([]store.StepCompleteResult, len(calls))
-	for ns, at := range byNamespace(calls, func(c store.StepCompletion) string { return c.Namespace }) {
-		part := e.in(ns).completeSteps(ctx, pick(calls, at))
+	for ns, at := range callsByNamespace(calls, func(c store.StepCompletion) string { return c.Namespace }) {
+		part := e.in(ns).completeSteps(ctx, callsAt(calls, at))
 		for k, i := range at {
 			res[i] = part[k]
 		}

@@ -283,7 +283,7 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 			}
 			return nil
 		case records.StepExhausted:
-			if _, err := tx.Exec(ctx, recordErrorSQL, j.ns, p.JobID, d.err.Error()); err != nil {
+			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error(), j.ns); err != nil {
 				return err
 			}
 			fx.Ended(p.JobID)
@@ -394,7 +394,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 	}
 	var runAt time.Time
 	message := "step " + p.StepID + ": " + p.Message
-	if err := tx.QueryRow(ctx, failAttemptSQL, j.ns, p.JobID, message, retry, delay).Scan(&runAt); err != nil {
+	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay, j.ns).Scan(&runAt); err != nil {
 		return err
 	}
 	fx.Moved = []string{p.JobID}
