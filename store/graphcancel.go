@@ -13,6 +13,17 @@ import (
 // round carries on from them.
 const maxCascade = 10000
 
+// pendingChild is job id (a SQL expression) of namespace $1 when it is
+// pending and does not run on a parent's failure: a probe of jobs_pkey.
+// The statuses are tested past the fence, so that no plan takes the
+// probe through jobs_unfinished, whose predicate they would imply, and
+// reads every unfinished job of the namespace for each child.
+func pendingChild(id string) string {
+	return `SELECT k.id FROM (SELECT k.id, k.status, k.on_parent_failure FROM jobs k
+		WHERE k.namespace = $1 AND k.id = ` + id + ` OFFSET 0) k
+		WHERE k.status = 'pending' AND k.on_parent_failure = 'cancel'`
+}
+
 // cancelDescendantsSQL finds the pending children ($2, with their errors
 // $3 and the parents $4 that cancel them), jobs of namespace $1, that do
 // not run on a parent's failure, and down the graph, through the waits of
@@ -20,21 +31,20 @@ const maxCascade = 10000
 // deep as it is long in one statement. The walk counts edges (a child
 // reached from two parents is one job) and stops at $5; each job keeps the
 // first parent that reached it as the one whose retry restores it.
-const cancelDescendantsSQL = `
+var cancelDescendantsSQL = `
 	WITH RECURSIVE r(id, cause, error) AS (
 		-- jobs_pkey, one probe a child.
 		SELECT c.id, c.cause, c.error
 		FROM unnest($2::text[], $4::text[], $3::text[]) AS c(id, cause, error)
-		JOIN jobs k ON k.namespace = $1 AND k.id = c.id
-		WHERE k.status = 'pending' AND k.on_parent_failure = 'cancel'
+		CROSS JOIN LATERAL (` + pendingChild("c.id") + `) k
 	  UNION
 		-- job_waits_pkey by its first columns, then jobs_pkey: a probe a
 		-- job reached. OFFSET 0 keeps the subquery a nested loop (the
 		-- planner would otherwise hash all of job_waits at every level).
 		SELECT k.child_id, r.id, 'parent ' || r.id || ' cancelled'
 		FROM r CROSS JOIN LATERAL (
-			SELECT w.child_id FROM job_waits w JOIN jobs k ON k.namespace = $1 AND k.id = w.child_id
-			WHERE w.namespace = $1 AND w.parent_id = r.id AND k.status = 'pending' AND k.on_parent_failure = 'cancel'
+			SELECT w.child_id FROM job_waits w CROSS JOIN LATERAL (` + pendingChild("w.child_id") + `) k
+			WHERE w.namespace = $1 AND w.parent_id = r.id
 			OFFSET 0) k
 	)
 	SELECT DISTINCT ON (id) id, cause, error FROM (SELECT * FROM r LIMIT $5) s ORDER BY id`
