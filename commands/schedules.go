@@ -265,6 +265,7 @@ func scheduleJSON(sc records.Schedule) []byte {
 		return &u
 	}
 	b, _ := json.Marshal(struct {
+		Namespace  string              `json:"namespace"`
 		Name       string              `json:"name"`
 		Cron       string              `json:"cron"`
 		Timezone   string              `json:"timezone"`
@@ -278,7 +279,7 @@ func scheduleJSON(sc records.Schedule) []byte {
 		Skipped    int64               `json:"skipped"`
 		CreatedAt  time.Time           `json:"created_at"`
 		UpdatedAt  time.Time           `json:"updated_at"`
-	}{sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
+	}{sc.Namespace, sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
 		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC()})
 	return b
 }

@@ -99,16 +99,16 @@ func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) er
 	return interpretError(err)
 }
 
-// JobList pages through jobs by id. Only the filters given enter the
-// statement, so each shape gets a plan of its own: with a queue,
-// jobs_queue_status serves (queue, status, id > cursor); without one the
-// primary key gives the order.
+// JobList pages through the jobs of the store's namespace by id. Only the
+// filters given enter the statement, so each shape gets a plan of its own:
+// with a queue, jobs_queue_status serves (namespace, queue, status, id >
+// cursor); without one the primary key (namespace, id) gives the order.
 func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
 		return nil, nil
 	}
-	where := []string{"id > $1"}
-	args := []any{p.Cursor}
+	where := []string{"namespace = $1", "id > $2"}
+	args := []any{s.ns, p.Cursor}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
@@ -177,21 +177,22 @@ func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue in
 	})
 }
 
-// JobCounts counts jobs by status (a due scheduled or retrying job counts
-// as queued, as everywhere else).
+// JobCounts counts the jobs of the store's namespace by status (a due
+// scheduled or retrying job counts as queued, as everywhere else).
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `
 		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
-		FROM jobs GROUP BY 1`)
+		FROM jobs WHERE namespace = $1 GROUP BY 1`)
 }
 
-// WorkerCounts counts workers by state.
+// WorkerCounts counts the workers of the store's namespace by state.
 func (s *Store) WorkerCounts(ctx context.Context) (map[string]int64, error) {
-	return countBy(ctx, s, `SELECT state, count(*) FROM workers GROUP BY 1`)
+	return countBy(ctx, s, `SELECT state, count(*) FROM workers WHERE namespace = $1 GROUP BY 1`)
 }
 
+// countBy runs sql, a count by key of the store's namespace ($1).
 func countBy(ctx context.Context, s *Store, sql string) (map[string]int64, error) {
-	rows, err := s.Pool.Query(ctx, sql)
+	rows, err := s.Pool.Query(ctx, sql, s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
