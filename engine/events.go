@@ -71,11 +71,11 @@ type StatusEvent struct {
 	// Namespace is the job's; empty, the publishing engine's.
 	Namespace string `json:"namespace"`
 	JobID     string `json:"job_id"`
-	Queue    string `json:"queue"`
-	Event    string `json:"event"`
-	Status   string `json:"status"`
-	Attempt  int    `json:"attempt"`
-	WorkerID string `json:"worker_id,omitempty"`
+	Queue     string `json:"queue"`
+	Event     string `json:"event"`
+	Status    string `json:"status"`
+	Attempt   int    `json:"attempt"`
+	WorkerID  string `json:"worker_id,omitempty"`
 	// StepID names the step of a step_completed, step_failed or sleeping.
 	StepID string `json:"step_id,omitempty"`
 	// Signal names the signal of a signal event.
