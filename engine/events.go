@@ -68,19 +68,19 @@ func (e *Engine) transition(ctx context.Context, run func() (effects, error)) er
 
 // StatusEvent is one transition of one job, as job.<id>.status carries it.
 type StatusEvent struct {
-	// Namespace is the job's; empty, the publishing engine's.
-	Namespace string `json:"namespace"`
-	JobID     string `json:"job_id"`
-	Queue     string `json:"queue"`
-	Event     string `json:"event"`
-	Status    string `json:"status"`
-	Attempt   int    `json:"attempt"`
-	WorkerID  string `json:"worker_id,omitempty"`
+	JobID    string `json:"job_id"`
+	Queue    string `json:"queue"`
+	Event    string `json:"event"`
+	Status   string `json:"status"`
+	Attempt  int    `json:"attempt"`
+	WorkerID string `json:"worker_id,omitempty"`
 	// StepID names the step of a step_completed, step_failed or sleeping.
 	StepID string `json:"step_id,omitempty"`
 	// Signal names the signal of a signal event.
 	Signal string    `json:"signal,omitempty"`
 	At     time.Time `json:"at"`
+	// Namespace is the job's; empty, the publishing engine's.
+	Namespace string `json:"namespace"`
 }
 
 // queueEvent is a transition as queue.<name>.events carries it.
