@@ -282,21 +282,5 @@ func (s *agqServer) submitBatches(ctx context.Context, queue string, n, size int
 
 // submitDocs submits n jobs, the i-th doc(i), in batches of size.
 func (s *agqServer) submitDocs(ctx context.Context, n, size int, doc func(i int) string) error {
-	for done := 0; done < n; {
-		k := min(size, n-done)
-		b := make([]byte, 0, k*64)
-		b = append(b, '[')
-		for i := range k {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, doc(done+i)...)
-		}
-		b = append(b, ']')
-		if err := s.admin.Do(ctx, "JOB.SUBMIT", string(b)).Err(); err != nil {
-			return err
-		}
-		done += k
-	}
-	return nil
+	return submitDocsWith(ctx, s.admin, n, size, doc)
 }

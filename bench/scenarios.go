@@ -39,6 +39,7 @@ func (e *scenarioEnv) runScenarios(ctx context.Context, r *report) error {
 		{want("workflows"), e.workflowRows},
 		{want("wake"), e.wakeRows},
 		{want("fair"), e.fairRows},
+		{want("namespaces"), e.namespaceRows},
 		{want("continuous"), e.continuousRows},
 		{want("submit"), e.submitRows},
 		{want("submit") || want("batches"), e.batchRows},

@@ -20,6 +20,11 @@ type ProducerOptions struct {
 	Key       string // a producer's or an admin's key; or a worker's, for the jobs it spawns
 	TLSConfig *tls.Config
 	PoolSize  int // connections (10 per CPU)
+	// Namespace is where a cluster admin's key acts (every connection
+	// sends NAMESPACE when it opens); empty: the key's own namespace, or
+	// default for a cluster key. A key bound to a namespace acts there
+	// whatever this says, and naming another is refused.
+	Namespace string
 }
 
 // Producer submits, reads and controls jobs.
@@ -42,7 +47,19 @@ func NewProducer(opts ProducerOptions) (*Producer, error) {
 		ReadTimeout:              -1,
 		ContextTimeoutEnabled:    true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		OnConnect:                enterNamespace(opts.Namespace),
 	})}, nil
+}
+
+// enterNamespace moves each new connection into namespace ns; nil when
+// ns is empty (the key's own).
+func enterNamespace(ns string) func(context.Context, *redis.Conn) error {
+	if ns == "" {
+		return nil
+	}
+	return func(ctx context.Context, cn *redis.Conn) error {
+		return cn.Do(ctx, "NAMESPACE", ns).Err()
+	}
 }
 
 // Close closes the producer's connections.
@@ -116,15 +133,16 @@ func (p *Producer) SubmitMany(ctx context.Context, specs []JobSpec) ([]string, e
 
 // JobInfo is a job as JOB.GET shows it.
 type JobInfo struct {
-	ID       string          `json:"job_id"`
-	Queue    string          `json:"queue"`
-	Type     string          `json:"type"`
-	Status   string          `json:"status"`
-	Attempt  int             `json:"attempt"`
-	WorkerID string          `json:"worker_id"`
-	Payload  json.RawMessage `json:"payload"`
-	Result   json.RawMessage `json:"result"`
-	Errors   []struct {
+	Namespace string          `json:"namespace"`
+	ID        string          `json:"job_id"`
+	Queue     string          `json:"queue"`
+	Type      string          `json:"type"`
+	Status    string          `json:"status"`
+	Attempt   int             `json:"attempt"`
+	WorkerID  string          `json:"worker_id"`
+	Payload   json.RawMessage `json:"payload"`
+	Result    json.RawMessage `json:"result"`
+	Errors    []struct {
 		Error   string `json:"error"`
 		Attempt int    `json:"attempt"`
 	} `json:"errors"`

@@ -56,6 +56,7 @@ const (
 	groupConnection = "connection"
 	groupJobs       = "jobs"
 	groupKeys       = "keys"
+	groupNamespaces = "namespaces"
 	groupKeyspace   = "keyspace"
 	groupQueues     = "queues"
 	groupSchedules  = "schedules"
@@ -106,9 +107,16 @@ var commandDocs = docsByName(map[string]map[string]commandDoc{
 		"job.children":  {syntax: "job_id [CURSOR cursor] [LIMIT n]", summary: "A page of the jobs after a job, with their statuses."},
 	},
 	groupKeys: {
-		"key.create": {syntax: "role principal", summary: "Mints a key for a principal with a role (admin, worker, producer) and answers it, once.", write: true},
+		"key.create": {syntax: "role principal [NAMESPACE name]", summary: "Mints a key for a principal with a role (admin, worker, producer, viewer), in a namespace, and answers it, once.", write: true},
 		"key.revoke": {syntax: "principal", summary: "Revokes the principal's key; its connections lose their authentication.", write: true},
 		"key.list":   {syntax: "", summary: "Lists the principals that have a valid key, with their roles."},
+	},
+	groupNamespaces: {
+		"namespace":        {syntax: "[name]", summary: "Answers the connection's namespace, or moves a cluster key's connection to another."},
+		"namespace.create": {syntax: "name", summary: "Creates a namespace: its own jobs, queues, workers, schedules and keys.", write: true},
+		"namespace.list":   {syntax: "", summary: "The namespaces, by name."},
+		"namespace.delete": {syntax: "name", summary: "Deletes a namespace without unfinished jobs, with everything it holds.", write: true},
+		"namespace.config": {syntax: "name [MAXUNFINISHED n] [SUBMITRATE n PER seconds] [MAXRUNNING n] [RETAINCOMPLETED seconds] [RETAINFAILED seconds]", summary: "Reads or sets a namespace's quotas and retention (NONE removes one), with its counts.", write: true},
 	},
 	groupKeyspace: {
 		"keys":     {syntax: "pattern", summary: "The keys matching a glob pattern, sorted."},

@@ -216,7 +216,7 @@ func unknownCommand(name []byte, args [][]byte) error {
 // buildTable registers every command family.
 func (s *Server) buildTable() map[string]*Command {
 	t := map[string]*Command{}
-	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.workerCommands(), s.jobCommands(), s.stepCommands(), s.waitCommands(), s.queueCommands(), s.keyspaceCommands(), s.scheduleCommands(), s.pubsubCommands()} {
+	for _, family := range [][]*Command{s.connectionCommands(), s.keyCommands(), s.namespaceCommands(), s.workerCommands(), s.jobCommands(), s.stepCommands(), s.waitCommands(), s.queueCommands(), s.keyspaceCommands(), s.scheduleCommands(), s.pubsubCommands()} {
 		for _, c := range family {
 			if _, dup := t[c.Name]; dup {
 				panic("command registered twice: " + c.Name)

@@ -68,8 +68,14 @@ func refusalReply(err error) *resp.Error {
 		exists     *records.JobExistsError
 		noParent   *records.ParentNotFoundError
 		noAwaited  *records.AwaitedNotFoundError
+		quota      *records.QuotaError
+		noSpace    *records.NoNamespaceError
 	)
 	switch {
+	case errors.As(err, &quota) && quota.Rate:
+		return resp.CodeErrorf("TRYAGAIN", "%s", quota.Error())
+	case errors.As(err, &quota), errors.As(err, &noSpace):
+		return resp.Errorf("%s", err.Error())
 	case errors.As(err, &notWorker):
 		return resp.Errorf("Worker not registered: %s", notWorker.ID)
 	case errors.As(err, &otherOwner):

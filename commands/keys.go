@@ -11,16 +11,24 @@ import (
 
 func (s *Server) keyCommands() []*Command {
 	return []*Command{
-		{Name: "key.create", Arity: 3, Roles: roleAdmin, Handler: s.cmdKeyCreate},
+		{Name: "key.create", Arity: -3, Roles: roleAdmin, Handler: s.cmdKeyCreate},
 		{Name: "key.revoke", Arity: 2, Roles: roleAdmin, Handler: s.cmdKeyRevoke},
 		{Name: "key.list", Arity: 1, Roles: roleAdmin, Handler: s.cmdKeyList},
 	}
 }
 
-// KEY.CREATE role principal
+// KEY.CREATE role principal [NAMESPACE name]
 func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	role, name := resp.Lower(args[1]), string(args[2])
-	key, err := s.keys.Create(ctx, role, name)
+	ns, err := s.keyNamespace(ctx, sess, args[3:])
+	if err != nil {
+		return nil, err
+	}
+	key, err := s.keys.Create(ctx, role, name, ns)
+	var foreign *auth.ForeignPrincipalError
+	if errors.As(err, &foreign) {
+		return nil, foreignPrincipal(name, foreign)
+	}
 	if err != nil {
 		return nil, keyError(err)
 	}
@@ -34,7 +42,7 @@ func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte)
 // KEY.REVOKE principal
 func (s *Server) cmdKeyRevoke(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
 	name := string(args[1])
-	if err := s.keys.Revoke(ctx, name); err != nil {
+	if err := s.keys.Revoke(ctx, name, sess.principal().Namespace); err != nil {
 		return nil, keyError(err)
 	}
 	s.RevokeSessions(name, "")
@@ -44,12 +52,16 @@ func (s *Server) cmdKeyRevoke(ctx context.Context, sess *Session, args [][]byte)
 
 // KEY.LIST
 func (s *Server) cmdKeyList(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
-	entries, err := s.keys.List(ctx)
+	entries, err := s.keys.List(ctx, sess.principal().Namespace)
 	if err != nil {
 		return nil, err
 	}
 	return resp.ArrayOf(entries, func(e auth.Entry) resp.Reply {
-		return resp.StringArray([]string{e.Name, e.Role, e.Source, e.CreatedAt})
+		ns := e.Namespace
+		if ns == "" {
+			ns = "*" // every namespace
+		}
+		return resp.StringArray([]string{e.Name, e.Role, e.Source, e.CreatedAt, ns})
 	}), nil
 }
 

@@ -89,6 +89,8 @@ type core struct {
 	// root is the store of the default namespace, for the work that spans
 	// namespaces (the groups, the sweeps).
 	root *store.Store
+	// namespaces is what this node last read of the namespaces.
+	namespaces namespaceCache
 }
 
 // New builds an engine over st, publishing through hub; it acts in the

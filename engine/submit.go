@@ -17,6 +17,21 @@ func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records
 	if err := checkAfter([]records.NewJob{job}); err != nil {
 		return func(context.Context) (records.SubmitResult, error) { return records.SubmitResult{}, err }
 	}
+	ctx, cancel := e.offPath()
+	ns, counted, err := e.counted(ctx)
+	cancel()
+	if err != nil || counted {
+		return func(ctx context.Context) (records.SubmitResult, error) {
+			if err != nil {
+				return records.SubmitResult{}, err
+			}
+			res, err := e.submitCounted(ctx, ns, []records.NewJob{job}, false)
+			if err != nil {
+				return records.SubmitResult{}, err
+			}
+			return res[0], nil
+		}
+	}
 	pending := e.groups.submits.Add(job)
 	return func(ctx context.Context) (records.SubmitResult, error) {
 		out, err := pending.Wait(ctx)
@@ -32,6 +47,12 @@ func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error) {
 	if err := checkAfter(jobs); err != nil {
 		return nil, err
+	}
+	if ns, counted, err := e.counted(ctx); err != nil || counted {
+		if err != nil {
+			return nil, err
+		}
+		return e.submitCounted(ctx, ns, jobs, true)
 	}
 	spans := e.startSubmissions(jobs)
 	var res []records.SubmitResult

@@ -1,6 +1,10 @@
 package records
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // DefaultNamespace always exists: a client that never names a namespace
 // acts in it, and every row stored before namespaces lives there.
@@ -28,3 +32,49 @@ type Namespace struct {
 type NamespaceCounts struct {
 	Unfinished, Running, SubmittedLastMinute int64
 }
+
+// NamespaceChange is a NAMESPACE.CONFIG: each field set is changed (to its
+// zero value: removed, or for retention returned to the server's).
+type NamespaceChange struct {
+	MaxUnfinished   *int64
+	SubmitRate      *Rate
+	MaxRunning      *int
+	RetainCompleted *time.Duration
+	RetainFailed    *time.Duration
+}
+
+// HasQuota says whether submissions to n are counted against a quota.
+func (n Namespace) HasQuota() bool { return n.MaxUnfinished > 0 || n.SubmitRate > 0 }
+
+// ErrDefaultNamespace refuses to delete the default namespace.
+var ErrDefaultNamespace = errors.New("the default namespace cannot be deleted")
+
+// ErrNamespaceDeleting refuses to create a namespace of the name of one
+// still being deleted.
+var ErrNamespaceDeleting = errors.New("is being deleted")
+
+// UnfinishedError refuses to delete a namespace holding jobs not yet ended.
+type UnfinishedError struct{ N int64 }
+
+func (e *UnfinishedError) Error() string { return fmt.Sprintf("%d unfinished jobs", e.N) }
+
+// QuotaError refuses a submission past a namespace's quota: its
+// unfinished jobs (Unfinished, the most it may hold) or its submission
+// rate (Rate).
+type QuotaError struct {
+	Namespace  string
+	Unfinished int64
+	Rate       bool
+}
+
+func (e *QuotaError) Error() string {
+	if e.Rate {
+		return fmt.Sprintf("namespace %s is over its submission rate", e.Namespace)
+	}
+	return fmt.Sprintf("namespace %s holds %d unfinished jobs, its most", e.Namespace, e.Unfinished)
+}
+
+// NoNamespaceError says a namespace does not exist (or is being deleted).
+type NoNamespaceError struct{ Name string }
+
+func (e *NoNamespaceError) Error() string { return "no such namespace " + e.Name }

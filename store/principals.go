@@ -11,19 +11,44 @@ import (
 
 // PrincipalPut creates the principal or replaces its key and role (a key
 // rotation); the old key stops working in the same statement, and every
-// node is told to drop sessions holding it.
+// node is told to drop sessions holding it. A principal of another
+// namespace (a cluster key being one of no namespace) is not replaced:
+// *ForeignPrincipalError says whose it is.
 func (s *Store) PrincipalPut(ctx context.Context, p records.Key) error {
-	_, err := s.Pool.Exec(ctx, `
+	var put bool
+	var holder *string
+	err := s.Pool.QueryRow(ctx, `
 		WITH put AS (
-		INSERT INTO principals (name, role, key_digest, source)
-		VALUES ($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE
-		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
-		    created_at = now(), revoked_at = NULL
+			INSERT INTO principals AS p (name, role, key_digest, source, namespace)
+			VALUES ($1, $2, $3, $4, nullif($6, ''))
+			ON CONFLICT (name) DO UPDATE
+			SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
+			    created_at = now(), revoked_at = NULL
+			WHERE p.namespace IS NOT DISTINCT FROM excluded.namespace
+			RETURNING name
+		), told AS (
+			SELECT pg_notify($5, name || ' ' || encode($3, 'hex')) FROM put
 		)
-		SELECT pg_notify($5, $1 || ' ' || encode($3, 'hex'))`,
-		p.Name, p.Role, p.KeyDigest, p.Source, ChannelKeys)
-	return interpretError(err)
+		SELECT EXISTS (SELECT 1 FROM put), (SELECT namespace FROM principals WHERE name = $1)`,
+		p.Name, p.Role, p.KeyDigest, p.Source, ChannelKeys, p.Namespace).Scan(&put, &holder)
+	if err != nil {
+		return interpretError(err)
+	}
+	if !put {
+		return &ForeignPrincipalError{Namespace: deref(holder)}
+	}
+	return nil
+}
+
+// ForeignPrincipalError refuses to mint a key for a principal of another
+// namespace; Namespace is "" for a cluster key.
+type ForeignPrincipalError struct{ Namespace string }
+
+func (e *ForeignPrincipalError) Error() string {
+	if e.Namespace == "" {
+		return "principal belongs to no namespace"
+	}
+	return "principal belongs to namespace " + e.Namespace
 }
 
 // PrincipalPutIfAbsent creates the principal only when no principal of that
@@ -31,13 +56,13 @@ func (s *Store) PrincipalPut(ctx context.Context, p records.Key) error {
 // whether it did.
 func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p records.Key, replaceRevoked bool) (bool, error) {
 	tag, err := s.Pool.Exec(ctx, `
-		INSERT INTO principals (name, role, key_digest, source)
-		VALUES ($1, $2, $3, $4)
+		INSERT INTO principals (name, role, key_digest, source, namespace)
+		VALUES ($1, $2, $3, $4, nullif($6, ''))
 		ON CONFLICT (name) DO UPDATE
 		SET role = excluded.role, key_digest = excluded.key_digest, source = excluded.source,
-		    created_at = now(), revoked_at = NULL
+		    created_at = now(), revoked_at = NULL, namespace = excluded.namespace
 		WHERE $5 AND principals.revoked_at IS NOT NULL`,
-		p.Name, p.Role, p.KeyDigest, p.Source, replaceRevoked)
+		p.Name, p.Role, p.KeyDigest, p.Source, replaceRevoked, p.Namespace)
 	if err != nil {
 		return false, interpretError(err)
 	}
@@ -49,9 +74,9 @@ func (s *Store) PrincipalPutIfAbsent(ctx context.Context, p records.Key, replace
 func (s *Store) PrincipalByDigest(ctx context.Context, digest []byte) (records.Key, error) {
 	var p records.Key
 	err := s.Pool.QueryRow(ctx, `
-		SELECT name, role, key_digest, source, created_at FROM principals
+		SELECT name, role, key_digest, source, created_at, coalesce(namespace, '') FROM principals
 		WHERE key_digest = $1 AND revoked_at IS NULL`, digest).
-		Scan(&p.Name, &p.Role, &p.KeyDigest, &p.Source, &p.CreatedAt)
+		Scan(&p.Name, &p.Role, &p.KeyDigest, &p.Source, &p.CreatedAt, &p.Namespace)
 	return p, interpretError(err)
 }
 
@@ -70,18 +95,19 @@ func (s *Store) PrincipalRevoke(ctx context.Context, name string, keepsAnotherAd
 			return err
 		}
 		var role string
-		var live bool
-		err := tx.QueryRow(ctx, `SELECT role, revoked_at IS NULL FROM principals WHERE name = $1`, name).Scan(&role, &live)
+		var live, cluster bool
+		err := tx.QueryRow(ctx, `SELECT role, revoked_at IS NULL, namespace IS NULL FROM principals WHERE name = $1`, name).Scan(&role, &live, &cluster)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return records.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		if live && role == "admin" && !keepsAnotherAdmin {
+		if live && role == "admin" && cluster && !keepsAnotherAdmin {
 			var others int
 			if err := tx.QueryRow(ctx, `
-				SELECT count(*) FROM principals WHERE role = 'admin' AND revoked_at IS NULL AND name <> $1`, name).Scan(&others); err != nil {
+				SELECT count(*) FROM principals
+				WHERE role = 'admin' AND revoked_at IS NULL AND namespace IS NULL AND name <> $1`, name).Scan(&others); err != nil {
 				return err
 			}
 			if others == 0 {
@@ -101,18 +127,18 @@ func (s *Store) PrincipalRevoke(ctx context.Context, name string, keepsAnotherAd
 // PrincipalList lists live principals by name.
 func (s *Store) PrincipalList(ctx context.Context) ([]records.Key, error) {
 	rows, err := s.Pool.Query(ctx, `
-		SELECT name, role, source, created_at FROM principals
+		SELECT name, role, source, created_at, coalesce(namespace, '') FROM principals
 		WHERE revoked_at IS NULL ORDER BY name`)
 	return collect(rows, err, func(row pgx.CollectableRow) (p records.Key, err error) {
-		return p, row.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt)
+		return p, row.Scan(&p.Name, &p.Role, &p.Source, &p.CreatedAt, &p.Namespace)
 	})
 }
 
-// AdminExists reports whether any live admin principal is stored.
+// AdminExists reports whether any live cluster admin principal is stored.
 func (s *Store) AdminExists(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.Pool.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM principals WHERE role = 'admin' AND revoked_at IS NULL)`).Scan(&ok)
+		SELECT EXISTS (SELECT 1 FROM principals WHERE role = 'admin' AND revoked_at IS NULL AND namespace IS NULL)`).Scan(&ok)
 	return ok, interpretError(err)
 }
 
@@ -122,4 +148,12 @@ func (s *Store) PrincipalExists(ctx context.Context, name string) (bool, error) 
 	var ok bool
 	err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM principals WHERE name = $1)`, name).Scan(&ok)
 	return ok, interpretError(err)
+}
+
+// PrincipalNamespace is the namespace of a stored principal ("" for a
+// cluster key); ErrNotFound when none of that name was ever created.
+func (s *Store) PrincipalNamespace(ctx context.Context, name string) (string, error) {
+	var ns *string
+	err := s.Pool.QueryRow(ctx, `SELECT namespace FROM principals WHERE name = $1`, name).Scan(&ns)
+	return deref(ns), interpretError(err)
 }

@@ -79,6 +79,14 @@ type Engine interface {
 
 	// DashboardSecret is the dashboard's signing secret, shared by every
 	// node: the one stored, or fresh when none is.
+	// NamespaceExists says whether a namespace exists and is not being
+	// deleted, as this node saw it within the last second.
+	NamespaceExists(ctx context.Context, name string) (bool, error)
+	NamespaceCreate(ctx context.Context, name string) error
+	Namespaces(ctx context.Context) ([]records.Namespace, error)
+	NamespaceConfig(ctx context.Context, name string, change *records.NamespaceChange) (records.Namespace, records.NamespaceCounts, error)
+	NamespaceDelete(ctx context.Context, name string) error
+
 	DashboardSecret(ctx context.Context, fresh []byte) ([]byte, error)
 	// DropIdleConns closes the database pool's idle connections: a
 	// command that failed on a broken one runs again on a fresh one.

@@ -65,6 +65,18 @@ func (p Principal) Home() string {
 	return p.Namespace
 }
 
+// ForeignPrincipalError refuses a key for a principal of another
+// namespace: principals are unique across namespaces. Namespace is "" for
+// a key of every namespace.
+type ForeignPrincipalError struct{ Namespace string }
+
+func (e *ForeignPrincipalError) Error() string {
+	if e.Namespace == "" {
+		return "principal is a key of every namespace"
+	}
+	return "principal belongs to namespace " + e.Namespace
+}
+
 // Entry is one row of KEY.LIST.
 type Entry struct {
 	Principal
@@ -84,12 +96,16 @@ type Keys interface {
 	StillValid(ctx context.Context, p Principal) (bool, error)
 	// IsPrincipal reports whether name is a principal's.
 	IsPrincipal(ctx context.Context, name string) (bool, error)
-	// Create mints a key for principal name with role and returns it.
-	Create(ctx context.Context, role, name string) (string, error)
-	// Revoke revokes a minted key.
-	Revoke(ctx context.Context, name string) error
-	// List returns every live principal.
-	List(ctx context.Context) ([]Entry, error)
+	// Create mints a key for principal name with role, acting in
+	// namespace (for an admin or a viewer "" is every namespace; for the
+	// other roles "" is the default one), and returns it.
+	Create(ctx context.Context, role, name, namespace string) (string, error)
+	// Revoke revokes a minted key; within, when not "", the principal
+	// must be of that namespace (another's is unknown there).
+	Revoke(ctx context.Context, name, within string) error
+	// List returns every live principal; within, when not "", those of
+	// that namespace only.
+	List(ctx context.Context, within string) ([]Entry, error)
 }
 
 // ValidRole reports whether r is one of the roles.

@@ -31,9 +31,8 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, sess session)
 		http.NotFound(w, r)
 		return
 	}
-	notice, err := act(r.Context(), d.eng, r.PostFormValue("target"))
-	d.overview.invalidate()
-	d.summaries.invalidate()
+	notice, err := act(r.Context(), sess.eng, r.PostFormValue("target"))
+	d.views.of(sess.view).invalidate()
 	d.back(w, r, notice, d.actionError(name, err))
 }
 
@@ -90,14 +89,13 @@ func (d *Dashboard) retryMany(w http.ResponseWriter, r *http.Request, sess sessi
 	}
 	done, failed := 0, []string{}
 	for _, id := range ids {
-		if err := d.eng.RetryJob(r.Context(), id); err != nil {
+		if err := sess.eng.RetryJob(r.Context(), id); err != nil {
 			failed = append(failed, d.actionError("retry", err))
 			continue
 		}
 		done++
 	}
-	d.overview.invalidate()
-	d.summaries.invalidate()
+	d.views.of(sess.view).invalidate()
 	notice := fmt.Sprintf("%d of %d jobs are queued again.", done, len(ids))
 	errText := ""
 	if len(failed) > 0 {

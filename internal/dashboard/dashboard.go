@@ -22,7 +22,6 @@ import (
 
 	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
-	"github.com/agq/agq/records"
 )
 
 //go:embed templates/*.html
@@ -50,18 +49,16 @@ type Config struct {
 
 // Dashboard serves the pages.
 type Dashboard struct {
-	cfg       Config
-	prefix    string
-	eng       api.Engine
-	keys      auth.Keys
-	signer    signer
-	keyCheck  *keyCheck
-	pages     map[string]*template.Template
-	mux       *http.ServeMux
-	overview  cached[overviewData]
-	summaries cached[[]records.QueueSummary]
-	chart     chartCache
-	log       zerolog.Logger
+	cfg      Config
+	prefix   string
+	eng      api.Engine
+	keys     auth.Keys
+	signer   signer
+	keyCheck *keyCheck
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	views    views
+	log      zerolog.Logger
 }
 
 // New builds the dashboard. The signing secret is read from the database
@@ -93,15 +90,14 @@ func New(ctx context.Context, cfg Config, st api.Engine, keys auth.Keys) (*Dashb
 		return nil, fmt.Errorf("reading the dashboard's signing secret: %w", err)
 	}
 	d := &Dashboard{
-		cfg:       cfg,
-		prefix:    cfg.Prefix,
-		eng:       st,
-		keys:      keys,
-		signer:    signer{secret: secret},
-		keyCheck:  &keyCheck{keys: keys, seen: map[string]time.Time{}},
-		log:       cfg.Logger,
-		overview:  cached[overviewData]{ttl: 2 * time.Second},
-		summaries: cached[[]records.QueueSummary]{ttl: 2 * time.Second},
+		cfg:      cfg,
+		prefix:   cfg.Prefix,
+		eng:      st,
+		keys:     keys,
+		signer:   signer{secret: secret},
+		keyCheck: &keyCheck{keys: keys, seen: map[string]time.Time{}},
+		log:      cfg.Logger,
+		views:    views{byName: map[string]*view{}},
 	}
 	if d.pages, err = parsePages(d.funcs()); err != nil {
 		return nil, err
@@ -131,6 +127,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET "+p+"schedules", d.withSession(false, d.schedulesPage))
 	m.HandleFunc("GET "+p+"search", d.withSession(false, d.search))
 	m.HandleFunc("POST "+p+"action/{name}", d.withSession(true, d.action))
+	m.HandleFunc("GET "+p+"namespace", d.withSession(false, d.pickNamespace))
 	d.mux = m
 }
 
@@ -186,6 +183,10 @@ func (d *Dashboard) withSession(post bool, h func(http.ResponseWriter, *http.Req
 			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
+		if err := d.enter(r, &sess); err != nil {
+			d.fail(w, "namespace", err)
+			return
+		}
 		h(w, r, sess)
 	}
 }
@@ -222,7 +223,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	sess := session{Principal: p.Name, Role: p.Role, Digest: fmt.Sprintf("%x", p.Digest),
-		Expires: time.Now().Add(d.cfg.SessionTTL).Unix(), Nonce: fmt.Sprintf("%x", nonce)}
+		Expires: time.Now().Add(d.cfg.SessionTTL).Unix(), Nonce: fmt.Sprintf("%x", nonce), Namespace: p.Namespace}
 	d.setCookie(w, r, d.signer.encode(sess), int(d.cfg.SessionTTL.Seconds()))
 	d.log.Info().Str("principal", p.Name).Str("role", p.Role).Msg("dashboard: signed in")
 	http.Redirect(w, r, d.prefix, http.StatusSeeOther)

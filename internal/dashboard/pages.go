@@ -37,27 +37,27 @@ type overviewData struct {
 // state, the leader and the running jobs. Loaded at most every two seconds
 // however many pages are open.
 func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess session) {
-	data, err := d.overview.get(func() (overviewData, error) {
+	data, err := d.views.of(sess.view).overview.get(func() (overviewData, error) {
 		var o overviewData
-		qs, err := d.queueSummaries(r)
+		qs, err := d.queueSummaries(r, sess)
 		if err != nil {
 			return o, err
 		}
 		for _, q := range qs {
 			o.Queues = append(o.Queues, queueRow{QueueSummary: q, Waiting: min(countCap, q.Counts[records.StatusQueued]+q.Counts[records.StatusScheduled])})
 		}
-		if o.Workers, err = d.eng.WorkerCounts(r.Context()); err != nil {
+		if o.Workers, err = sess.eng.WorkerCounts(r.Context()); err != nil {
 			return o, err
 		}
-		if o.Running, err = d.eng.RunningJobs(r.Context(), 20); err != nil {
+		if o.Running, err = sess.eng.RunningJobs(r.Context(), 20); err != nil {
 			return o, err
 		}
-		o.Leader, o.Since, err = d.eng.Leader(r.Context())
+		o.Leader, o.Since, err = sess.eng.Leader(r.Context())
 		if err != nil && !errors.Is(err, records.ErrNotFound) {
 			return o, err
 		}
 		o.NodeID, o.IsLeader = d.cfg.NodeID, d.cfg.IsLeader()
-		minutes, err := d.chart.get(r.Context(), d.eng)
+		minutes, err := d.views.of(sess.view).chart.get(r.Context(), sess.eng)
 		if err != nil {
 			return o, err
 		}
@@ -77,9 +77,9 @@ func (d *Dashboard) overviewPage(w http.ResponseWriter, r *http.Request, sess se
 
 // queueSummaries are every queue's capped counts, shared by the overview
 // and the queue pages for a couple of seconds.
-func (d *Dashboard) queueSummaries(r *http.Request) ([]records.QueueSummary, error) {
-	return d.summaries.get(func() ([]records.QueueSummary, error) {
-		return d.eng.QueueSummaries(r.Context(), 500, countCap)
+func (d *Dashboard) queueSummaries(r *http.Request, sess session) ([]records.QueueSummary, error) {
+	return d.views.of(sess.view).summaries.get(func() ([]records.QueueSummary, error) {
+		return sess.eng.QueueSummaries(r.Context(), 500, countCap)
 	})
 }
 
@@ -118,7 +118,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 		http.Error(w, "unknown status", http.StatusBadRequest)
 		return
 	}
-	all, err := d.queueSummaries(r)
+	all, err := d.queueSummaries(r, sess)
 	if err != nil {
 		d.fail(w, "queue", err)
 		return
@@ -132,7 +132,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such queue", Data: "queue " + data.Name})
 		return
 	}
-	data.Jobs, err = d.eng.QueueJobs(r.Context(), records.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
+	data.Jobs, err = sess.eng.QueueJobs(r.Context(), records.QueueJobsParams{Queue: data.Name, Status: data.Status, Before: data.Before, Limit: pageSize})
 	if err != nil {
 		d.fail(w, "queue", err)
 		return
@@ -140,7 +140,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request, sess sessi
 	if len(data.Jobs) == pageSize {
 		data.Next = data.Jobs[len(data.Jobs)-1].ID
 	}
-	if data.Keys, err = d.eng.QueueFairKeys(r.Context(), data.Name, fairKeysShown); err != nil {
+	if data.Keys, err = sess.eng.QueueFairKeys(r.Context(), data.Name, fairKeysShown); err != nil {
 		d.fail(w, "queue", err)
 		return
 	}
@@ -180,7 +180,7 @@ const jobStepsShown = 200
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session) {
 	id := r.URL.Query().Get("id")
-	j, err := d.eng.JobGet(r.Context(), id)
+	j, err := sess.eng.JobGet(r.Context(), id)
 	if errors.Is(err, records.ErrNotFound) {
 		d.render(w, r, http.StatusNotFound, "notfound", &sess, pageData{Title: "No such job", Data: "job " + id})
 		return
@@ -192,16 +192,16 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request, sess session
 	data := jobData{Job: j, Terminal: records.IsTerminal(j.Status),
 		Retry: j.Status == records.StatusFailed || j.Status == records.StatusCancelled}
 	_ = json.Unmarshal(j.Errors, &data.Errors)
-	if logs, _, err := d.eng.JobLogs(r.Context(), id, 0); err == nil {
+	if logs, _, err := sess.eng.JobLogs(r.Context(), id, 0); err == nil {
 		data.Logs = logs
 	}
-	if steps, err := d.eng.JobSteps(r.Context(), records.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
+	if steps, err := sess.eng.JobSteps(r.Context(), records.JobStepsParams{JobID: id, Limit: jobStepsShown + 1}); err == nil {
 		data.Steps, data.More = steps[:min(len(steps), jobStepsShown)], len(steps) > jobStepsShown
 	}
-	if sigs, err := d.eng.JobSignals(r.Context(), id, jobSignalsShown+1); err == nil {
+	if sigs, err := sess.eng.JobSignals(r.Context(), id, jobSignalsShown+1); err == nil {
 		data.Signals, data.MoreSignals = sigs[:min(len(sigs), jobSignalsShown)], len(sigs) > jobSignalsShown
 	}
-	d.relatives(r.Context(), &data.relativesData, j, r.URL.Query())
+	d.relatives(r.Context(), sess.eng, &data.relativesData, j, r.URL.Query())
 	refresh := 2
 	if data.Terminal {
 		refresh = 0
@@ -226,7 +226,7 @@ func (d *Dashboard) failedPage(w http.ResponseWriter, r *http.Request, sess sess
 			return
 		}
 	}
-	jobs, err := d.eng.FailedJobs(r.Context(), p)
+	jobs, err := sess.eng.FailedJobs(r.Context(), p)
 	if err != nil {
 		d.fail(w, "failed", err)
 		return
@@ -269,9 +269,9 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess ses
 		http.Error(w, "unknown state", http.StatusBadRequest)
 		return
 	}
-	workers, err := d.eng.WorkerPage(r.Context(), p)
+	workers, err := sess.eng.WorkerPage(r.Context(), p)
 	if err == nil {
-		data.Counts, err = d.eng.WorkerCounts(r.Context())
+		data.Counts, err = sess.eng.WorkerCounts(r.Context())
 	}
 	var held map[string][]string
 	if err == nil && len(workers) > 0 {
@@ -279,7 +279,7 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess ses
 		for i, wk := range workers {
 			ids[i] = wk.ID
 		}
-		held, err = d.eng.WorkersHeldJobs(r.Context(), ids, 20)
+		held, err = sess.eng.WorkersHeldJobs(r.Context(), ids, 20)
 	}
 	if err != nil {
 		d.fail(w, "workers", err)
@@ -297,7 +297,7 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request, sess ses
 }
 
 func (d *Dashboard) schedulesPage(w http.ResponseWriter, r *http.Request, sess session) {
-	all, err := d.eng.ScheduleList(r.Context())
+	all, err := sess.eng.ScheduleList(r.Context())
 	if err != nil {
 		d.fail(w, "schedules", err)
 		return
@@ -308,7 +308,7 @@ func (d *Dashboard) schedulesPage(w http.ResponseWriter, r *http.Request, sess s
 // search finds a job by its id.
 func (d *Dashboard) search(w http.ResponseWriter, r *http.Request, sess session) {
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
-	if _, err := d.eng.JobGet(r.Context(), id); err == nil {
+	if _, err := sess.eng.JobGet(r.Context(), id); err == nil {
 		http.Redirect(w, r, d.prefix+"job"+query("id", id), http.StatusSeeOther)
 		return
 	} else if !errors.Is(err, records.ErrNotFound) {

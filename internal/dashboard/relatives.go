@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/records"
 )
 
@@ -35,13 +36,13 @@ type relative struct {
 
 // relatives reads job j's graph and one page of its parents, in id order,
 // and of its children, at the cursors the page's address names.
-func (d *Dashboard) relatives(ctx context.Context, data *relativesData, j records.Job, q url.Values) {
-	if g, err := d.eng.JobGraph(ctx, j.ID, graphSide); err == nil {
+func (d *Dashboard) relatives(ctx context.Context, eng api.Engine, data *relativesData, j records.Job, q url.Values) {
+	if g, err := eng.JobGraph(ctx, j.ID, graphSide); err == nil {
 		data.Graph = layoutGraph(g)
 	}
 	if len(j.After) > 0 {
 		data.ParentsAt = q.Get("parents")
-		page, next, err := d.eng.JobParents(ctx, "", j.ID, data.ParentsAt)
+		page, next, err := eng.JobParents(ctx, "", j.ID, data.ParentsAt)
 		if err == nil {
 			for id, p := range page {
 				data.Parents = append(data.Parents, relative{ID: id, Status: p.Status, Result: p.Result})
@@ -51,7 +52,7 @@ func (d *Dashboard) relatives(ctx context.Context, data *relativesData, j record
 		}
 	}
 	data.ChildrenAt = q.Get("children")
-	kids, err := d.eng.JobChildren(ctx, j.ID, data.ChildrenAt, jobRelativesShown+1)
+	kids, err := eng.JobChildren(ctx, j.ID, data.ChildrenAt, jobRelativesShown+1)
 	if err != nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agq/agq/engine/api"
 	"github.com/agq/agq/internal/auth"
 )
 
@@ -29,8 +30,15 @@ type session struct {
 	Expires   int64  `json:"e"`
 	// Nonce makes each sign-in's cookie, and so its CSRF token, unique.
 	Nonce string `json:"n"`
+	// Namespace is the key's namespace, "" for a key of every namespace
+	// (which picks the one it looks at).
+	Namespace string `json:"ns,omitempty"`
 
 	payload string // the signed part, as sent
+	// view is the namespace the request looks at, and eng the engine
+	// acting there: set for each request by withSession.
+	view string
+	eng  api.Engine
 }
 
 // canAct reports whether the session may change anything.

@@ -24,7 +24,11 @@ type pageData struct {
 	Notice  string // the outcome of the last action
 	Error   string
 	Refresh int // seconds between live refreshes; 0: none
-	Data    any
+	// Namespace is the one the page shows; Namespaces those a key of
+	// every namespace may pick (none for a key of one).
+	Namespace  string
+	Namespaces []string
+	Data       any
 }
 
 var pageNames = []string{"login", "overview", "queue", "job", "failed", "workers", "schedules", "confirm", "notfound"}
@@ -62,6 +66,8 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 		pd.User = sess.Principal + " (" + sess.Role + ")"
 		pd.CanAct = sess.canAct()
 		pd.CSRF = d.signer.csrfToken(*sess)
+		pd.Namespace = sess.view
+		pd.Namespaces = d.namespaceChoices(r, sess)
 	}
 	var b bytes.Buffer
 	if err := d.pages[name].Execute(&b, pd); err != nil {

@@ -111,3 +111,13 @@ ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (namespace, name
 -- what a worker pops from and where WORKER.LIST shows it.
 ALTER TABLE workers ADD COLUMN namespace text NOT NULL DEFAULT 'default';
 CREATE INDEX workers_namespace ON workers (namespace, worker_id);
+
+-- quotas: submissions per namespace and second, for SUBMITRATE's sliding
+-- window (across nodes) and NAMESPACE.CONFIG's submitted_last_minute. Only
+-- namespaces with a quota write it; rows older than a day are swept.
+CREATE TABLE namespace_submissions (
+    namespace text NOT NULL,
+    second bigint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (namespace, second)
+);

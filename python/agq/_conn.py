@@ -13,10 +13,13 @@ DEFAULT_ADDR = "127.0.0.1:6380"
 
 
 def connect(addr: str, username: Optional[str], key: str, *, socket_timeout: Optional[float],
-            single: bool = False, options: Optional[Dict[str, Any]] = None) -> redis.Redis:
+            single: bool = False, options: Optional[Dict[str, Any]] = None,
+            namespace: Optional[str] = None) -> redis.Redis:
     """A redis-py client of agq at addr ("host:port"), authenticated with
     key (as username's, when given). options are more redis.Redis keyword
-    arguments (ssl=True, ssl_ca_certs=..., ...). It never retries on its
+    arguments (ssl=True, ssl_ca_certs=..., ...). With namespace, each
+    connection moves there when it opens (a cluster admin's key; a key
+    bound to a namespace may only name its own). It never retries on its
     own: the callers decide what a lost connection means."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
@@ -26,6 +29,12 @@ def connect(addr: str, username: Optional[str], key: str, *, socket_timeout: Opt
         decode_responses=True, socket_timeout=socket_timeout, socket_connect_timeout=10,
         single_connection_client=single, client_name=username,
     )
+    if namespace:
+        def enter(conn: Any) -> None:
+            conn.on_connect()
+            conn.send_command("NAMESPACE", namespace)
+            conn.read_response()
+        kwargs["redis_connect_func"] = enter
     kwargs.update(options or {})
     return redis.Redis(**kwargs)
 

@@ -54,6 +54,7 @@ class JobInfo:
 
     def __init__(self, raw: Dict[str, Any]) -> None:
         self.raw = raw
+        self.namespace: str = raw.get("namespace") or "default"
         self.id: str = raw.get("job_id", "")
         self.status: str = raw.get("status", "")
         self.queue: str = raw.get("queue", "")
@@ -112,9 +113,12 @@ class Producer:
     key. Thread-safe; a context manager that closes its connections."""
 
     def __init__(self, key: str, *, addr: str = DEFAULT_ADDR, principal: Optional[str] = None,
-                 redis_options: Optional[Dict[str, Any]] = None) -> None:
+                 namespace: Optional[str] = None, redis_options: Optional[Dict[str, Any]] = None) -> None:
+        """namespace: where a cluster admin's key acts (None: the key's own
+        namespace, or default for a cluster key)."""
         # JOB.WAIT blocks as long as asked: no read timeout.
-        self._rdb = connect(addr, principal, key, socket_timeout=None, options=redis_options)
+        self._rdb = connect(addr, principal, key, socket_timeout=None, options=redis_options,
+                            namespace=namespace)
 
     def close(self) -> None:
         self._rdb.close()

@@ -49,7 +49,13 @@ func New(st *store.Store, static auth.StaticKeys, source map[string]string) (*Ke
 			if src == "" {
 				src = "config"
 			}
-			k.static = append(k.static, staticKey{digest: digest, Principal: auth.Principal{Name: name, Role: role, Source: src}})
+			// The file's admins and viewers span every namespace; its
+			// other keys act in the default one.
+			ns := records.DefaultNamespace
+			if role == auth.RoleAdmin || role == auth.RoleViewer {
+				ns = ""
+			}
+			k.static = append(k.static, staticKey{digest: digest, Principal: auth.Principal{Name: name, Role: role, Source: src, Namespace: ns}})
 		}
 	}
 	// Map order is random; KEY.LIST shows them in a stable order.
@@ -106,12 +112,12 @@ func (k *Keyring) lookup(ctx context.Context, digest [32]byte) (auth.Principal, 
 	if subtle.ConstantTimeCompare(row.KeyDigest, digest[:]) != 1 {
 		return auth.Principal{}, auth.ErrBadCredentials
 	}
-	return auth.Principal{Name: row.Name, Role: row.Role, Source: row.Source, Digest: digest}, nil
+	return auth.Principal{Name: row.Name, Role: row.Role, Source: row.Source, Namespace: row.Namespace, Digest: digest}, nil
 }
 
 // Create mints a key for principal with role, replacing any key it had, and
 // returns the key; it is not stored anywhere in clear.
-func (k *Keyring) Create(ctx context.Context, role, name string) (string, error) {
+func (k *Keyring) Create(ctx context.Context, role, name, namespace string) (string, error) {
 	if !auth.ValidRole(role) {
 		return "", auth.ErrBadRole
 	}
@@ -123,16 +129,36 @@ func (k *Keyring) Create(ctx context.Context, role, name string) (string, error)
 	}
 	key := auth.GenerateKey()
 	d := auth.Digest(key)
-	if err := k.store.PrincipalPut(ctx, records.Key{Name: name, Role: role, KeyDigest: d[:], Source: "minted"}); err != nil {
+	if namespace == "" && role != auth.RoleAdmin && role != auth.RoleViewer {
+		namespace = records.DefaultNamespace
+	}
+	err := k.store.PrincipalPut(ctx, records.Key{Name: name, Role: role, KeyDigest: d[:], Source: "minted", Namespace: namespace})
+	var foreign *store.ForeignPrincipalError
+	if errors.As(err, &foreign) {
+		return "", &auth.ForeignPrincipalError{Namespace: foreign.Namespace}
+	}
+	if err != nil {
 		return "", fmt.Errorf("storing key: %w", err)
 	}
 	return key, nil
 }
 
 // Revoke revokes a minted key. Revoking an already revoked key succeeds.
-func (k *Keyring) Revoke(ctx context.Context, name string) error {
-	if k.isStatic(name) {
+func (k *Keyring) Revoke(ctx context.Context, name, within string) error {
+	if s, ok := k.staticOf(name); ok {
+		if within != "" && s.Namespace != within {
+			return auth.ErrUnknownPrincipal
+		}
 		return auth.ErrStaticPrincipal
+	}
+	if within != "" {
+		ns, err := k.store.PrincipalNamespace(ctx, name)
+		if errors.Is(err, records.ErrNotFound) || (err == nil && ns != within) {
+			return auth.ErrUnknownPrincipal
+		}
+		if err != nil {
+			return err
+		}
 	}
 	err := k.store.PrincipalRevoke(ctx, name, k.HasStaticAdmin())
 	switch {
@@ -145,28 +171,37 @@ func (k *Keyring) Revoke(ctx context.Context, name string) error {
 }
 
 // List returns every live principal, static ones included.
-func (k *Keyring) List(ctx context.Context) ([]auth.Entry, error) {
+func (k *Keyring) List(ctx context.Context, within string) ([]auth.Entry, error) {
 	rows, err := k.store.PrincipalList(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]auth.Entry, 0, len(rows)+len(k.static))
 	for _, s := range k.static {
-		out = append(out, auth.Entry{Principal: s.Principal})
+		if within == "" || s.Namespace == within {
+			out = append(out, auth.Entry{Principal: s.Principal})
+		}
 	}
 	for _, r := range rows {
-		out = append(out, auth.Entry{Principal: auth.Principal{Name: r.Name, Role: r.Role, Source: r.Source}, CreatedAt: r.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")})
+		if within == "" || r.Namespace == within {
+			out = append(out, auth.Entry{Principal: auth.Principal{Name: r.Name, Role: r.Role, Source: r.Source, Namespace: r.Namespace}, CreatedAt: r.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")})
+		}
 	}
 	return out, nil
 }
 
 func (k *Keyring) isStatic(name string) bool {
+	_, ok := k.staticOf(name)
+	return ok
+}
+
+func (k *Keyring) staticOf(name string) (auth.Principal, bool) {
 	for _, s := range k.static {
 		if s.Name == name {
-			return true
+			return s.Principal, true
 		}
 	}
-	return false
+	return auth.Principal{}, false
 }
 
 // StillValid reports whether the key a principal authenticated with is

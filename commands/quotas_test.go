@@ -1,0 +1,133 @@
+package commands_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MAXUNFINISHED holds across two nodes: concurrent submissions to both
+// never leave the namespace more unfinished jobs than its most; a batch
+// past it stores nothing; a re-sent job answers its id; a job that ends
+// makes room; other namespaces are not counted.
+func TestMaxUnfinishedHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	onA := a.InNamespace(t, "capped", "producer", "cap-a")
+	keyB, err := admin.Do(ctx, "KEY.CREATE", "producer", "cap-b", "NAMESPACE", "capped").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onB := b.Client(t, redis.Options{Username: "cap-b", Password: keyB})
+	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "capped", "MAXUNFINISHED", "10").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const refusal = "ERR namespace capped holds 10 unfinished jobs, its most"
+
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	var wg sync.WaitGroup
+	for i := range 40 {
+		c := onA
+		if i%2 == 1 {
+			c = onB
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Do(ctx, "JOB.SUBMIT", fmt.Sprintf(`{"job_id":"j-%d","queue":"q"}`, i)).Err()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				accepted++
+			case err.Error() == refusal:
+				refused++
+			default:
+				t.Errorf("submission %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if accepted != 10 || refused != 30 {
+		t.Fatalf("accepted %d and refused %d of 40; want 10 and 30", accepted, refused)
+	}
+	// A job stored already answers its id.
+	var stored string
+	for i := range 40 {
+		if onA.Do(ctx, "JOB.GET", fmt.Sprintf("j-%d", i)).Err() == nil {
+			stored = fmt.Sprintf("j-%d", i)
+			break
+		}
+	}
+	if got, err := onB.Do(ctx, "JOB.SUBMIT", `{"job_id":"`+stored+`","queue":"q"}`).Text(); err != nil || got != stored {
+		t.Fatalf("re-sending %s = %q, %v", stored, got, err)
+	}
+	// A batch past the most stores nothing.
+	if err := onA.Do(ctx, "JOB.SUBMIT", `[{"job_id":"x-1","queue":"q"},{"job_id":"x-2","queue":"q"}]`).Err(); err == nil || err.Error() != refusal {
+		t.Fatalf("a batch past the most = %v", err)
+	}
+	if onA.Do(ctx, "JOB.GET", "x-1").Err() != redis.Nil {
+		t.Fatal("a refused batch stored its first job")
+	}
+	// Other namespaces are not counted.
+	if err := admin.Do(ctx, "JOB.SUBMIT", `{"job_id":"free-1","queue":"q"}`).Err(); err != nil {
+		t.Fatalf("the default namespace refused: %v", err)
+	}
+	// An ended job makes room.
+	conn := admin.Conn()
+	defer conn.Close()
+	if err := conn.Do(ctx, "NAMESPACE", "capped").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Do(ctx, "JOB.CANCEL", stored).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := onB.Do(ctx, "JOB.SUBMIT", `{"job_id":"after-room","queue":"q"}`).Err(); err != nil {
+		t.Fatalf("after a job ended: %v", err)
+	}
+	cfg, err := admin.Do(ctx, "NAMESPACE.CONFIG", "capped").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.(map[any]any)
+	if m["unfinished"] != int64(10) || m["submitted_last_minute"] != int64(11) {
+		t.Errorf("NAMESPACE.CONFIG counts: %v", m)
+	}
+}
+
+// SUBMITRATE holds across two nodes within its window, with TRYAGAIN.
+func TestSubmitRateHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := ctxT(t)
+	admin := a.Admin(t)
+	onA := a.InNamespace(t, "slow", "producer", "rate-a")
+	keyB, err := admin.Do(ctx, "KEY.CREATE", "producer", "rate-b", "NAMESPACE", "slow").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onB := b.Client(t, redis.Options{Username: "rate-b", Password: keyB})
+	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "slow", "SUBMITRATE", "5", "PER", "3600").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	for i := range 8 {
+		c := onA
+		if i%2 == 1 {
+			c = onB
+		}
+		if err := c.Do(ctx, "JOB.SUBMIT", fmt.Sprintf(`{"job_id":"r-%d","queue":"q"}`, i)).Err(); err != nil {
+			errs = append(errs, fmt.Sprintf("%d: %v", i, err))
+		}
+	}
+	want := "5: TRYAGAIN namespace slow is over its submission rate|6: TRYAGAIN namespace slow is over its submission rate|7: TRYAGAIN namespace slow is over its submission rate"
+	if strings.Join(errs, "|") != want {
+		t.Fatalf("refusals = %q", errs)
+	}
+}

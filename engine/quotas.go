@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/agq/agq/records"
+)
+
+// counted answers whether submissions to e's namespace count against a
+// quota, and its settings; records.ErrNoNamespace when it is gone (a
+// cluster admin's connection moved into a namespace deleted since).
+func (e *Engine) counted(ctx context.Context) (records.Namespace, bool, error) {
+	ns, ok, err := e.namespaceOf(ctx, e.ns)
+	if err != nil {
+		return ns, false, err
+	}
+	if !ok {
+		return ns, false, &records.NoNamespaceError{Name: e.ns}
+	}
+	return ns, ns.HasQuota(), nil
+}
+
+// submitCounted stores jobs of a namespace with a quota, one transaction
+// that locks the namespace, so that its submissions on every node are
+// counted in turn: a batch (all or none), or one job.
+func (e *Engine) submitCounted(ctx context.Context, ns records.Namespace, jobs []records.NewJob, batch bool) ([]records.SubmitResult, error) {
+	for i := range jobs {
+		jobs[i].Namespace = e.ns
+	}
+	spans := e.startSubmissions(jobs)
+	var res []records.SubmitResult
+	err := e.transition(ctx, func() (effects, error) {
+		var notes []records.ReadyNote
+		var err error
+		res, notes, err = e.store.JobsSubmitCounted(ctx, ns, jobs, batch)
+		endSubmissions(spans, res, nil, err)
+		if err != nil {
+			return effects{}, err
+		}
+		return effects{Effects: records.Effects{Ready: notes}, Events: submittedEvents(jobs, res, nil)}, nil
+	})
+	return res, err
+}
