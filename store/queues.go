@@ -99,10 +99,10 @@ func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) er
 	return interpretError(err)
 }
 
-// JobList pages through the jobs of the store's namespace by id. Only the
-// filters given enter the statement, so each shape gets a plan of its own:
-// with a queue, jobs_queue_status serves (namespace, queue, status, id >
-// cursor); without one the primary key (namespace, id) gives the order.
+// JobList pages through the namespace's jobs by id. Only the filters given
+// enter the statement, so each shape gets a plan of its own: with a queue,
+// jobs_queue_status serves (namespace, queue, status, id > cursor); without
+// one the primary key (namespace, id) gives the order.
 func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
 		return nil, nil
@@ -177,20 +177,20 @@ func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue in
 	})
 }
 
-// JobCounts counts the jobs of the store's namespace by status (a due
-// scheduled or retrying job counts as queued, as everywhere else).
+// JobCounts counts the namespace's jobs by status (a due scheduled or
+// retrying job counts as queued, as everywhere else).
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `
 		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
 		FROM jobs WHERE namespace = $1 GROUP BY 1`)
 }
 
-// WorkerCounts counts the workers of the store's namespace by state.
+// WorkerCounts counts the namespace's workers by state.
 func (s *Store) WorkerCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `SELECT state, count(*) FROM workers WHERE namespace = $1 GROUP BY 1`)
 }
 
-// countBy runs sql, a count by key of the store's namespace ($1).
+// countBy runs sql, which names the namespace as $1, for its counts.
 func countBy(ctx context.Context, s *Store, sql string) (map[string]int64, error) {
 	rows, err := s.Pool.Query(ctx, sql, s.ns)
 	if err != nil {
