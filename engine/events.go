@@ -99,6 +99,10 @@ type queueEvent struct {
 // flow nothing. The transition is e's namespace's: its jobs are read
 // there, and its messages not naming a namespace are heard there.
 func (e *Engine) publish(ctx context.Context, fx effects) {
+	for i := range fx.Ready {
+		// A note that names no namespace is about e's.
+		fx.Ready[i].Namespace = cmp.Or(fx.Ready[i].Namespace, e.ns)
+	}
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.PublishRoom(fx.Freed)
 	if len(fx.Parents) > 0 {

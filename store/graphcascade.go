@@ -135,7 +135,7 @@ func (s *Store) JobCancelCascade(ctx context.Context, id string, limit int) (rec
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		if fx, err = cancelIn(ctx, tx, id, true); err != nil {
+		if fx, err = cancelIn(ctx, tx, s.ns, id, true); err != nil {
 			return err
 		}
 		w, err = walkIn(ctx, tx, WalkCascade, []string{id}, limit)

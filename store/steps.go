@@ -154,7 +154,7 @@ func (s *Store) stepTx(ctx context.Context, p records.StepParams,
 		fx.Ended(p.JobID)
 		fx.Moved = []string{p.JobID}
 		fx.Freed.Add(j.queue, j.typ, 1)
-		return finish(ctx, tx, p.JobID, records.StatusCancelled, nil)
+		return finish(ctx, tx, s.ns, p.JobID, records.StatusCancelled, nil)
 	})
 	if cancelled && err == nil {
 		return fx, records.ErrJobCancelled
@@ -271,13 +271,13 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 			}
 			return nil
 		case records.StepExhausted:
-			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error()); err != nil {
+			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error(), s.ns); err != nil {
 				return err
 			}
 			fx.Ended(p.JobID)
 			fx.Moved = []string{p.JobID}
 			fx.Freed.Add(j.queue, j.typ, 1)
-			return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
+			return finish(ctx, tx, s.ns, p.JobID, records.StatusFailed, nil)
 		case records.StepBegins:
 			res = records.StepBeginResult{Execute: true, Attempt: 1}
 			_, err := tx.Exec(ctx, `
@@ -380,7 +380,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 	}
 	var runAt time.Time
 	message := "step " + p.StepID + ": " + p.Message
-	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay).Scan(&runAt); err != nil {
+	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay, s.ns).Scan(&runAt); err != nil {
 		return err
 	}
 	fx.Moved = []string{p.JobID}
@@ -391,7 +391,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 		return nil
 	}
 	fx.Ended(p.JobID)
-	return finish(ctx, tx, p.JobID, records.StatusFailed, nil)
+	return finish(ctx, tx, s.ns, p.JobID, records.StatusFailed, nil)
 }
 
 // StepSleep puts the job to sleep until a wake time it records, as the

@@ -25,7 +25,7 @@ func (s *Store) JobUpdate(ctx context.Context, p records.Report) (records.Effect
 	}
 	var r reported
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		r = reported{}
+		r = reported{ns: s.ns}
 		return s.applyReport(ctx, tx, p, &r)
 	})
 	return r.effects(p, err)
@@ -33,6 +33,8 @@ func (s *Store) JobUpdate(ctx context.Context, p records.Report) (records.Effect
 
 // reported is what one report's transaction found and did.
 type reported struct {
+	// ns is the namespace of the job (the store's).
+	ns      string
 	job     reportedJob
 	verdict records.ReportVerdict
 	// refusal is the rule's answer besides its verdict.
@@ -51,13 +53,13 @@ type reportedJob struct {
 	requires     []string
 }
 
-func lockReportedJob(ctx context.Context, tx pgx.Tx, id string) (reportedJob, error) {
+func lockReportedJob(ctx context.Context, tx pgx.Tx, ns, id string) (reportedJob, error) {
 	var j reportedJob
 	var worker, delivery *string
 	err := tx.QueryRow(ctx, `
 		SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures,
 			retry_backoff_seconds, queue, type, requires, errors
-		FROM jobs WHERE id = $1 FOR UPDATE`, id).
+		FROM jobs WHERE namespace = $2 AND id = $1 FOR UPDATE`, id, ns).
 		Scan(&j.now.Status, &j.now.Snoozes, &worker, &delivery, &j.now.CancelRequested, &j.now.Attempt, &j.max,
 			&j.stepFailures, &j.backoff, &j.queue, &j.typ, &j.requires, &j.now.Errors)
 	if worker != nil {
@@ -73,7 +75,7 @@ func lockReportedJob(ctx context.Context, tx pgx.Tx, id string) (reportedJob, er
 // it: nothing, its refusal, the job's end, or the report's status.
 func (s *Store) applyReport(ctx context.Context, tx pgx.Tx, p records.Report, r *reported) error {
 	var err error
-	if r.job, err = lockReportedJob(ctx, tx, p.ID); err != nil {
+	if r.job, err = lockReportedJob(ctx, tx, s.ns, p.ID); err != nil {
 		return err
 	}
 	if s.rules == nil {
@@ -87,13 +89,13 @@ func (s *Store) applyReport(ctx context.Context, tx pgx.Tx, p records.Report, r 
 		return nil
 	case records.ReportCancels:
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusCancelled, nil)
+		return finish(ctx, tx, s.ns, p.ID, records.StatusCancelled, nil)
 	case records.ReportSnoozeFails:
-		if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, r.refusal.Error()); err != nil {
+		if _, err := tx.Exec(ctx, recordErrorSQL, p.ID, r.refusal.Error(), s.ns); err != nil {
 			return err
 		}
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusFailed, nil)
+		return finish(ctx, tx, s.ns, p.ID, records.StatusFailed, nil)
 	}
 	return s.applyStatus(ctx, tx, p, r)
 }
@@ -114,21 +116,21 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET ack_deadline = NULL, progress = coalesce($2::jsonb, progress), updated_at = now()
-			WHERE id = $1`, p.ID, progress)
+			WHERE namespace = $3 AND id = $1`, p.ID, progress, s.ns)
 		return err
 	case records.StatusSnoozed:
 		// Back to waiting, due later; the attempt is given back, so the
 		// next delivery has the same number. The delivery token stays
 		// until then: a re-sent snooze is recognised by it.
 		var runAt time.Time
-		if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor).Scan(&runAt); err != nil {
+		if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor, s.ns).Scan(&runAt); err != nil {
 			return err
 		}
-		r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+		r.done.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 		return nil
 	case records.StatusCompleted, records.StatusCancelled:
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, p.Status, p.Raw)
+		return finish(ctx, tx, s.ns, p.ID, p.Status, p.Raw)
 	case records.StatusFailed:
 		// The failure joins the error history and the retry is timed by
 		// the database's clock, like every other time of the job.
@@ -139,15 +141,15 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 			return err
 		}
 		var runAt time.Time
-		if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay).Scan(&runAt); err != nil {
+		if err := tx.QueryRow(ctx, failAttemptSQL, p.ID, p.Error, retry, delay, s.ns).Scan(&runAt); err != nil {
 			return err
 		}
 		if retry {
-			r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+			r.done.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 			return nil
 		}
 		r.done.Done = []string{p.ID}
-		return finish(ctx, tx, p.ID, records.StatusFailed, p.Raw)
+		return finish(ctx, tx, s.ns, p.ID, records.StatusFailed, p.Raw)
 	}
 	return fmt.Errorf("unknown status %q", p.Status)
 }
@@ -159,7 +161,7 @@ func (r reported) effects(p records.Report, err error) (records.Effects, error) 
 	if r.job.now.Status == records.StatusQueued {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
-		fx.Ready = []records.ReadyNote{{Queue: r.job.queue, N: 1}}
+		fx.Ready = []records.ReadyNote{{Namespace: r.ns, Queue: r.job.queue, N: 1}}
 	}
 	if err != nil {
 		return fx, interpretError(err)
@@ -174,23 +176,25 @@ func (r reported) effects(p records.Report, err error) (records.Effects, error) 
 	left := r.verdict == records.ReportCancels || r.verdict == records.ReportSnoozeFails ||
 		r.verdict == records.ReportApplies && p.Status != "" && p.Status != records.StatusRunning
 	if left {
-		fx.Freed.Add(r.job.queue, r.job.typ, 1)
+		fx.Freed.AddIn(r.ns, r.job.queue, r.job.typ, 1)
 		fx.Moved = []string{p.ID}
 	}
 	return fx, r.refusal
 }
 
-// finish moves a job to a final status; its caller counts it Done.
-func finish(ctx context.Context, tx pgx.Tx, id, status string, result json.RawMessage) error {
-	_, err := tx.Exec(ctx, finishSQL, id, status, nullJSON(result))
+// finish moves job id of namespace ns to a final status; its caller
+// counts it Done.
+func finish(ctx context.Context, tx pgx.Tx, ns, id, status string, result json.RawMessage) error {
+	_, err := tx.Exec(ctx, finishSQL, id, status, nullJSON(result), ns)
 	return err
 }
 
-// Statements of the locked path that take a job out of running.
+// Statements of the locked path that take a job out of running: each names
+// the job by its id ($1) and, last, its namespace.
 var (
 	// recordErrorSQL adds a failure to the job's error history ($2, the
 	// message), before finish fails it.
-	recordErrorSQL = `UPDATE jobs j SET errors = ` + withError("$2::text") + ` WHERE j.id = $1`
+	recordErrorSQL = `UPDATE jobs j SET errors = ` + withError("$2::text") + ` WHERE j.namespace = $3 AND j.id = $1`
 
 	// snoozeSQL puts a snoozed job back to waiting, due $2 from now, its
 	// attempt given back.
@@ -198,7 +202,7 @@ var (
 		UPDATE jobs j SET status = 'scheduled', worker_id = NULL, attempt = greatest(j.attempt - 1, 0),
 			snoozes = j.snoozes + 1, run_at = now() + $2::interval,
 			` + clearDelivery + `, updated_at = now()
-		WHERE j.id = $1
+		WHERE j.namespace = $3 AND j.id = $1
 		RETURNING j.run_at`
 
 	// failAttemptSQL records a failed attempt ($2, the message); when the
@@ -211,7 +215,7 @@ var (
 			worker_id = CASE WHEN $3 THEN NULL ELSE j.worker_id END,
 			run_at = CASE WHEN $3 THEN now() + $4::interval ELSE j.run_at END,
 			` + clearRunning + `, updated_at = now()
-		WHERE j.id = $1
+		WHERE j.namespace = $5 AND j.id = $1
 		RETURNING j.run_at`
 
 	// finishSQL moves a job to a final status ($2), keeping its result
@@ -219,7 +223,7 @@ var (
 	finishSQL = `
 		UPDATE jobs SET status = $2, result = coalesce($3::jsonb, result), finished_at = now(),
 			` + clearRunning + `, updated_at = now()
-		WHERE id = $1`
+		WHERE namespace = $4 AND id = $1`
 )
 
 // JobCancel cancels a job: a waiting one at once, a running one by asking
@@ -234,7 +238,7 @@ func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, erro
 	}
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
-		fx, err = cancelIn(ctx, tx, id, false)
+		fx, err = cancelIn(ctx, tx, s.ns, id, false)
 		return err
 	})
 	if err != nil {
@@ -246,15 +250,16 @@ func (s *Store) JobCancel(ctx context.Context, id string) (records.Effects, erro
 // cancelIn is JobCancel in tx, and with cascade the start of
 // JobCancelCascade: it also marks the walk down the graph, finds an ended
 // job no refusal, and leaves the job's children to the walk.
-func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.Effects, error) {
+func cancelIn(ctx context.Context, tx pgx.Tx, ns, id string, cascade bool) (records.Effects, error) {
 	var fx records.Effects
 	var status string
 	var asked bool
-	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &asked); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE namespace = $2 AND id = $1 FOR UPDATE`,
+		id, ns).Scan(&status, &asked); err != nil {
 		return fx, err
 	}
 	if cascade {
-		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (job_id, kind) VALUES ($1, $2)`, id, WalkCascade); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO graph_walks (namespace, job_id, kind) VALUES ($3, $1, $2)`, id, WalkCascade, ns); err != nil {
 			return fx, err
 		}
 	}
@@ -267,14 +272,14 @@ func cancelIn(ctx context.Context, tx pgx.Tx, id string, cascade bool) (records.
 		if !asked {
 			fx.Moved = []string{id}
 		}
-		_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = $1`, id)
+		_, err := tx.Exec(ctx, `UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE namespace = $2 AND id = $1`, id, ns)
 		return fx, err
 	}
 	fx.Moved, fx.Done = []string{id}, []string{id}
 	if !cascade {
 		fx.Parents = []string{id}
 	}
-	return fx, finish(ctx, tx, id, records.StatusCancelled, nil)
+	return fx, finish(ctx, tx, ns, id, records.StatusCancelled, nil)
 }
 
 // JobRetry puts a failed or cancelled job back in its queue with a fresh
@@ -308,8 +313,9 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		var status, queue string
 		var requires []string
 		var inGraph bool
-		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs WHERE id = $1 FOR UPDATE`,
-			id).Scan(&status, &queue, &requires, &inGraph); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs
+			WHERE namespace = $2 AND id = $1 FOR UPDATE`,
+			id, s.ns).Scan(&status, &queue, &requires, &inGraph); err != nil {
 			return err
 		}
 		switch {
@@ -319,7 +325,7 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		case status == records.StatusQueued:
 			// Its row was held while claims skip locked rows: a pop woken
 			// for it may have found nothing meanwhile.
-			fx.Ready = []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+			fx.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: queue, N: 1, Requires: requires}}
 			return nil
 		default:
 			return nil
@@ -332,18 +338,18 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		// Whatever the job waited for when it ended holds its new run back
 		// no more (job_waits_child); its parents not ended are waited for
 		// again below.
-		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE child_id = $1`, id); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE namespace = $2 AND child_id = $1`, id, s.ns); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL,
 				result = CASE WHEN $2 THEN NULL ELSE result END, updated_at = now()
-			WHERE id = $1`, id, from != "")
+			WHERE namespace = $3 AND id = $1`, id, from != "", s.ns)
 		if err != nil {
 			return err
 		}
-		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Namespace: s.ns, Queue: queue, N: 1, Requires: requires}}
 		if _, err := tx.Exec(ctx, jobRetryStepsSQL, id); err != nil {
 			return err
 		}
