@@ -187,7 +187,7 @@ func scanMoved(rows pgx.Rows) (movedJob, error) {
 func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
 	var err error
 	if m.status == records.StatusQueued {
-		note := records.ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
+		note := records.ReadyNote{Namespace: m.namespace, Queue: m.queue, N: 1, Requires: m.requires}
 		if m.due != nil {
 			note.At = dueMillis(*m.due)
 		}

@@ -380,5 +380,5 @@ func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []stri
 	if created == 0 {
 		return 0, nil
 	}
-	return created, notifyReady(ctx, tx, records.ReadyNote{Queue: sc.Queue, N: created, Requires: t.Requires})
+	return created, notifyReady(ctx, tx, records.ReadyNote{Namespace: sc.Namespace, Queue: sc.Queue, N: created, Requires: t.Requires})
 }
