@@ -1,10 +1,12 @@
 package commands_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -130,4 +132,64 @@ func TestSubmitRateHoldsAcrossNodes(t *testing.T) {
 	if strings.Join(errs, "|") != want {
 		t.Fatalf("refusals = %q", errs)
 	}
+}
+
+// A namespace's MAXRUNNING 3 over two queues, worked by ten free workers
+// of the namespace on two nodes: the namespace never runs more than three
+// jobs at once (sampled from the database throughout), every job
+// completes, and the default namespace's work is not held by it.
+func TestNamespaceMaxRunningHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	producer := a.InNamespace(t, "narrow", "producer", "narrow-p")
+	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "narrow", "MAXRUNNING", "3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var workers []*testWorker
+	for i := range 10 {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		id := fmt.Sprintf("narrow-w%d", i)
+		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", "narrow").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := node.Client(t, redis.Options{Username: id, Password: key})
+		doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, id)
+		if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, &testWorker{id: id, c: c})
+	}
+	for i := range 24 {
+		queue := []string{"left", "right"}[i%2]
+		if err := producer.Do(ctx, "JOB.SUBMIT", fmt.Sprintf(`{"queue":%q}`, queue)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The default namespace is not capped by narrow's limit.
+	free := registerWorker(t, a, "free-w", "x")
+	submit(t, admin, map[string]any{"queue": "left"})
+
+	stop := sampleMost(func() (int, error) {
+		m, err := admin.Do(ctx, "NAMESPACE.CONFIG", "narrow").Result()
+		if err != nil {
+			return 0, err
+		}
+		return int(m.(map[any]any)["running"].(int64)), nil
+	})
+	var freeDone sync.WaitGroup
+	freeDone.Go(func() {
+		if _, _, ok := free.pop(t, "10", "left"); !ok {
+			t.Error("the default namespace's job was not delivered")
+		}
+	})
+	done := workQueues(t, workers, []string{"left", "right"}, 24, func(delivered) time.Duration { return 30 * time.Millisecond },
+		time.Now().Add(60*time.Second))
+	capHeld(t, stop, len(done), 24, 3)
+	freeDone.Wait()
 }

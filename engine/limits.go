@@ -21,6 +21,9 @@ type limitedPops struct {
 	mu     sync.Mutex
 	queues map[string]time.Time
 	types  map[string]map[string]time.Time // type → queue → when
+	// spaces are the namespaces whose cap on running jobs held pops back:
+	// a job of any queue of theirs leaving running wakes them.
+	spaces map[string]map[string]time.Time // namespace → queue → when
 }
 
 const limitedMemory = time.Hour
@@ -60,6 +63,21 @@ func (l *limitedPops) sawType(ns, typ, queue string, now time.Time) {
 	}
 }
 
+// sawNamespace records that namespace ns's cap on running jobs held back
+// jobs of the queue.
+func (l *limitedPops) sawNamespace(ns, queue string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spaces == nil {
+		l.spaces = map[string]map[string]time.Time{}
+	}
+	if l.spaces[ns] == nil {
+		l.spaces[ns] = map[string]time.Time{}
+	}
+	l.spaces[ns][records.RoomKey(ns, queue)] = now
+	forgetOld(l.spaces[ns], now)
+}
+
 // forgetOld drops entries older than limitedMemory once there are many.
 func forgetOld(seen map[string]time.Time, now time.Time) {
 	if len(seen) <= 1000 {
@@ -90,6 +108,15 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 	for q, n := range f.Queues {
 		if t, ok := l.queues[q]; ok && now.Sub(t) < limitedMemory {
 			notes = append(notes, note(q, n))
+		}
+		if len(l.spaces) == 0 {
+			continue
+		}
+		ns, _ := records.SplitRoomKey(q)
+		for held, t := range l.spaces[ns] {
+			if now.Sub(t) < limitedMemory {
+				notes = append(notes, note(held, n))
+			}
 		}
 	}
 	for typ, n := range f.Types {

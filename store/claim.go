@@ -30,6 +30,9 @@ type ClaimOutcome struct {
 	Refused     map[string]error
 	Limited     bool
 	RateLimited time.Time
+	// NamespaceFull says the namespace's cap on running jobs held jobs
+	// back: a job of any of its queues leaving running makes room.
+	NamespaceFull bool
 	Types       []TypeHold
 	// Again says the limits' locks held back jobs another claim may take
 	// at once.
@@ -186,6 +189,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 			if j.RunAt.Unix() > 0 {
 				out.RateLimited = j.RunAt
 			}
+		case "NAMESPACE":
+			out.Limited, out.NamespaceFull = true, true
+			out.Again = out.Again || j.Attempt == 1
 		case "TYPE":
 			// A locked type that held jobs back: claiming again may take
 			// jobs behind them.
@@ -288,15 +294,22 @@ const claimLocks = `
 		WHERE t.namespace = $4 AND (t.name IN (SELECT type FROM ahead) OR t.name IN (SELECT type FROM past))
 		  AND t.name IN (SELECT name FROM lim WHERE open)
 		ORDER BY t.name FOR NO KEY UPDATE
+	), nsl AS (
+		-- The namespace's row, when it caps its running jobs: locked
+		-- last, after the queue's and the types'.
+		SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL
+		FOR NO KEY UPDATE
 	)
 	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) AS n FROM q) q
 	WHERE set_config('agq.claim_queue', q.n::text, true)
-		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
+		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true)
+		|| set_config('agq.claim_namespace', (SELECT count(*) FROM nsl)::text, true) IS NULL
 	UNION ALL
 	SELECT name, coalesce(next_start, 'epoch') FROM lim
 	WHERE NOT open AND name IN (SELECT type FROM ahead)
 	UNION ALL
-	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)`
+	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)
+		AND NOT EXISTS (SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL)`
 
 // claimWorkers reads the claimers (named in $2, to have capabilities $3,
 // of namespace $6: a worker of another is not registered here): the CTEs
@@ -353,7 +366,8 @@ const claimRefusals = `
 const claimJobsUnlimited = claimWorkers + `, free AS (
 		SELECT NOT EXISTS (SELECT 1 FROM job_types WHERE namespace = $6)
 			AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1
-			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)) AS yes
+			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL))
+			AND NOT EXISTS (SELECT 1 FROM namespaces WHERE name = $6 AND max_running IS NOT NULL) AS yes
 	), fits AS (
 		SELECT id, row_number() OVER () AS rn FROM (
 			SELECT j.id FROM jobs j
@@ -392,6 +406,15 @@ const claimJobs = claimWorkers + `, qlocked AS (
 				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period), 0) END AS by_rate,
 			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
 		FROM queues q WHERE q.namespace = $6 AND q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
+	), nsroom AS (
+		-- What the namespace's cap on running jobs leaves room for; none
+		-- when claimLocks did not lock its row (a cap set since).
+		SELECT CASE WHEN coalesce(current_setting('agq.claim_namespace', true), '') = '1'
+				THEN greatest(n.max_running - (
+					SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.status = 'running'), 0)
+				ELSE 0 END AS n,
+			coalesce(current_setting('agq.claim_namespace', true), '') = '1' AS locked
+		FROM namespaces n WHERE n.name = $6 AND n.max_running IS NOT NULL
 	), keyroom AS MATERIALIZED (
 		-- What the queue's cap of running jobs per named key leaves room
 		-- for, for the keys running any (a key running none has the whole
@@ -434,7 +457,8 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			  AND (CASE WHEN j.fair_key = ANY((SELECT full_keys FROM keycap)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
 			  AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1 AND paused)
 			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
-			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
+			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room),
+				(SELECT n FROM nsroom))
 			FOR UPDATE OF j SKIP LOCKED
 		) p
 	), fits AS (
@@ -480,7 +504,12 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
 		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', '', 0::bigint, 'TYPE'
 	FROM typeroom r
-	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
+	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)
+	UNION ALL
+	-- The namespace's cap held jobs back (or was set since: claim again).
+	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'NAMESPACE'
+	FROM nsroom WHERE n < (SELECT cardinality(wids) FROM w)`
 
 // JobRelease gives back a just-claimed job whose delivery could not happen
 // (the client left): queued again, the attempt not counted. Only that
