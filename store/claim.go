@@ -240,6 +240,9 @@ func (out *ClaimOutcome) sort() {
 	sort.Slice(out.Claimed, func(a, b int) bool { return out.Claimed[a].order < out.Claimed[b].order })
 }
 
+// A limited type's running jobs are counted among the namespace's running
+// ones (jobs_unfinished: namespace, status).
+//
 // claimLocks locks what the claim that follows counts on, in namespace $4:
 // the queue's row
 // when it has limits, then the rows of the limited types that look open
