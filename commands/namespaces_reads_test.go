@@ -330,3 +330,56 @@ func messageWithin(s *redis.PubSub, d time.Duration) (string, bool) {
 		return "", false
 	}
 }
+
+// A job the server moves out of running (here, its worker unregisters)
+// is announced to its own namespace's subscribers, on every node, through
+// the notice that carries its namespace; a job of the same id elsewhere
+// is not touched, and a JOB.WAIT on it does not end.
+func TestNamespacesHearTheirOwnMoves(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	prodA := a.InNamespace(t, "team-a", "producer", "prod-a")
+	prodB := a.InNamespace(t, "team-b", "producer", "prod-b")
+	worker := a.InNamespace(t, "team-b", "worker", "wb-1")
+	reg := `{"worker_id":"wb-1","hostname":"h","agw_version":"1","capabilities":{"tools":["t"]}}`
+	if err := worker.Do(ctx, "WORKER.REGISTER", reg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*redis.Client{prodA, prodB} {
+		if err := c.Do(ctx, "JOB.SUBMIT", `{"job_id":"mv","type":"t","queue":"q"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if popped, err := worker.Do(ctx, "BRPOP", "queue:q", "5").StringSlice(); err != nil || len(popped) != 2 {
+		t.Fatalf("BRPOP in b: %v, %v", popped, err)
+	}
+	subA := prodA.Subscribe(ctx, "job.mv.status")
+	defer subA.Close()
+	subB := prodB.Subscribe(ctx, "job.mv.status")
+	defer subB.Close()
+	for _, s := range []*redis.PubSub{subA, subB} {
+		if _, err := s.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- prodA.Do(ctx, "JOB.WAIT", "mv", "1").Err() }()
+
+	if err := worker.Do(ctx, "WORKER.UNREGISTER", "wb-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ev struct{ Event, Namespace string }
+	if m := nextMessage(t, subB); json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Event != "requeued" || ev.Namespace != "team-b" {
+		t.Fatalf("b's message: %+v", m)
+	}
+	if raw, heard := messageWithin(subA, 500*time.Millisecond); heard {
+		t.Fatalf("a heard b's job move: %s", raw)
+	}
+	if err := <-waited; err != redis.Nil {
+		t.Fatalf("JOB.WAIT on a's mv: %v, want nil (a's job never ended)", err)
+	}
+	if j := getNamespacedJob(t, prodA, "mv"); j.Namespace != "team-a" {
+		t.Fatalf("a's job: %+v", j)
+	}
+}

@@ -99,10 +99,11 @@ func (s *Scheduler) record(res store.FireResult, now time.Time) {
 		log.Error().Err(res.PlanErr).Msg("schedule cannot fire and is stopped; fix it with SCHEDULE.UPDATE")
 		return
 	}
-	s.metrics.fires.Add(float64(res.Created))
-	s.metrics.skipped.Add(float64(res.Skipped))
+	s.metrics.fires.WithLabelValues(res.Namespace).Add(float64(res.Created))
+	s.metrics.skipped.WithLabelValues(res.Namespace).Add(float64(res.Skipped))
+	lag := s.metrics.lag.WithLabelValues(res.Namespace)
 	for _, at := range res.Fires {
-		s.metrics.lag.Observe(now.Sub(at).Seconds())
+		lag.Observe(now.Sub(at).Seconds())
 	}
 	switch {
 	case res.Skipped > 0:
@@ -118,25 +119,26 @@ func (s *Scheduler) record(res store.FireResult, now time.Time) {
 	}
 }
 
+// metrics are the scheduler's, by the namespace of the schedule.
 type metrics struct {
-	fires   prometheus.Counter
-	skipped prometheus.Counter
-	lag     prometheus.Histogram
+	fires   *prometheus.CounterVec
+	skipped *prometheus.CounterVec
+	lag     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	m := &metrics{
-		fires: prometheus.NewCounter(prometheus.CounterOpts{
+		fires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agq_schedule_fires_total", Help: "Jobs submitted by schedule fires (manual triggers excluded).",
-		}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"namespace"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agq_schedule_skipped_fires_total", Help: "Fires missed during downtime and not replayed (beyond max_catchup).",
-		}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"namespace"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "agq_scheduler_lag_seconds",
 			Help:    "Time from a fire's due time to the submission of its job.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400},
-		}),
+		}, []string{"namespace"}),
 	}
 	if reg != nil {
 		m.fires = register(reg, m.fires, log)
