@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,7 +53,7 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 // step's attempts fails the job.
 func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginParams) []store.StepBeginOutcome {
 	res := make([]store.StepBeginOutcome, len(calls))
-	for ns, at := range callsByNamespace(calls, func(c records.StepBeginParams) string { return c.Namespace }) {
+	for ns, at := range callsByNamespace(e, calls, func(c records.StepBeginParams) string { return c.Namespace }) {
 		in := e.in(ns)
 		part, sfx := in.store.StepsBegin(ctx, callsAt(calls, at))
 		for k, i := range at {
@@ -63,12 +64,14 @@ func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginPar
 	return res
 }
 
-// callsByNamespace gives the indexes of the calls of each namespace
-// (one namespace, the usual group, costs one map entry).
-func callsByNamespace[C any](calls []C, ns func(C) string) map[string][]int {
+// callsByNamespace gives the indexes of the calls of each namespace, a
+// call that names none being e's (one namespace, the usual group, costs
+// one map entry).
+func callsByNamespace[C any](e *Engine, calls []C, nsOf func(C) string) map[string][]int {
 	at := map[string][]int{}
 	for i, c := range calls {
-		at[ns(c)] = append(at[ns(c)], i)
+		ns := cmp.Or(nsOf(c), e.ns)
+		at[ns] = append(at[ns], i)
 	}
 	return at
 }
@@ -108,7 +111,7 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 // published in its namespace.
 func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
 	res := make([]store.StepCompleteResult, len(calls))
-	for ns, at := range callsByNamespace(calls, func(c store.StepCompletion) string { return c.Namespace }) {
+	for ns, at := range callsByNamespace(e, calls, func(c store.StepCompletion) string { return c.Namespace }) {
 		part := e.in(ns).completeSteps(ctx, callsAt(calls, at))
 		for k, i := range at {
 			res[i] = part[k]
