@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"time"
@@ -9,9 +10,11 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// claimRequest is one pop: a worker, its capabilities as it registered
-// them, its queues in the order given, and how many jobs it takes.
+// claimRequest is one pop: a worker's namespace, the worker, its
+// capabilities as it registered them, its queues in the order given, and
+// how many jobs it takes.
 type claimRequest struct {
+	ns     string
 	worker string
 	caps   []string
 	queues []string
@@ -26,16 +29,16 @@ type claimResult struct {
 	err   error
 }
 
-// runClaims serves a group of pops. Pops with the same queues and
-// capabilities share one statement per queue, in the order the queues were
-// given, the longest-waiting pop first; each takes from the first queue
-// that has a job for it.
+// runClaims serves a group of pops. Pops of the same namespace with the
+// same queues and capabilities share one statement per queue, in the order
+// the queues were given, the longest-waiting pop first; each takes from
+// the first queue that has a job for it.
 func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResult {
 	out := make([]claimResult, len(reqs))
 	kinds := map[string][]int{}
 	var order []string
 	for i, r := range reqs {
-		k := strings.Join(r.queues, "\x00") + "\x01" + strings.Join(r.caps, "\x00")
+		k := r.ns + "\x02" + strings.Join(r.queues, "\x00") + "\x01" + strings.Join(r.caps, "\x00")
 		if _, ok := kinds[k]; !ok {
 			order = append(order, k)
 		}
@@ -44,6 +47,7 @@ func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 	for _, k := range order {
 		idx := kinds[k]
 		first := reqs[idx[0]]
+		in := e.in(first.ns)
 		waiting := idx
 		for _, q := range first.queues {
 			// A claim whose limits' locks held back jobs another claim may
@@ -51,11 +55,12 @@ func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 			// waiting are woken to try again.
 			for round := 0; len(waiting) > 0; round++ {
 				var again bool
-				if waiting, again = e.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
+				if waiting, again = in.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
 					break
 				}
 				if round == maxClaimRounds-1 {
-					e.publish(ctx, effects{Effects: records.Effects{Ready: []records.ReadyNote{{Queue: q, N: len(waiting)}}}})
+					in.publish(ctx, effects{Effects: records.Effects{Ready: []records.ReadyNote{{Namespace: in.ns, Queue: q,
+						N: len(waiting)}}}})
 					break
 				}
 			}
@@ -67,7 +72,8 @@ func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 // maxClaimRounds bounds the claims of one queue for one group of pops.
 const maxClaimRounds = 16
 
-// claimQueue runs one claim of queue q for the waiting pops, fills in
+// claimQueue runs one claim of queue q of e's namespace for the waiting
+// pops, fills in
 // their results, and returns those still waiting, and whether to claim
 // again at once (ClaimOutcome.Again).
 func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs []claimRequest, waiting []int, out []claimResult) ([]int, bool) {
@@ -92,19 +98,19 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	}
 	claimed, refused := outcome.Claimed, outcome.Refused
 	if outcome.Limited {
-		e.limited.sawQueue(q, e.clock.Now())
+		e.limited.sawQueue(e.ns, q, e.clock.Now())
 	}
 	held := len(workers) - len(claimed)
 	fx := effects{Started: claimed}
 	if !outcome.RateLimited.IsZero() {
 		// The queue's rate held jobs back: wake its waiters when the
 		// next start is allowed.
-		fx.Ready = append(fx.Ready, records.ReadyNote{Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
+		fx.Ready = append(fx.Ready, records.ReadyNote{Namespace: e.ns, Queue: q, N: held, At: outcome.RateLimited.Add(time.Millisecond).UnixMilli()})
 	}
 	for _, h := range outcome.Types {
-		e.limited.sawType(h.Type, q, e.clock.Now())
+		e.limited.sawType(e.ns, h.Type, q, e.clock.Now())
 		if !h.RateLimited.IsZero() && held > 0 {
-			fx.Ready = append(fx.Ready, records.ReadyNote{Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
+			fx.Ready = append(fx.Ready, records.ReadyNote{Namespace: e.ns, Queue: q, N: held, At: h.RateLimited.Add(time.Millisecond).UnixMilli()})
 		}
 	}
 	e.publish(ctx, fx)
@@ -141,9 +147,11 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 }
 
 // giveBackNow gives back jobs claimed for a pop that stopped waiting:
-// each is released only for the delivery it was claimed with.
+// each is released only for the delivery it was claimed with, in its own
+// namespace.
 func (e *Engine) giveBackNow(worker string, jobs []records.Job) {
 	for _, j := range jobs {
+		e := e.in(cmp.Or(j.Namespace, e.ns))
 		ctx, cancel := e.offPath()
 		rel, err := e.store.JobRelease(ctx, j, worker)
 		if err != nil {

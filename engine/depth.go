@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/agq/agq/records"
 )
 
 // depthExact is the depth up to which LPUSH counts a queue on every push.
@@ -43,9 +45,9 @@ func (q *deepQueue) forgotten(now time.Time) bool {
 }
 
 // pushedDepth answers LPUSH: the queue's ready depth once its push of
-// ready jobs committed.
+// ready jobs committed. Deep queues are remembered by namespace and name.
 func (e *Engine) pushedDepth(ctx context.Context, queue string, ready int64) (int64, error) {
-	if n, ok := e.deep.pushed(queue, ready, e.recount); ok {
+	if n, ok := e.deep.pushed(records.RoomKey(e.ns, queue), ready, e.recount); ok {
 		return n, nil
 	}
 	n, err := e.store.QueueDepthUpTo(ctx, queue, depthExact+1)
@@ -57,7 +59,7 @@ func (e *Engine) pushedDepth(ctx context.Context, queue string, ready int64) (in
 	if err != nil {
 		return 0, err
 	}
-	e.deep.counted(queue, nil, n, 0, start, time.Since(start))
+	e.deep.counted(records.RoomKey(e.ns, queue), nil, n, 0, start, time.Since(start))
 	return n, nil
 }
 
@@ -116,15 +118,17 @@ func (d *deepQueues) failed(queue string, q *deepQueue) {
 	}
 }
 
-// recount counts a deep queue again, off any client's path.
-func (e *Engine) recount(queue string, q *deepQueue, pushedBefore int64) {
+// recount counts a deep queue (named as records.RoomKey names it) again,
+// off any client's path.
+func (e *Engine) recount(key string, q *deepQueue, pushedBefore int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	n, err := e.store.QueueDepth(ctx, queue)
+	ns, queue := records.SplitRoomKey(key)
+	n, err := e.in(ns).store.QueueDepth(ctx, queue)
 	if err != nil {
-		e.deep.failed(queue, q)
+		e.deep.failed(key, q)
 		return
 	}
-	e.deep.counted(queue, q, n, pushedBefore, start, time.Since(start))
+	e.deep.counted(key, q, n, pushedBefore, start, time.Since(start))
 }

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"github.com/agq/agq/internal/group"
 	"github.com/agq/agq/records"
@@ -45,21 +47,25 @@ func (e *Engine) newGroups() groups {
 		finishes: group.New(group.Config[records.Report, error]{
 			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("final_report"),
 			Run: func(ctx context.Context, reports []records.Report) []error {
-				traces := e.attemptTraces(ctx, reportIDs(reports))
-				errs, rfx := e.store.JobsFinish(ctx, reports)
-				e.traceReports(traces, reports, errs, rfx.Moved)
-				e.publish(ctx, stored(rfx, records.StatusRetrying))
-				return errs
+				return byNamespace(e, reports, reportNamespace, func(e *Engine, reports []records.Report) []error {
+					traces := e.attemptTraces(ctx, reportIDs(reports))
+					errs, rfx := e.store.JobsFinish(ctx, reports)
+					e.traceReports(traces, reports, errs, rfx.Moved)
+					e.publish(ctx, stored(rfx, records.StatusRetrying))
+					return errs
+				})
 			},
 		}),
 		acks: group.New(group.Config[records.Report, error]{
 			MaxSize: records.MaxGroup, Parallel: parallelGroups, Timeout: e.cfg.CommandTimeout, Observe: observe("acknowledgement"),
 			Run: func(ctx context.Context, reports []records.Report) []error {
-				errs, afx := e.store.JobsAck(ctx, reports)
-				// An acknowledgement moves its job only when it finds the
-				// job's cancellation asked: the job ends cancelled.
-				e.publish(ctx, stored(afx, records.StatusRetrying))
-				return errs
+				return byNamespace(e, reports, reportNamespace, func(e *Engine, reports []records.Report) []error {
+					errs, afx := e.store.JobsAck(ctx, reports)
+					// An acknowledgement moves its job only when it finds
+					// the job's cancellation asked: the job ends cancelled.
+					e.publish(ctx, stored(afx, records.StatusRetrying))
+					return errs
+				})
 			},
 		}),
 		stepCompletes: group.New(group.Config[store.StepCompletion, store.StepCompleteResult]{
@@ -81,9 +87,53 @@ func (e *Engine) newGroups() groups {
 	}
 }
 
-// runSubmits serves a group of single submissions in one transaction,
-// handing jobs over to waiting pops where it can.
+// byNamespace serves a group's requests namespace by namespace, each part
+// by run in the engine acting in it, and answers each request's result in
+// its place. The statements take a namespace per request, but what a
+// transition announces (its effects, events and traces) is told by the
+// engine of one namespace. A group of one namespace, the usual case, is
+// served whole.
+func byNamespace[Req, Res any](e *Engine, reqs []Req, nsOf func(Req) string, run func(*Engine, []Req) []Res) []Res {
+	first := cmp.Or(nsOf(reqs[0]), e.ns)
+	if !slices.ContainsFunc(reqs, func(r Req) bool { return cmp.Or(nsOf(r), e.ns) != first }) {
+		return run(e.in(first), reqs)
+	}
+	at := map[string][]int{}
+	var order []string
+	for i, r := range reqs {
+		ns := cmp.Or(nsOf(r), e.ns)
+		if _, ok := at[ns]; !ok {
+			order = append(order, ns)
+		}
+		at[ns] = append(at[ns], i)
+	}
+	out := make([]Res, len(reqs))
+	for _, ns := range order {
+		part := make([]Req, len(at[ns]))
+		for k, i := range at[ns] {
+			part[k] = reqs[i]
+		}
+		for k, res := range run(e.in(ns), part) {
+			out[at[ns][k]] = res
+		}
+	}
+	return out
+}
+
+func reportNamespace(p records.Report) string { return p.Namespace }
+
+func jobNamespace(j records.NewJob) string { return j.Namespace }
+
+// runSubmits serves a group of single submissions, one transaction a
+// namespace, handing jobs over to waiting pops where it can.
 func (e *Engine) runSubmits(ctx context.Context, jobs []records.NewJob) []submitOutcome {
+	return byNamespace(e, jobs, jobNamespace, func(e *Engine, jobs []records.NewJob) []submitOutcome {
+		return e.runSubmitsIn(ctx, jobs)
+	})
+}
+
+// runSubmitsIn is runSubmits for jobs of e's namespace.
+func (e *Engine) runSubmitsIn(ctx context.Context, jobs []records.NewJob) []submitOutcome {
 	spans := e.startSubmissions(jobs)
 	takers := e.offerJobs(jobs)
 	var res []records.SubmitResult

@@ -33,7 +33,7 @@ func (e *Engine) offerJobs(jobs []records.NewJob) (takers []*wakeup.Waiter) {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[b].Priority, jobs[a].Priority) })
 	for _, i := range order {
-		w := e.hub.TakeWaiter(jobs[i].Queue, jobs[i].Requires)
+		w := e.hub.TakeWaiter(cmp.Or(jobs[i].Namespace, e.ns), jobs[i].Queue, jobs[i].Requires)
 		if w == nil {
 			continue
 		}

@@ -14,6 +14,9 @@ import (
 // jobs costs nothing more. An entry is forgotten an hour after a claim last
 // saw it (waking a pop for nothing is harmless; the LISTEN connection's
 // re-check finds what a missed wake-up left).
+//
+// Queues and types are named as records.RoomKey names them: the name in
+// the default namespace, else the namespace, a NUL and the name.
 type limitedPops struct {
 	mu     sync.Mutex
 	queues map[string]time.Time
@@ -22,8 +25,9 @@ type limitedPops struct {
 
 const limitedMemory = time.Hour
 
-// sawQueue records that the queue has limits.
-func (l *limitedPops) sawQueue(queue string, now time.Time) {
+// sawQueue records that the queue of namespace ns has limits.
+func (l *limitedPops) sawQueue(ns, queue string, now time.Time) {
+	queue = records.RoomKey(ns, queue)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.queues == nil {
@@ -33,8 +37,10 @@ func (l *limitedPops) sawQueue(queue string, now time.Time) {
 	forgetOld(l.queues, now)
 }
 
-// sawType records that the type's limits held back jobs of the queue.
-func (l *limitedPops) sawType(typ, queue string, now time.Time) {
+// sawType records that the type's limits held back jobs of the queue, in
+// namespace ns.
+func (l *limitedPops) sawType(ns, typ, queue string, now time.Time) {
+	typ, queue = records.RoomKey(ns, typ), records.RoomKey(ns, queue)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.types == nil {
@@ -77,15 +83,19 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var notes []records.ReadyNote
+	note := func(key string, n int) records.ReadyNote {
+		ns, q := records.SplitRoomKey(key)
+		return records.ReadyNote{Namespace: ns, Queue: q, N: n}
+	}
 	for q, n := range f.Queues {
 		if t, ok := l.queues[q]; ok && now.Sub(t) < limitedMemory {
-			notes = append(notes, records.ReadyNote{Queue: q, N: n})
+			notes = append(notes, note(q, n))
 		}
 	}
 	for typ, n := range f.Types {
 		for q, t := range l.types[typ] {
 			if now.Sub(t) < limitedMemory {
-				notes = append(notes, records.ReadyNote{Queue: q, N: n})
+				notes = append(notes, note(q, n))
 			}
 		}
 	}
@@ -108,7 +118,9 @@ func (e *Engine) ConfigureType(ctx context.Context, name string, change records.
 		}
 		// Loosened limits may leave room at once: wake, on every node,
 		// the pops the type held back.
-		return effects{Effects: records.Effects{Freed: records.Room{Types: map[string]int{name: 1_000_000}}}}, nil
+		var room records.Room
+		room.AddIn(e.ns, "", name, 1_000_000)
+		return effects{Effects: records.Effects{Freed: room}}, nil
 	})
 	return limits, err
 }

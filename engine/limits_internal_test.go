@@ -13,8 +13,8 @@ import (
 func TestRoomIsForQueuesWhoseLimitsHeldPops(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var l limitedPops
-	l.sawQueue("capped", start)
-	l.sawType("slow", "mixed", start)
+	l.sawQueue("", "capped", start)
+	l.sawType("", "slow", "mixed", start)
 	freed := records.Room{Queues: map[string]int{"capped": 2, "free": 5}, Types: map[string]int{"slow": 1, "fast": 3}}
 
 	notes := l.room(freed, start.Add(time.Minute))
@@ -32,15 +32,40 @@ func TestRoomIsForQueuesWhoseLimitsHeldPops(t *testing.T) {
 	}
 }
 
+// Limits seen in one namespace wake that namespace's pops only: room made
+// by another namespace's queue of the same name wakes nobody.
+func TestRoomIsForTheNamespaceWhoseLimitsHeldPops(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var l limitedPops
+	l.sawQueue("a", "capped", start)
+	l.sawType("a", "slow", "mixed", start)
+	var freed records.Room
+	freed.AddIn("b", "capped", "slow", 1)
+	if notes := l.room(freed, start.Add(time.Minute)); len(notes) != 0 {
+		t.Fatalf("room in namespace b woke %+v", notes)
+	}
+	freed = records.Room{}
+	freed.AddIn("a", "capped", "slow", 1)
+	notes := l.room(freed, start.Add(time.Minute))
+	if len(notes) != 2 {
+		t.Fatalf("room in namespace a woke %+v, want capped and mixed", notes)
+	}
+	for _, n := range notes {
+		if n.Namespace != "a" {
+			t.Errorf("note %+v, want namespace a", n)
+		}
+	}
+}
+
 // Entries are forgotten once many are old, so that the memory of limits
 // stays bounded.
 func TestOldLimitsAreForgottenOnceMany(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var l limitedPops
 	for i := range 1001 {
-		l.sawQueue(fmt.Sprint("q", i), start)
+		l.sawQueue("", fmt.Sprint("q", i), start)
 	}
-	l.sawQueue("new", start.Add(2*limitedMemory))
+	l.sawQueue("", "new", start.Add(2*limitedMemory))
 	if _, ok := l.queues["q0"]; ok || len(l.queues) != 1 {
 		t.Fatalf("%d queues remembered", len(l.queues))
 	}

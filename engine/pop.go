@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -12,8 +13,12 @@ import (
 
 // Claim takes up to limit jobs for worker w from the first of the queues
 // that has any for it, in one claim shared with the node's other pops.
+//
+// A worker pops from its own namespace's queues (Worker.Namespace; e's when
+// the record names none).
 func (e *Engine) Claim(ctx context.Context, w records.Worker, queues []string, limit int) (string, []records.Job, error) {
-	res, err := e.groups.claims.Do(ctx, claimRequest{worker: w.ID, caps: w.Capabilities, queues: queues, limit: limit})
+	res, err := e.groups.claims.Do(ctx, claimRequest{ns: e.popNamespace(w), worker: w.ID, caps: w.Capabilities, queues: queues,
+		limit: limit})
 	if err == nil {
 		err = res.err
 	}
@@ -49,7 +54,7 @@ func (e *Engine) Claim(ctx context.Context, w records.Worker, queues []string, l
 // queue, or it left — is passed on when it closes. A client seen leaving is
 // never handed a job: what was claimed or handed for it goes back.
 func (e *Engine) PopWaiting(ctx context.Context, w records.Worker, refresh func() (records.Worker, error), queues []string, limit int, wait api.Wait) (string, []records.Job, error) {
-	waiter := e.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, wait.OnWake())
+	waiter := e.hub.NewWorkerWaiter(e.popNamespace(w), w.ID, queues, w.Capabilities, wait.OnWake())
 	var received []records.ReadyNote // wake-ups not yet used
 	defer func() {
 		if waiter != nil {
@@ -77,7 +82,7 @@ func (e *Engine) PopWaiting(ctx context.Context, w records.Worker, refresh func(
 			}
 			e.closeWaiter(waiter, received)
 			received = nil
-			waiter = e.hub.NewWorkerWaiter(w.ID, queues, w.Capabilities, wait.OnWake())
+			waiter = e.hub.NewWorkerWaiter(e.popNamespace(w), w.ID, queues, w.Capabilities, wait.OnWake())
 			continue
 		case errors.Is(err, records.ErrWorkerDraining):
 			// A draining worker gets nothing: wait out the timeout
@@ -113,6 +118,11 @@ func (e *Engine) PopWaiting(ctx context.Context, w records.Worker, refresh func(
 			received = append(received, *note)
 		}
 	}
+}
+
+// popNamespace is the namespace worker w pops from: its own.
+func (e *Engine) popNamespace(w records.Worker) string {
+	return cmp.Or(w.Namespace, e.ns)
 }
 
 // closeWaiter closes a pop's waiter, passing on its unused wake-ups, and

@@ -13,7 +13,10 @@ import (
 // an acknowledgement or progress the statement of the next group of
 // those; a snooze takes the locked path alone, once awaited. Re-sending a
 // report that took effect succeeds and changes nothing.
+//
+// The report is about a job of e's namespace.
 func (e *Engine) Report(p records.Report) (wait func(context.Context) error) {
+	p.Namespace = e.ns
 	p.MaxSnoozes = e.cfg.MaxSnoozes
 	var g = e.groups.finishes
 	switch p.Status {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/agq/agq/records"
@@ -13,7 +14,11 @@ import (
 // waiting for one each. The job is handed straight to a waiting pop when
 // one can run it; a job whose id exists with the same contents is the
 // existing job, not a second one.
+//
+// The job is submitted in e's namespace: its id, unique key, queue and
+// parents are that namespace's.
 func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error)) {
+	job.Namespace = e.ns
 	if err := checkAfter([]records.NewJob{job}); err != nil {
 		return func(context.Context) (records.SubmitResult, error) { return records.SubmitResult{}, err }
 	}
@@ -45,6 +50,7 @@ func (e *Engine) Submit(job records.NewJob) (wait func(context.Context) (records
 // SubmitBatch stores jobs in one transaction of their own: a bad one
 // stores none.
 func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error) {
+	jobs = e.placed(jobs)
 	if err := checkAfter(jobs); err != nil {
 		return nil, err
 	}
@@ -67,6 +73,16 @@ func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]reco
 		return effects{Effects: records.Effects{Ready: notes}, Events: submittedEvents(jobs, res, nil)}, nil
 	})
 	return res, err
+}
+
+// placed is jobs submitted in e's namespace (a copy: the caller's jobs
+// stay as they were).
+func (e *Engine) placed(jobs []records.NewJob) []records.NewJob {
+	jobs = slices.Clone(jobs)
+	for i := range jobs {
+		jobs[i].Namespace = e.ns
+	}
+	return jobs
 }
 
 // submit is Submit for one job, SubmitBatch for more.

@@ -2,6 +2,7 @@ package records
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -65,12 +66,14 @@ type Rate struct {
 }
 
 // ReadyNote tells listeners that N jobs needing Requires became claimable
-// in Queue, now or at At (unix milliseconds; 0 = now).
+// in Queue of Namespace ("" is the default namespace), now or at At (unix
+// milliseconds; 0 = now).
 type ReadyNote struct {
-	Queue    string   `json:"q"`
-	N        int      `json:"n"`
-	Requires []string `json:"r,omitempty"`
-	At       int64    `json:"at,omitempty"`
+	Namespace string   `json:"ns,omitempty"`
+	Queue     string   `json:"q"`
+	N         int      `json:"n"`
+	Requires  []string `json:"r,omitempty"`
+	At        int64    `json:"at,omitempty"`
 
 	// Timed and Tries are the listener's own: a note that came due by a
 	// timer, and how often it was re-armed.
@@ -79,7 +82,8 @@ type ReadyNote struct {
 }
 
 // Room counts, per queue and per job type, the jobs that left running:
-// room made where running jobs are limited.
+// room made where running jobs are limited. A name of a namespace other
+// than the default one is kept as RoomKey makes it (AddIn).
 type Room struct {
 	Queues map[string]int `json:"q,omitempty"`
 	Types  map[string]int `json:"t,omitempty"`
@@ -101,6 +105,29 @@ func (f *Room) Add(queue, typ string, n int) {
 	}
 }
 
+// AddIn counts n jobs of queue and of type typ of namespace ns.
+func (f *Room) AddIn(ns, queue, typ string, n int) {
+	f.Add(RoomKey(ns, queue), RoomKey(ns, typ), n)
+}
+
+// RoomKey is how a Room names a queue or a type of namespace ns: the name
+// itself in the default namespace (as before namespaces), else the
+// namespace, a NUL and the name. An empty name stays empty.
+func RoomKey(ns, name string) string {
+	if name == "" || ns == "" || ns == DefaultNamespace {
+		return name
+	}
+	return ns + "\x00" + name
+}
+
+// SplitRoomKey is the namespace and the name a RoomKey names.
+func SplitRoomKey(key string) (ns, name string) {
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return key[:i], key[i+1:]
+	}
+	return DefaultNamespace, key
+}
+
 // Merge adds o's counts to f.
 func (f *Room) Merge(o Room) {
 	for q, n := range o.Queues {
@@ -116,6 +143,9 @@ func (f Room) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 
 // Schedule is a cron schedule.
 type Schedule struct {
+	// Namespace is the schedule's namespace, where its fires submit jobs;
+	// its Name is unique only there.
+	Namespace  string
 	Name       string
 	Cron       string
 	Timezone   string

@@ -87,20 +87,28 @@ func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 // limited type whose row it did not lock, and logs its starts for the
 // rates. Where no limits apply (the usual case) the claim is one lean
 // statement instead, without locks or counts (claimUnlimited).
+//
+// A claim takes jobs of s's namespace only, for workers of that namespace:
+// the queue, its limits and pause, the job types' limits and the workers
+// named are all the namespace's.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
-	if _, limited := s.limitedQueues.Load(p.Queue); !limited {
+	key := queueKey{s.ns, p.Queue}
+	if _, limited := s.limitedQueues.Load(key); !limited {
 		out, limited, err := s.claimUnlimited(ctx, p)
 		if err != nil || !limited {
 			return out, err
 		}
-		s.limitedQueues.Store(p.Queue, true)
+		s.limitedQueues.Store(key, true)
 	}
 	out, limited, err := s.claimLimited(ctx, p)
 	if err == nil && !limited {
-		s.limitedQueues.Delete(p.Queue)
+		s.limitedQueues.Delete(key)
 	}
 	return out, err
 }
+
+// queueKey names a queue of a namespace (limitedQueues).
+type queueKey struct{ ns, queue string }
 
 // claimUnlimited is the claim where no limits apply: neither the queue nor
 // any job type has them (the usual case). It answers limited, having
@@ -110,8 +118,8 @@ func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome,
 func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out ClaimOutcome, limited bool, err error) {
 	out.Refused = map[string]error{}
 	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 1024))
-	err = s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(p.Queue)}, func(rows pgx.Rows) error {
-		c, refusal, err := scanClaimRow(rows)
+	err = s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(s.ns, p.Queue)}, func(rows pgx.Rows) error {
+		c, refusal, err := s.scanClaimRow(rows)
 		if err != nil {
 			return err
 		}
@@ -122,7 +130,7 @@ func (s *Store) claimUnlimited(ctx context.Context, p JobsClaimParams) (out Clai
 			out.add(c, refusal)
 		}
 		return nil
-	}, claimJobsUnlimited, p.Queue, p.Workers, cmpOrEmpty(p.Capabilities), p.AckTimeout, p.Lease)
+	}, claimJobsUnlimited, p.Queue, p.Workers, cmpOrEmpty(p.Capabilities), p.AckTimeout, p.Lease, s.ns)
 	if err != nil {
 		return ClaimOutcome{}, false, interpretError(err)
 	}
@@ -141,7 +149,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 	out.Refused = map[string]error{}
 	out.Claimed = make([]Claimed, 0, min(len(p.Workers), 1024))
 	limited := true
-	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers)}}
+	lock := &pgx.QueuedQuery{SQL: claimLocks, Arguments: []any{p.Queue, caps, len(p.Workers), s.ns}}
 	lock.Query(func(rows pgx.Rows) error {
 		// Limited types that looked full, ahead in the queue: not locked,
 		// and their jobs not taken, but a finish of theirs wakes this
@@ -163,10 +171,10 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 		}
 		return rows.Err()
 	})
-	err := s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(p.Queue), lock}, func(rows pgx.Rows) error {
+	err := s.hotQuery(ctx, true, []*pgx.QueuedQuery{placeDue(s.ns, p.Queue), lock}, func(rows pgx.Rows) error {
 		// What a delivery carries, and what orders deliveries; or why a
 		// worker may not claim; or a limit that held jobs back.
-		c, refusal, err := scanClaimRow(rows)
+		c, refusal, err := s.scanClaimRow(rows)
 		if err != nil {
 			return err
 		}
@@ -191,7 +199,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 			out.add(c, refusal)
 		}
 		return nil
-	}, claimJobs, p.Queue, p.Workers, caps, p.AckTimeout, p.Lease)
+	}, claimJobs, p.Queue, p.Workers, caps, p.AckTimeout, p.Lease, s.ns)
 	if err != nil {
 		return ClaimOutcome{}, true, interpretError(err)
 	}
@@ -201,9 +209,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 
 // scanClaimRow reads one row of a claim: what a delivery carries, and
 // what orders deliveries; or why a worker may not claim; or a limit that
-// held jobs back.
-func scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
-	c := Claimed{Job: records.Job{Status: records.StatusRunning}}
+// held jobs back. The job is of s's namespace.
+func (s *Store) scanClaimRow(rows pgx.Rows) (Claimed, string, error) {
+	c := Claimed{Job: records.Job{Namespace: s.ns, Status: records.StatusRunning}}
 	j := &c.Job
 	var refusal string
 	err := rows.Scan(&c.Worker, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload),
@@ -232,7 +240,11 @@ func (out *ClaimOutcome) sort() {
 	sort.Slice(out.Claimed, func(a, b int) bool { return out.Claimed[a].order < out.Claimed[b].order })
 }
 
-// claimLocks locks what the claim that follows counts on: the queue's row
+// A limited type's running jobs are counted among the namespace's running
+// ones (jobs_unfinished: namespace, status).
+//
+// claimLocks locks what the claim that follows counts on, in namespace $4:
+// the queue's row
 // when it has limits, then the rows of the limited types that look open
 // among the next jobs the claim would take ($3 of them, types that look
 // full skipped), recording their names for the claim, and whether it
@@ -243,37 +255,37 @@ func (out *ClaimOutcome) sort() {
 // what to lock; the claim counts again under the locks.
 const claimLocks = `
 	WITH q AS (
-		SELECT 1 FROM queues WHERE name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)
+		SELECT 1 FROM queues WHERE namespace = $4 AND name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)
 		FOR NO KEY UPDATE
 	), lim AS MATERIALIZED (
 		SELECT name,
 			(max_running IS NULL OR max_running > (
-				SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = t.name))
+				SELECT count(*) FROM jobs r WHERE r.namespace = t.namespace AND r.status = 'running' AND r.type = t.name))
 			AND (rate_limit IS NULL OR rate_limit > (
 				SELECT count(*) FROM unnest(rate_starts) s WHERE s > now() - rate_period)) AS open,
 			(SELECT min(s) FROM unnest(rate_starts) s WHERE s > now() - rate_period) + rate_period AS next_start
-		FROM job_types t
+		FROM job_types t WHERE t.namespace = $4
 	), ahead AS MATERIALIZED (
 		-- The queue's next jobs, types that look full included; read only
 		-- when some type has limits. They are locked (the claim takes
 		-- them, or leaves them at its commit), so that the types locked
 		-- are those of jobs no other claim is taking.
 		SELECT j.type FROM jobs j
-		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+		WHERE j.namespace = $4 AND j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
 		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim)
 		ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq LIMIT $3
 		FOR UPDATE OF j SKIP LOCKED
 	), past AS MATERIALIZED (
 		-- The next jobs past the types that look full.
 		SELECT j.type FROM jobs j
-		WHERE j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
+		WHERE j.namespace = $4 AND j.queue = $1 AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now()
 		  AND j.requires <@ $2::text[] AND EXISTS (SELECT 1 FROM lim WHERE NOT open)
 		  AND j.type NOT IN (SELECT name FROM lim WHERE NOT open)
 		ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq LIMIT $3
 		FOR UPDATE OF j SKIP LOCKED
 	), locked AS (
 		SELECT t.name FROM job_types t
-		WHERE (t.name IN (SELECT type FROM ahead) OR t.name IN (SELECT type FROM past))
+		WHERE t.namespace = $4 AND (t.name IN (SELECT type FROM ahead) OR t.name IN (SELECT type FROM past))
 		  AND t.name IN (SELECT name FROM lim WHERE open)
 		ORDER BY t.name FOR NO KEY UPDATE
 	)
@@ -286,14 +298,15 @@ const claimLocks = `
 	UNION ALL
 	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)`
 
-// claimWorkers reads the claimers (named in $2, to have capabilities $3):
-// the CTEs known, named and w that both claims start with.
+// claimWorkers reads the claimers (named in $2, to have capabilities $3,
+// of namespace $6: a worker of another is not registered here): the CTEs
+// known, named and w that both claims start with.
 const claimWorkers = `
 	WITH known AS MATERIALIZED (
 		-- One index scan for all the named workers, however often each
 		-- is named (ordered and limited so that the planner probes
 		-- the primary key rather than reading a small table whole).
-		SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[])
+		SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[]) AND namespace = $6
 		ORDER BY worker_id LIMIT cardinality($2::text[])
 	), named AS MATERIALIZED (
 		SELECT u.wid, u.ord, coalesce(k.state, 'UNREGISTERED') AS state,
@@ -320,7 +333,7 @@ const claimUpdate = `
 			deadline_at = statement_timestamp() + make_interval(secs => j.timeout_seconds),
 			progress = NULL,
 			updated_at = statement_timestamp()
-		FROM fits WHERE j.id = fits.id
+		FROM fits WHERE j.namespace = $6 AND j.id = fits.id
 		RETURNING j.worker_id, j.id, j.seq, j.queue, j.type, j.requires, j.plan, j.inputs, j.payload, j.priority,
 			j.attempt, j.max_attempts, j.timeout_seconds, j.run_at, j.delivery::text, j.after,
 			coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), j.fair_key, fits.rn`
@@ -333,22 +346,23 @@ const claimRefusals = `
 	FROM named WHERE NOT ok`
 
 // claimJobsUnlimited is the claim without limits: the next jobs of the
-// queue, unless the queue or some job type has limits, in which case it
+// queue $1 of namespace $6 (jobs_waiting: namespace and queue equality,
+// then the index order), unless the queue or some job type has limits, in which case it
 // claims nothing and answers LIMITS. It reads neither limits nor locks
 // beyond the jobs it takes.
 const claimJobsUnlimited = claimWorkers + `, free AS (
-		SELECT NOT EXISTS (SELECT 1 FROM job_types)
-			AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1
+		SELECT NOT EXISTS (SELECT 1 FROM job_types WHERE namespace = $6)
+			AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1
 			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)) AS yes
 	), fits AS (
 		SELECT id, row_number() OVER () AS rn FROM (
 			SELECT j.id FROM jobs j
-			WHERE j.queue = $1
+			WHERE j.namespace = $6 AND j.queue = $1
 			  AND j.status IN ('queued', 'scheduled', 'retrying')
 			  AND j.run_at <= now()
 			  AND j.requires <@ $3::text[]
 			  AND (SELECT yes FROM free)
-			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
+			  AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1 AND paused)
 			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
 			LIMIT (SELECT cardinality(wids) FROM w)
 			FOR UPDATE OF j SKIP LOCKED
@@ -362,7 +376,7 @@ const claimJobsUnlimited = claimWorkers + `, free AS (
 		0, 0, 0, now(), '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
 	FROM free WHERE NOT yes`
 
-// claimJobs is the claim itself, under claimLocks' locks.
+// claimJobs is the claim itself, under claimLocks' locks, in namespace $6.
 // Its times are the statement's, not the transaction's: the transaction
 // began before claimLocks waited for its locks, and a start logged at that
 // earlier time would leave the rate's window too soon.
@@ -373,43 +387,43 @@ const claimJobs = claimWorkers + `, qlocked AS (
 		-- none when claimLocks did not lock its row (limits set since).
 		SELECT (SELECT yes FROM qlocked) AS locked,
 			CASE WHEN NOT (SELECT yes FROM qlocked) THEN 0 WHEN q.max_running IS NULL THEN NULL ELSE greatest(q.max_running - (
-				SELECT count(*) FROM jobs r WHERE r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
+				SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.queue = $1 AND r.status = 'running'), 0) END AS by_running,
 			CASE WHEN NOT (SELECT yes FROM qlocked) THEN 0 WHEN q.rate_limit IS NULL THEN NULL ELSE greatest(q.rate_limit - (
 				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period), 0) END AS by_rate,
 			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
-		FROM queues q WHERE q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
+		FROM queues q WHERE q.namespace = $6 AND q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
 	), keyroom AS MATERIALIZED (
 		-- What the queue's cap of running jobs per named key leaves room
 		-- for, for the keys running any (a key running none has the whole
 		-- cap). Counted under the queue's row lock.
 		SELECT r.fair_key, greatest(q.max_running_per_key - count(*), 0) AS n
-		FROM queues q JOIN jobs r ON r.queue = q.name
-		WHERE q.name = $1 AND q.max_running_per_key IS NOT NULL AND (SELECT yes FROM qlocked)
+		FROM queues q JOIN jobs r ON r.namespace = q.namespace AND r.queue = q.name
+		WHERE q.namespace = $6 AND q.name = $1 AND q.max_running_per_key IS NOT NULL AND (SELECT yes FROM qlocked)
 		  AND r.status = 'running' AND r.fair_key <> ''
 		GROUP BY r.fair_key, q.max_running_per_key
 	), keycap AS (
-		SELECT (SELECT max_running_per_key FROM queues WHERE name = $1) AS cap,
+		SELECT (SELECT max_running_per_key FROM queues WHERE namespace = $6 AND name = $1) AS cap,
 			(SELECT coalesce(array_agg(fair_key), '{}') FROM keyroom WHERE n = 0) AS full_keys
 	), typeroom AS MATERIALIZED (
 		-- What each limited type locked by claimLocks leaves room for.
 		SELECT t.name, least(
 				CASE WHEN t.max_running IS NULL THEN NULL ELSE greatest(t.max_running - (
-					SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = t.name), 0) END,
+					SELECT count(*) FROM jobs r WHERE r.namespace = t.namespace AND r.status = 'running' AND r.type = t.name), 0) END,
 				CASE WHEN t.rate_limit IS NULL THEN NULL ELSE greatest(t.rate_limit - (
 					SELECT count(*) FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period), 0) END) AS n,
 			CASE WHEN t.rate_limit IS NULL THEN NULL ELSE (
 				SELECT min(s) FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period) + t.rate_period END AS next_start
 		FROM job_types t
-		WHERE t.name = ANY(coalesce(nullif(current_setting('agq.claim_types', true), ''), '{}')::text[])
+		WHERE t.namespace = $6 AND t.name = ANY(coalesce(nullif(current_setting('agq.claim_types', true), ''), '{}')::text[])
 	), shut AS (
 		-- Limited types this claim takes no job of: not locked, or full.
 		SELECT coalesce(array_agg(name), '{}') AS names FROM (
-			SELECT name FROM job_types WHERE name NOT IN (SELECT name FROM typeroom)
+			SELECT name FROM job_types WHERE namespace = $6 AND name NOT IN (SELECT name FROM typeroom)
 			UNION ALL SELECT name FROM typeroom WHERE n = 0) s
 	), picked AS (
 		SELECT id, type, fair_key, row_number() OVER () AS pos FROM (
 			SELECT j.id, j.type, j.fair_key FROM jobs j
-			WHERE j.queue = $1
+			WHERE j.namespace = $6 AND j.queue = $1
 			  AND j.status IN ('queued', 'scheduled', 'retrying')
 			  AND j.run_at <= now()
 			  AND j.requires <@ $3::text[]
@@ -418,7 +432,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			  -- see reads as "almost none", and the index order is lost).
 			  AND (CASE WHEN j.type = ANY((SELECT names FROM shut)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
 			  AND (CASE WHEN j.fair_key = ANY((SELECT full_keys FROM keycap)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
-			  AND NOT EXISTS (SELECT 1 FROM queues WHERE name = $1 AND paused)
+			  AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1 AND paused)
 			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
 			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
 			FOR UPDATE OF j SKIP LOCKED
@@ -440,12 +454,12 @@ const claimJobs = claimWorkers + `, qlocked AS (
 		UPDATE queues q SET rate_starts = ARRAY(
 			SELECT t FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period
 			UNION ALL SELECT statement_timestamp() FROM claimed)
-		WHERE q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed) AND (SELECT yes FROM qlocked)
+		WHERE q.namespace = $6 AND q.name = $1 AND q.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM claimed) AND (SELECT yes FROM qlocked)
 	), typelogged AS (
 		UPDATE job_types t SET rate_starts = ARRAY(
 			SELECT s FROM unnest(t.rate_starts) s WHERE s > statement_timestamp() - t.rate_period
 			UNION ALL SELECT statement_timestamp() FROM claimed c WHERE c.type = t.name)
-		WHERE t.name IN (SELECT type FROM claimed) AND t.rate_limit IS NOT NULL
+		WHERE t.namespace = $6 AND t.name IN (SELECT type FROM claimed) AND t.rate_limit IS NOT NULL
 	)
 	SELECT *, '' FROM claimed
 	UNION ALL` + claimRefusals + `
@@ -477,7 +491,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 func (s *Store) JobRelease(ctx context.Context, j records.Job, workerID string) ([]records.ReadyNote, error) {
 	var notes []records.ReadyNote
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, releaseSQL, j.ID, workerID, j.Delivery)
+		rows, err := tx.Query(ctx, releaseSQL, j.ID, workerID, j.Delivery, s.ns)
 		if err != nil {
 			return err
 		}
@@ -496,7 +510,7 @@ func (s *Store) JobRelease(ctx context.Context, j records.Job, workerID string) 
 		}
 		for _, m := range moved { // none when already acknowledged or moved on
 			if m.status != records.StatusCancelled {
-				notes = append(notes, records.ReadyNote{Queue: m.queue, N: 1, Requires: m.requires})
+				notes = append(notes, records.ReadyNote{Namespace: s.ns, Queue: m.queue, N: 1, Requires: m.requires})
 				continue
 			}
 			if err := tellMoved(ctx, tx, m); err != nil {
@@ -511,8 +525,9 @@ func (s *Store) JobRelease(ctx context.Context, j records.Job, workerID string) 
 	return notes, nil
 }
 
-// releaseSQL gives back the delivery $3 of job $1 claimed for worker $2
-// while unacknowledged: found by its key or among the worker's running
+// releaseSQL gives back the delivery $3 of job $1 of namespace $4 claimed
+// for worker $2 while unacknowledged: found by its key or among the
+// worker's running
 // jobs (jobs_running), as the planner likes. A job asked to cancel keeps
 // its holder and attempt: it will not run again, and a report naming that
 // delivery is then about the job's latest one, answered CANCELLED.
@@ -523,6 +538,6 @@ const releaseSQL = `
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
 		attempt = CASE WHEN j.cancel_requested THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
 		` + clearDelivery + `, updated_at = now()
-	WHERE j.id = $1 AND j.worker_id = $2 AND j.status = 'running' AND j.ack_deadline IS NOT NULL
+	WHERE j.namespace = $4 AND j.id = $1 AND j.worker_id = $2 AND j.status = 'running' AND j.ack_deadline IS NOT NULL
 		AND j.delivery IS NOT DISTINCT FROM $3::uuid
 	RETURNING ` + movedColumns

@@ -138,7 +138,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 					Status: records.StatusFailed, Error: "boom", Retryable: true}})
 				return nil
 			},
-			match: "j.id = ANY($1::text[]) AND j.status = 'running'", index: "jobs_pkey", maxScanned: 10,
+			match: "j.namespace = f.ns AND j.id = f.id", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
 			// A group of acknowledgements and progress updates each job
@@ -151,7 +151,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 					{ID: "j00999998", WorkerID: "worker-2", Status: records.StatusRunning}})
 				return nil
 			},
-			match: "PARTITION BY id, worker", index: "jobs_pkey", maxScanned: 10,
+			match: "PARTITION BY ns, id, worker", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
 			// A group of step completions locks each job through its key

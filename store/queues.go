@@ -12,12 +12,14 @@ import (
 )
 
 // QueueDepth counts the jobs of a queue that are claimable now: what LLEN
-// and LPUSH answer. It counts from jobs_waiting (queue equality, run_at filter).
+// and LPUSH answer. It counts from jobs_waiting (namespace and queue
+// equality, run_at filter).
 func (s *Store) QueueDepth(ctx context.Context, queue string) (int64, error) {
 	var n int64
 	err := s.Pool.QueryRow(ctx, `
 		SELECT count(*) FROM jobs
-		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()`, queue).Scan(&n)
+		WHERE namespace = $2 AND queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()`,
+		queue, s.ns).Scan(&n)
 	return n, interpretError(err)
 }
 
@@ -28,8 +30,8 @@ func (s *Store) QueueDepthUpTo(ctx context.Context, queue string, limit int64) (
 	err := s.Pool.QueryRow(ctx, `
 		SELECT count(*) FROM (
 			SELECT 1 FROM jobs
-			WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
-			LIMIT $2) w`, queue, limit).Scan(&n)
+			WHERE namespace = $3 AND queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+			LIMIT $2) w`, queue, limit, s.ns).Scan(&n)
 	return n, interpretError(err)
 }
 
@@ -37,9 +39,9 @@ func (s *Store) QueueDepthUpTo(ctx context.Context, queue string, limit int64) (
 func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]records.Job, error) {
 	return collectJobs(s.Pool.Query(ctx, `
 		SELECT `+jobColumns+` FROM jobs
-		WHERE queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+		WHERE namespace = $4 AND queue = $1 AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
 		ORDER BY priority DESC, fair_pass NULLS LAST, run_at, seq
-		OFFSET $2 LIMIT $3`, queue, offset, limit))
+		OFFSET $2 LIMIT $3`, queue, offset, limit, s.ns))
 }
 
 // QueueStats returns queues (all, or the one named) with their job counts.
@@ -53,15 +55,15 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 		LEFT JOIN LATERAL (
 			SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status,
 			       count(*) AS n
-			FROM jobs WHERE queue = q.name GROUP BY 1
+			FROM jobs WHERE namespace = q.namespace AND queue = q.name GROUP BY 1
 		) c ON true
 		LEFT JOIN LATERAL (
 			SELECT extract(epoch FROM now() - min(run_at))::float8 AS age,
 			       count(DISTINCT fair_key) FILTER (WHERE fair_key <> '') AS keys FROM jobs
-			WHERE queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+			WHERE namespace = q.namespace AND queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
 		) o ON true
-		WHERE $1 = '' OR q.name = $1
-		ORDER BY q.name`, name)
+		WHERE q.namespace = $2 AND ($1 = '' OR q.name = $1)
+		ORDER BY q.name`, name, s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -91,24 +93,24 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) error {
 	_, err := s.Pool.Exec(ctx, `
 		WITH up AS (
-			INSERT INTO queues (name, paused) VALUES ($1, $2)
+			INSERT INTO queues (namespace, name, paused) VALUES ($4, $1, $2)
 			ON CONFLICT (namespace, name) DO UPDATE SET paused = excluded.paused
 		)
-		SELECT pg_notify($3, json_build_object('q', $1::text, 'n', 1000000)::text) WHERE NOT $2`,
-		name, paused, ChannelJobs)
+		SELECT pg_notify($3, json_build_object('ns', $4::text, 'q', $1::text, 'n', 1000000)::text) WHERE NOT $2`,
+		name, paused, ChannelJobs, s.ns)
 	return interpretError(err)
 }
 
-// JobList pages through jobs by id. Only the filters given enter the
-// statement, so each shape gets a plan of its own: with a queue,
-// jobs_queue_status serves (queue, status, id > cursor); without one the
-// primary key gives the order.
+// JobList pages through the namespace's jobs by id. Only the filters given
+// enter the statement, so each shape gets a plan of its own: with a queue,
+// jobs_queue_status serves (namespace, queue, status, id > cursor); without
+// one the primary key (namespace, id) gives the order.
 func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
 		return nil, nil
 	}
-	where := []string{"id > $1"}
-	args := []any{p.Cursor}
+	where := []string{"namespace = $1", "id > $2"}
+	args := []any{s.ns, p.Cursor}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
@@ -147,51 +149,53 @@ type Querier interface {
 // listening must time itself, since the notes for them were sent before.
 func FutureReadyNotes(ctx context.Context, q Querier, limit int) ([]records.ReadyNote, error) {
 	rows, err := q.Query(ctx, `
-		SELECT queue, requires, ceil(extract(epoch FROM run_at) * 1000)::bigint, count(*)
+		SELECT namespace, queue, requires, ceil(extract(epoch FROM run_at) * 1000)::bigint, count(*)
 		FROM jobs
 		WHERE status IN ('scheduled', 'retrying') AND run_at > now()
-		GROUP BY queue, requires, run_at
+		GROUP BY namespace, queue, requires, run_at
 		ORDER BY run_at LIMIT $1`, limit)
 	return collect(rows, err, func(row pgx.CollectableRow) (n records.ReadyNote, err error) {
-		return n, row.Scan(&n.Queue, &n.Requires, &n.At, &n.N)
+		return n, row.Scan(&n.Namespace, &n.Queue, &n.Requires, &n.At, &n.N)
 	})
 }
 
-// ClaimableNotes returns, for each of queues, a ReadyNote for each distinct
-// capability set among its first perQueue jobs claimable now (in claim
-// order, from the jobs_waiting index, so the cost is bounded however long
-// the backlog): what wakes the blocked clients that can take them, whatever
+// ClaimableNotes returns, for each of queues (of the namespace at the same
+// index of namespaces), a ReadyNote for each distinct capability set among
+// its first perQueue jobs claimable now (in claim order, from the
+// jobs_waiting index, so the cost is bounded however long the backlog):
+// what wakes the blocked clients that can take them, whatever
 // notifications were lost.
-func ClaimableNotes(ctx context.Context, q Querier, queues []string, perQueue int) ([]records.ReadyNote, error) {
+func ClaimableNotes(ctx context.Context, q Querier, namespaces, queues []string, perQueue int) ([]records.ReadyNote, error) {
 	rows, err := q.Query(ctx, `
-		SELECT q.name, f.requires, count(*)
-		FROM unnest($1::text[]) AS q(name)
+		SELECT q.ns, q.name, f.requires, count(*)
+		FROM unnest($1::text[], $3::text[]) AS q(name, ns)
 		CROSS JOIN LATERAL (
 			SELECT requires FROM jobs
-			WHERE queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
+			WHERE namespace = q.ns AND queue = q.name AND status IN ('queued', 'scheduled', 'retrying') AND run_at <= now()
 			ORDER BY priority DESC, fair_pass, run_at, seq LIMIT $2
 		) f
-		GROUP BY q.name, f.requires`, queues, perQueue)
+		GROUP BY q.ns, q.name, f.requires`, queues, perQueue, namespaces)
 	return collect(rows, err, func(row pgx.CollectableRow) (n records.ReadyNote, err error) {
-		return n, row.Scan(&n.Queue, &n.Requires, &n.N)
+		return n, row.Scan(&n.Namespace, &n.Queue, &n.Requires, &n.N)
 	})
 }
 
-// JobCounts counts jobs by status (a due scheduled or retrying job counts
-// as queued, as everywhere else).
+// JobCounts counts the namespace's jobs by status (a due scheduled or
+// retrying job counts as queued, as everywhere else).
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `
 		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
-		FROM jobs GROUP BY 1`)
+		FROM jobs WHERE namespace = $1 GROUP BY 1`)
 }
 
-// WorkerCounts counts workers by state.
+// WorkerCounts counts the namespace's workers by state.
 func (s *Store) WorkerCounts(ctx context.Context) (map[string]int64, error) {
-	return countBy(ctx, s, `SELECT state, count(*) FROM workers GROUP BY 1`)
+	return countBy(ctx, s, `SELECT state, count(*) FROM workers WHERE namespace = $1 GROUP BY 1`)
 }
 
+// countBy runs sql, which names the namespace as $1, for its counts.
 func countBy(ctx context.Context, s *Store, sql string) (map[string]int64, error) {
-	rows, err := s.Pool.Query(ctx, sql)
+	rows, err := s.Pool.Query(ctx, sql, s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}

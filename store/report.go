@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +18,11 @@ import (
 // shares one WAL flush. Each other report (a re-send, a stale delivery,
 // another owner, a cancelled job) takes the locked path on its own, and
 // its refusal is its own error.
+//
+// Each report is about a job of its own namespace (Report.Namespace, else
+// s's): the statements match jobs by namespace and id.
 func (s *Store) JobsFinish(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
+	reports = s.reportsIn(reports)
 	var fx records.Effects
 	applied, err := s.finishGrouped(ctx, reports, &fx)
 	_, errs, rest := lockedRest(reports, err, appliedIn(applied), s.updateAlone(ctx))
@@ -24,12 +30,24 @@ func (s *Store) JobsFinish(ctx context.Context, reports []records.Report) ([]err
 	return errs, fx
 }
 
-// updateAlone is JobUpdate for lockedRest.
+// updateAlone is JobUpdate for lockedRest, in each report's namespace.
 func (s *Store) updateAlone(ctx context.Context) func(records.Report) (noResult, records.Effects, error) {
 	return func(p records.Report) (noResult, records.Effects, error) {
-		fx, err := s.JobUpdate(ctx, p)
+		fx, err := s.In(cmp.Or(p.Namespace, s.ns)).JobUpdate(ctx, p)
 		return noResult{}, fx, err
 	}
+}
+
+// reportsIn is reports each naming its namespace: its own, else s's.
+func (s *Store) reportsIn(reports []records.Report) []records.Report {
+	if !slices.ContainsFunc(reports, func(p records.Report) bool { return p.Namespace == "" }) {
+		return reports
+	}
+	reports = slices.Clone(reports)
+	for i := range reports {
+		reports[i].Namespace = cmp.Or(reports[i].Namespace, s.ns)
+	}
+	return reports
 }
 
 // finishGrouped is the grouped statement of JobsFinish. A group without failures
@@ -43,7 +61,7 @@ func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx 
 	done := make([]finishedRow, 0, len(reports))
 	scan := func(rows pgx.Rows) error {
 		var f finishedRow
-		if err := rows.Scan(&f.ord, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt, &f.hasChildren); err != nil {
+		if err := rows.Scan(&f.ord, &f.ns, &f.id, &f.status, &f.queue, &f.typ, &f.requires, &f.runAt, &f.hasChildren); err != nil {
 			return err
 		}
 		done = append(done, f)
@@ -73,6 +91,7 @@ func (s *Store) finishGrouped(ctx context.Context, reports []records.Report, fx 
 // finishArrays are the arrays finishGroupedSQL unnests, one element a
 // report; retries and delays are filled in for failures by decideFailures.
 type finishArrays struct {
+	namespaces                       []string
 	ids, workers, statuses, errTexts []string
 	results, deliveries              []*string
 	attempts, ords                   []int32
@@ -81,43 +100,51 @@ type finishArrays struct {
 }
 
 // finishArraysOf lays out reports, and names the jobs they fail.
-func finishArraysOf(reports []records.Report) (a finishArrays, failing []string) {
+func finishArraysOf(reports []records.Report) (a finishArrays, failing []jobKey) {
 	n := len(reports)
-	a = finishArrays{ids: make([]string, n), workers: make([]string, n), statuses: make([]string, n),
+	a = finishArrays{namespaces: make([]string, n), ids: make([]string, n), workers: make([]string, n), statuses: make([]string, n),
 		errTexts: make([]string, n), results: make([]*string, n), deliveries: make([]*string, n),
 		attempts: make([]int32, n), ords: make([]int32, n), retries: make([]bool, n), delays: make([]float64, n)}
 	for i, p := range reports {
-		a.ids[i], a.statuses[i], a.errTexts[i] = p.ID, p.Status, p.Error
+		a.namespaces[i], a.ids[i], a.statuses[i], a.errTexts[i] = p.Namespace, p.ID, p.Status, p.Error
 		if !p.Admin {
 			a.workers[i] = p.WorkerID
 		}
 		a.results[i], a.deliveries[i] = nullIfEmpty(string(p.Raw)), deliveryParam(p.Delivery)
 		a.attempts[i], a.ords[i] = int32(p.Attempt), int32(i)
 		if p.Status == records.StatusFailed {
-			failing = append(failing, p.ID)
+			failing = append(failing, jobKey{p.Namespace, p.ID})
 		}
 	}
 	return a, failing
 }
 
 func (a *finishArrays) args() []any {
-	return []any{a.ids, a.workers, a.statuses, a.attempts, a.deliveries, a.results, a.errTexts, a.retries, a.delays, a.ords}
+	return []any{a.ids, a.workers, a.statuses, a.attempts, a.deliveries, a.results, a.errTexts, a.retries, a.delays, a.ords,
+		a.namespaces}
 }
+
+// jobKey names a job: its namespace and id.
+type jobKey struct{ ns, id string }
 
 // decideFailures locks the running jobs the group fails and asks the rules
 // whether each failure runs again, and when.
-func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records.Report, failing []string, a *finishArrays) error {
-	locked := map[string]records.Failure{}
+func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records.Report, failing []jobKey, a *finishArrays) error {
+	locked := map[jobKey]records.Failure{}
+	namespaces, ids := make([]string, len(failing)), make([]string, len(failing))
+	for i, k := range failing {
+		namespaces[i], ids[i] = k.ns, k.id
+	}
 	b := &pgx.Batch{}
 	b.Queue(genericPlan)
-	b.Queue(lockFailingSQL, failing).Query(func(rows pgx.Rows) error {
+	b.Queue(lockFailingSQL, ids, namespaces).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id string
+			var k jobKey
 			var f records.Failure
-			if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
+			if err := rows.Scan(&k.ns, &k.id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds); err != nil {
 				return err
 			}
-			locked[id] = f
+			locked[k] = f
 		}
 		return rows.Err()
 	})
@@ -125,7 +152,7 @@ func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records
 		return err
 	}
 	for i, p := range reports {
-		f, ok := locked[p.ID]
+		f, ok := locked[jobKey{p.Namespace, p.ID}]
 		if p.Status != records.StatusFailed || !ok {
 			continue // not a failure, or a report the statement will not apply
 		}
@@ -141,20 +168,20 @@ func (s *Store) decideFailures(ctx context.Context, tx pgx.Tx, reports []records
 
 // finishedRow is a job finishGroupedSQL moved out of running.
 type finishedRow struct {
-	ord                    int32
-	id, status, queue, typ string
-	requires               []string
-	runAt                  time.Time
-	hasChildren            bool
+	ord                        int32
+	ns, id, status, queue, typ string
+	requires                   []string
+	runAt                      time.Time
+	hasChildren                bool
 }
 
 // effects adds what moving f means to fx: a retry is ready again, an end
 // done, with its children to settle when it has any.
 func (f finishedRow) effects(fx *records.Effects) {
 	fx.Moved = append(fx.Moved, f.id)
-	fx.Freed.Add(f.queue, f.typ, 1)
+	fx.Freed.AddIn(f.ns, f.queue, f.typ, 1)
 	if f.status == records.StatusRetrying {
-		fx.Ready = append(fx.Ready, records.ReadyNote{Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
+		fx.Ready = append(fx.Ready, records.ReadyNote{Namespace: f.ns, Queue: f.queue, N: 1, Requires: f.requires, At: dueMillis(f.runAt)})
 		return
 	}
 	fx.Done = append(fx.Done, f.id)
@@ -163,25 +190,27 @@ func (f finishedRow) effects(fx *records.Effects) {
 	}
 }
 
-// lockFailingSQL locks the running jobs a group of final reports fails, by
-// their key (jobs_pkey), and reads what their retry decisions need. In id
-// order, so two groups failing the same jobs cannot deadlock.
+// lockFailingSQL locks the running jobs a group of final reports fails
+// (ids $1 of namespaces $2), by their key (jobs_pkey), and reads what their
+// retry decisions need. In key order, so two groups failing the same jobs
+// cannot deadlock.
 const lockFailingSQL = `
-	SELECT ` + decideColumns + ` FROM jobs j
-	WHERE j.id = ANY($1::text[]) AND j.status = 'running'
-	ORDER BY j.id FOR UPDATE`
+	SELECT j.namespace, ` + decideColumns + ` FROM jobs j
+	JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS f(id, ns)) f ON j.namespace = f.ns AND j.id = f.id
+	WHERE j.status = 'running'
+	ORDER BY j.namespace, j.id FOR UPDATE OF j`
 
 // finishGroupedSQL applies a group of final reports, each carrying the retry
 // policy's decision when it is a failure (retry, delay seconds).
 var finishGroupedSQL = `
 	WITH u AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-			$8::bool[], $9::float8[], $10::int[])
-			AS u(id, worker, status, attempt, delivery, result, error, retry, delay, ord)
+			$8::bool[], $9::float8[], $10::int[], $11::text[])
+			AS u(id, worker, status, attempt, delivery, result, error, retry, delay, ord, ns)
 	), r AS (
 		-- A report sent twice in one group is applied once; the
 		-- other copy finds it done on the locked path.
-		SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord
+		SELECT DISTINCT ON (ns, id) * FROM u ORDER BY ns, id, ord
 	)
 	UPDATE jobs j SET
 		status = CASE WHEN r.retry THEN 'retrying' ELSE r.status END,
@@ -192,8 +221,8 @@ var finishGroupedSQL = `
 		finished_at = CASE WHEN r.retry THEN NULL ELSE now() END,
 		` + clearRunning + `, updated_at = now()
 	FROM r
-	WHERE j.id = r.id AND ` + heldBy("r.worker", "r.attempt", "r.delivery") + `
-	RETURNING r.ord, j.id, j.status, j.queue, j.type, j.requires, j.run_at, j.has_children`
+	WHERE j.namespace = r.ns AND j.id = r.id AND ` + heldBy("r.worker", "r.attempt", "r.delivery") + `
+	RETURNING r.ord, j.namespace, j.id, j.status, j.queue, j.type, j.requires, j.run_at, j.has_children`
 
 // JobsAck applies acknowledgements and progress reports (JOB.UPDATE with
 // status running or none) gathered from different clients: one statement
@@ -204,11 +233,13 @@ var finishGroupedSQL = `
 // cancellation it finds leaves running, ended, and is counted in the
 // effects.
 func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error, records.Effects) {
+	reports = s.reportsIn(reports)
 	n := len(reports)
+	namespaces := make([]string, n)
 	ids, workers, progress, deliveries := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	attempts, ords := make([]int32, n), make([]int32, n)
 	for i, p := range reports {
-		ids[i], attempts[i], ords[i] = p.ID, int32(p.Attempt), int32(i)
+		namespaces[i], ids[i], attempts[i], ords[i] = p.Namespace, p.ID, int32(p.Attempt), int32(i)
 		if !p.Admin {
 			workers[i] = p.WorkerID
 		}
@@ -218,11 +249,11 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 		deliveries[i] = deliveryParam(p.Delivery)
 	}
 	applied := make([]bool, n)
-	done := map[string]bool{}
+	done := map[jobKey]bool{}
 	err := s.asyncQuery(ctx, func(rows pgx.Rows) error {
-		var id string
-		err := rows.Scan(&id)
-		done[id] = true
+		var k jobKey
+		err := rows.Scan(&k.ns, &k.id)
+		done[k] = true
 		return err
 	}, `
 		WITH r AS (
@@ -230,23 +261,23 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 			-- tested (reports of another take the locked path); the
 			-- progress kept is the last that delivery gave, since an
 			-- acknowledgement after it carries none.
-			SELECT DISTINCT ON (id) id, worker, attempt, delivery,
+			SELECT DISTINCT ON (ns, id) ns, id, worker, attempt, delivery,
 				(array_agg(progress) FILTER (WHERE progress IS NOT NULL) OVER (
-					PARTITION BY id, worker, attempt, delivery ORDER BY ord DESC
+					PARTITION BY ns, id, worker, attempt, delivery ORDER BY ord DESC
 					ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))[1] AS progress
-			FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[])
-				AS u(id, worker, attempt, delivery, progress, ord)
-			ORDER BY id, ord DESC
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::text[])
+				AS u(id, worker, attempt, delivery, progress, ord, ns)
+			ORDER BY ns, id, ord DESC
 		)
 		UPDATE jobs j SET ack_deadline = NULL, progress = coalesce(r.progress::jsonb, j.progress), updated_at = now()
 		FROM r
-		WHERE j.id = r.id AND `+heldBy("r.worker", "r.attempt", "r.delivery")+`
-		RETURNING r.id`, ids, workers, attempts, deliveries, progress, ords)
+		WHERE j.namespace = r.ns AND j.id = r.id AND `+heldBy("r.worker", "r.attempt", "r.delivery")+`
+		RETURNING r.ns, r.id`, ids, workers, attempts, deliveries, progress, ords, namespaces)
 	if err == nil {
 		// Every report of an applied job matched it: the statement's
 		// conditions are the same for all reports of one delivery.
 		for i, p := range reports {
-			applied[i] = done[p.ID] && sameDelivery(p, reports, i)
+			applied[i] = done[jobKey{p.Namespace, p.ID}] && sameDelivery(p, reports, i)
 		}
 	}
 	// An acknowledgement the statement did not apply leaves the job
@@ -260,7 +291,7 @@ func (s *Store) JobsAck(ctx context.Context, reports []records.Report) ([]error,
 func sameDelivery(p records.Report, reports []records.Report, i int) bool {
 	for k := len(reports) - 1; k > i; k-- {
 		q := reports[k]
-		if q.ID == p.ID {
+		if q.ID == p.ID && q.Namespace == p.Namespace {
 			return q.WorkerID == p.WorkerID && q.Admin == p.Admin && q.Attempt == p.Attempt && q.Delivery == p.Delivery
 		}
 	}

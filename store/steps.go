@@ -165,7 +165,7 @@ func (s *Store) stepTx(ctx context.Context, p records.StepParams,
 		fx = records.Effects{}
 		fx.Ended(p.JobID)
 		fx.Moved = []string{p.JobID}
-		fx.Freed.Add(j.queue, j.typ, 1)
+		fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 		return finish(ctx, tx, j.ns, p.JobID, records.StatusCancelled, nil)
 	})
 	if cancelled && err == nil {
@@ -288,7 +288,7 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 			}
 			fx.Ended(p.JobID)
 			fx.Moved = []string{p.JobID}
-			fx.Freed.Add(j.queue, j.typ, 1)
+			fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 			return finish(ctx, tx, j.ns, p.JobID, records.StatusFailed, nil)
 		case records.StepBegins:
 			res = records.StepBeginResult{Execute: true, Attempt: 1}
@@ -398,7 +398,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 		return err
 	}
 	fx.Moved = []string{p.JobID}
-	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 	if retry {
 		*res = records.StepFailResult{Retry: true, RetryAt: runAt}
 		fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
@@ -461,7 +461,7 @@ func sleep(ctx context.Context, tx pgx.Tx, p records.StepSleepParams, j stepJob,
 	}
 	*res = records.StepSleepResult{Sleeping: true, WakeAt: wake}
 	fx.Moved = []string{p.JobID}
-	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 	fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 // less for any number): when an id or unique_key is held already, the COPY
 // fails whole and the statement below sorts the jobs out.
 func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
+	jobs = s.placedIn(jobs)
 	if withParents(jobs) {
 		res, err := s.submitWithParents(ctx, jobs, true)
 		if err != nil {
@@ -64,6 +65,7 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]record
 // may be handed over by the lean statement of a small group; the other
 // ways in insert every job as usual.
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
+	jobs = s.placedIn(jobs)
 	if withParents(jobs) {
 		return s.submitEachWithParents(ctx, jobs)
 	}
@@ -84,6 +86,19 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]re
 		}
 	}
 	return s.submitEachCarefully(ctx, jobs)
+}
+
+// placedIn is jobs each naming its namespace: its own (NewJob.Namespace),
+// else s's. A job's id, unique key, queue and parents are its namespace's.
+func (s *Store) placedIn(jobs []records.NewJob) []records.NewJob {
+	if !slices.ContainsFunc(jobs, func(j records.NewJob) bool { return j.Namespace == "" }) {
+		return jobs
+	}
+	jobs = slices.Clone(jobs)
+	for i := range jobs {
+		jobs[i].Namespace = cmp.Or(jobs[i].Namespace, s.ns)
+	}
+	return jobs
 }
 
 // submitEachCarefully is JobsSubmitEach by the statement that sorts out
@@ -178,7 +193,8 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 	}, insertJobsSQL, cols.id, cols.queue, cols.typ, cols.requires, cols.plan, cols.inputs, cols.payload, cols.key,
 		cols.priority, cols.maxAttempts, cols.timeout, cols.backoff, cols.runAt, cols.ord, cols.reqSets,
 		cols.traceParent, cols.traceState, cols.fairKey, cols.fairWeight, cols.afterFirst, cols.afterLast, cols.mode, cols.afterAll,
-		cols.fair.group, cols.fair.offset, cols.fair.queues, cols.fair.priorities, cols.fair.keys, cols.submittedBy)
+		cols.fair.group, cols.fair.offset, cols.fair.queues, cols.fair.priorities, cols.fair.keys, cols.submittedBy,
+		cols.ns, cols.fair.namespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -196,15 +212,15 @@ func insertJobs(ctx context.Context, run runner, jobs []records.NewJob) ([]recor
 
 // submitColumns are the arrays insertJobsSQL unnests, one element a job sent.
 type submitColumns struct {
-	id, queue, typ, plan, inputs, payload, key []string
-	requires                                   []int32
-	priority, maxAttempts, timeout             []int32
-	fairKey                                    []string
-	fairWeight                                 []int32
-	backoff                                    []float64
-	runAt                                      []*time.Time
-	ord                                        []int32
-	traceParent, traceState                    []string
+	ns, id, queue, typ, plan, inputs, payload, key []string
+	requires                                       []int32
+	priority, maxAttempts, timeout                 []int32
+	fairKey                                        []string
+	fairWeight                                     []int32
+	backoff                                        []float64
+	runAt                                          []*time.Time
+	ord                                            []int32
+	traceParent, traceState                        []string
 	// submittedBy is each job's submitter, nil (SQL NULL: every job NULL)
 	// when no job names one.
 	submittedBy []string
@@ -223,8 +239,8 @@ type submitColumns struct {
 }
 
 // columnsOf lays out the jobs to send. A job repeating an earlier one's id
-// or unique key is not sent: firstOf[i] is the index of the job whose
-// outcome job i shares (i itself for a job sent).
+// or unique key in its namespace is not sent: firstOf[i] is the index of
+// the job whose outcome job i shares (i itself for a job sent).
 func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 	firstOf = make([]int, len(jobs))
 	byID := make(map[string]int, len(jobs))
@@ -232,18 +248,19 @@ func columnsOf(jobs []records.NewJob) (firstOf []int, cols submitColumns) {
 	cols.reqIndex, cols.now = map[string]int32{}, time.Now()
 	withTrace, withAfter, withSubmitter := traced(jobs), withParents(jobs), submitted(jobs)
 	for i, j := range jobs {
-		if k, dup := byID[j.ID]; dup {
+		id, key := j.Namespace+"\x00"+j.ID, j.Namespace+"\x00"+j.UniqueKey
+		if k, dup := byID[id]; dup {
 			firstOf[i] = k
 			continue
 		}
-		if k, dup := byKey[j.UniqueKey]; dup && j.UniqueKey != "" {
+		if k, dup := byKey[key]; dup && j.UniqueKey != "" {
 			firstOf[i] = k
 			continue
 		}
 		firstOf[i] = i
-		byID[j.ID] = i
+		byID[id] = i
 		if j.UniqueKey != "" {
-			byKey[j.UniqueKey] = i
+			byKey[key] = i
 		}
 		cols.add(j, i, withTrace)
 		if withSubmitter {
@@ -269,6 +286,7 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 	if !j.RunAt.IsZero() {
 		runAt = &j.RunAt
 	}
+	c.ns = append(c.ns, j.Namespace)
 	c.id = append(c.id, j.ID)
 	c.queue = append(c.queue, j.Queue)
 	c.typ = append(c.typ, j.Type)
@@ -285,7 +303,7 @@ func (c *submitColumns) add(j records.NewJob, ord int, withTrace bool) {
 	c.ord = append(c.ord, int32(ord))
 	c.fairKey = append(c.fairKey, j.FairKey)
 	c.fairWeight = append(c.fairWeight, int32(weightOf(j)))
-	c.fair.add(j, !j.RunAt.After(c.now))
+	c.fair.add(j.Namespace, j, !j.RunAt.After(c.now))
 	if withTrace {
 		c.traceParent = append(c.traceParent, j.TraceParent)
 		c.traceState = append(c.traceState, j.TraceState)
@@ -300,9 +318,10 @@ func (c *submitColumns) addAfter(j records.NewJob) {
 	c.mode = append(c.mode, cmp.Or(j.OnParentFailure, records.ParentFailureCancel))
 }
 
-// insertJobsSQL inserts the jobs of submitColumns that no job holds the id or
-// unique key of, and answers for each its outcome: created, or the job
-// that holds its id or key, and whether that is the same submission.
+// insertJobsSQL inserts the jobs of submitColumns that no job of their
+// namespace holds the id or unique key of, and answers for each its
+// outcome: created, or the job that holds its id or key, and whether that
+// is the same submission.
 var insertJobsSQL = `
 		WITH reqs AS MATERIALIZED (
 			SELECT n, ARRAY(SELECT jsonb_array_elements_text(r::jsonb)) AS requires
@@ -311,16 +330,16 @@ var insertJobsSQL = `
 			SELECT i.*, reqs.requires FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int[], $10::int[], $11::int[], $12::float8[], $13::timestamptz[], $14::int[],
 				$16::text[], $17::text[], $18::text[], $19::int[], $20::int[], $21::int[], $22::text[], $24::int[], $25::int8[],
-				$29::text[])
+				$29::text[], $30::text[])
 				AS i(id, queue, type, req, plan, inputs, payload, unique_key, priority, max_attempts,
 				     timeout_seconds, backoff, run_at, ord, traceparent, tracestate, fair_key, fair_weight,
-				     after_first, after_last, mode, fair_group, fair_offset, submitted_by)
+				     after_first, after_last, mode, fair_group, fair_offset, submitted_by, namespace)
 			JOIN reqs ON reqs.n = i.req
-		), ` + registerQueues("$2::text[]", "$18::text[]") + `, ` + fairBases(26, 27, 28) + `, ins AS (
-			INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+		), ` + registerQueues("$30::text[]", "$2::text[]", "$18::text[]") + `, ` + fairBases(31, 26, 27, 28) + `, ins AS (
+			INSERT INTO jobs (namespace, id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 				retry_backoff_seconds, timeout_seconds, run_at, unique_key, traceparent, tracestate,
 				fair_key, fair_weight, fair_pass, submitted_by)
-			SELECT id, queue, type, requires,
+			SELECT namespace, id, queue, type, requires,
 				nullif(plan, '')::jsonb, nullif(inputs, '')::jsonb, nullif(payload, '')::jsonb, priority,
 				CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, max_attempts, backoff,
 				timeout_seconds, coalesce(run_at, now()), nullif(unique_key, ''),
@@ -329,11 +348,11 @@ var insertJobsSQL = `
 				nullif(submitted_by, '')
 			FROM input LEFT JOIN fair_bases b ON b.n = fair_group ORDER BY ord
 			ON CONFLICT DO NOTHING
-			RETURNING id
+			RETURNING namespace, id
 		)
 		SELECT i.ord, coalesce(ins.id, held.id, ''), ins.id IS NOT NULL, coalesce(held.same, true)
 		FROM input i
-		LEFT JOIN ins ON ins.id = i.id
+		LEFT JOIN ins ON ins.namespace = i.namespace AND ins.id = i.id
 		LEFT JOIN LATERAL (
 			-- The job that holds the id or the key. A job holding the id
 			-- must be this very submission sent again (run_at aside: a
@@ -353,7 +372,7 @@ var insertJobsSQL = `
 						AND coalesce(j.after, '{}') <@ ($23::text[])[i.after_first:i.after_last]
 						AND j.on_parent_failure = i.mode END) AS same
 			FROM jobs j
-			WHERE ins.id IS NULL
+			WHERE ins.id IS NULL AND j.namespace = i.namespace
 			  AND (j.id = i.id OR (j.unique_key = nullif(i.unique_key, '') AND j.status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting')))
 			ORDER BY j.id = i.id DESC LIMIT 1
 		) held ON true`
@@ -391,8 +410,8 @@ func cmpOrEmpty(s []string) []string {
 // new jobs and no more.
 func submittedNotes(jobs []records.NewJob, results []records.SubmitResult) []records.ReadyNote {
 	type groupKey struct {
-		queue, requires string
-		at              int64
+		ns, queue, requires string
+		at                  int64
 	}
 	counts := map[groupKey]int{}
 	var notes []records.ReadyNote
@@ -405,13 +424,13 @@ func submittedNotes(jobs []records.NewJob, results []records.SubmitResult) []rec
 		if j.RunAt.After(now) {
 			at = dueMillis(j.RunAt)
 		}
-		k := groupKey{j.Queue, strings.Join(j.Requires, "\x00"), at}
+		k := groupKey{j.Namespace, j.Queue, strings.Join(j.Requires, "\x00"), at}
 		if n, ok := counts[k]; ok {
 			notes[n].N++
 			continue
 		}
 		counts[k] = len(notes)
-		notes = append(notes, records.ReadyNote{Queue: j.Queue, N: 1, Requires: slices.Clone(j.Requires), At: at})
+		notes = append(notes, records.ReadyNote{Namespace: j.Namespace, Queue: j.Queue, N: 1, Requires: slices.Clone(j.Requires), At: at})
 	}
 	return notes
 }

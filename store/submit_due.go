@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -51,7 +52,8 @@ const MaxHandoffGroup = copyGroupMin - 1
 // tracedCopyColumns add the trace context, sent only when a job has one.
 var (
 	copyColumns = []string{"id", "queue", "type", "requires", "plan", "inputs", "payload", "priority", "status",
-		"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key", "fair_key", "fair_weight", "fair_pass"}
+		"max_attempts", "retry_backoff_seconds", "timeout_seconds", "unique_key", "fair_key", "fair_weight", "fair_pass",
+		"namespace"}
 	tracedCopyColumns = append(slices.Clip(copyColumns), "traceparent", "tracestate")
 )
 
@@ -101,16 +103,18 @@ func (s *Store) copyJobs(ctx context.Context, jobs []records.NewJob) error {
 	if withTrace {
 		columns = tracedCopyColumns
 	}
+	namespaces := make([]string, len(jobs))
 	for i, j := range jobs {
+		namespaces[i] = j.Namespace
 		rows[i] = []any{j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), nullJSON(j.Plan), nullJSON(j.Inputs),
 			nullJSON(j.Payload), int32(j.Priority), records.StatusQueued, int32(j.MaxAttempts), j.RetryBackoffSeconds,
-			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey), j.FairKey, int32(weightOf(j)), nil}
+			int32(j.TimeoutSeconds), textOrNull(j.UniqueKey), j.FairKey, int32(weightOf(j)), nil, j.Namespace}
 		if withTrace {
 			rows[i] = append(rows[i], textOrNull(j.TraceParent), textOrNull(j.TraceState))
 		}
 	}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		passes, err := registerAndPlace(ctx, tx, jobs)
+		passes, err := registerAndPlace(ctx, tx, namespaces, jobs)
 		if err != nil {
 			return err
 		}
@@ -138,6 +142,7 @@ func textOrNull(s string) any {
 // returns without an error.
 func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted []bool, delivered []*records.Job, err error) {
 	n := len(jobs)
+	namespaces := make([]string, n)
 	ids, queues, types, plans, inputs, payloads, keys := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	priorities, attempts, timeouts, ords := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
@@ -151,12 +156,13 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	var reqs []string
 	first, last := make([]int32, n), make([]int32, n)
 	for i, j := range jobs {
+		namespaces[i] = j.Namespace
 		ids[i], queues[i], types[i], keys[i] = j.ID, j.Queue, j.Type, j.UniqueKey
 		plans[i], inputs[i], payloads[i] = string(j.Plan), string(j.Inputs), string(j.Payload)
 		priorities[i], attempts[i], timeouts[i], backoffs[i], ords[i] = int32(j.Priority), int32(j.MaxAttempts),
 			int32(j.TimeoutSeconds), j.RetryBackoffSeconds, int32(i)
 		fairKeys[i], weights[i] = j.FairKey, int32(weightOf(j))
-		fair.add(j, true)
+		fair.add(j.Namespace, j, true)
 		first[i] = int32(len(reqs) + 1)
 		reqs = append(reqs, j.Requires...)
 		last[i] = int32(len(reqs))
@@ -164,6 +170,7 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 			handTo[i], ack, lease, offered = j.Hand.Worker, j.Hand.AckTimeout, j.Hand.Lease, true
 		}
 	}
+	// Rows are told apart by namespace and id.
 	done := make(map[string]bool, n)
 	handed := map[string]*records.Job{}
 	traceParents, traceStates := traceArrays(jobs)
@@ -171,30 +178,32 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 		attempts, timeouts, cmpOrEmpty(reqs), backoffs, ords, traceParents, traceStates, fairKeys, weights,
 		fair.group, fair.offset, fair.queues, fair.priorities, fair.keys}
 	scan := func(rows pgx.Rows) error {
-		var id string
-		err := rows.Scan(&id)
-		done[id] = true
+		var ns, id string
+		err := rows.Scan(&ns, &id)
+		done[ns+"\x00"+id] = true
 		return err
 	}
-	if !offered && !slices.ContainsFunc(jobs, func(j records.NewJob) bool { return j.FairKey != "" }) {
-		sql, args = plainDueSQL, args[:21]
-	}
-	if offered {
+	switch {
+	case offered:
 		// The statement that hands jobs over costs a third more: it runs
 		// only for groups with jobs to offer.
-		sql, args = handDueSQL, append(args, handTo, ack, lease)
+		sql, args = handDueSQL, append(args, handTo, ack, lease, namespaces, fair.namespaces)
 		scan = func(rows pgx.Rows) error {
-			var id string
+			var ns, id string
 			var d records.Job
-			if err := rows.Scan(&id, &d.Delivery, &d.Seq, &d.RunAt, &d.Plan, &d.Inputs, &d.Payload); err != nil {
+			if err := rows.Scan(&ns, &id, &d.Delivery, &d.Seq, &d.RunAt, &d.Plan, &d.Inputs, &d.Payload); err != nil {
 				return err
 			}
-			done[id] = true
+			done[ns+"\x00"+id] = true
 			if d.Delivery != nil {
-				handed[id] = &d
+				handed[ns+"\x00"+id] = &d
 			}
 			return nil
 		}
+	case !slices.ContainsFunc(jobs, func(j records.NewJob) bool { return j.FairKey != "" }):
+		sql, args = plainDueSQL, append(args[:21], namespaces)
+	default:
+		args = append(args, namespaces, fair.namespaces)
 	}
 	err = s.hotQuery(ctx, false, nil, scan, sql, args...)
 	if err != nil {
@@ -203,9 +212,9 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 	inserted = make([]bool, n)
 	delivered = make([]*records.Job, n)
 	for i, j := range jobs {
-		inserted[i] = done[j.ID]
-		if d := handed[j.ID]; d != nil && j.Hand != nil {
-			d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
+		inserted[i] = done[j.Namespace+"\x00"+j.ID]
+		if d := handed[j.Namespace+"\x00"+j.ID]; d != nil && j.Hand != nil {
+			d.Namespace, d.ID, d.Queue, d.Type, d.Requires, d.Priority = j.Namespace, j.ID, j.Queue, j.Type, cmpOrEmpty(j.Requires), j.Priority
 			d.Status, d.Attempt, d.MaxAttempts, d.TimeoutSeconds = records.StatusRunning, 1, j.MaxAttempts, j.TimeoutSeconds
 			d.RetryBackoffSeconds, d.WorkerID = j.RetryBackoffSeconds, &j.Hand.Worker
 			d.TraceParent, d.TraceState, d.FairKey = j.TraceParent, j.TraceState, j.FairKey
@@ -216,48 +225,56 @@ func (s *Store) insertDue(ctx context.Context, jobs []records.NewJob) (inserted 
 }
 
 // dueInput is the CTE i of the lean statements: the jobs sent, one
-// element of each array a job.
-const dueInput = `i AS (
+// element of each array a job, their namespaces in $ns.
+func dueInput(ns int) string {
+	return fmt.Sprintf(`i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
-				$18::text[], $19::int[], $20::int[], $21::int8[])
+				$18::text[], $19::int[], $20::int[], $21::int8[], $%d::text[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset)
-		)`
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset,
+				     namespace)
+		)`, ns)
+}
 
 // dueInsert inserts the jobs of i, each at pass (an SQL expression), read
 // from from, in their order, skipping those whose id or key is held.
 func dueInsert(pass, from string) string {
 	return `
-		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+		INSERT INTO jobs (namespace, id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass)
-		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
+		SELECT i.namespace, i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority, 'queued', i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
 			i.fair_key, i.fair_weight, ` + pass + `
 		FROM ` + from + `
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
-		RETURNING id`
+		RETURNING namespace, id`
 }
 
-// insertDueSQL is insertDue's statement: each key's place looked up.
+// insertDueSQL is insertDue's statement: each key's place looked up (the
+// jobs' namespaces in $25, the keys' in $26).
 var insertDueSQL = `
-		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, ` + dueInput + `, ` + fairBases(22, 23, 24) +
+		WITH ` + registerQueues("$25::text[]", "$2::text[]", "$18::text[]") + `, ` + dueInput(25) + `, ` + fairBases(26, 22, 23, 24) +
 	dueInsert(fairPass("b.base", "i.fair_offset"), "i JOIN fair_bases b ON b.n = i.fair_group")
 
 // plainDueSQL is insertDueSQL for jobs none of which names a key (its
-// arguments the first 21): no place is looked up. In a plain queue they
+// arguments the first 21, then the jobs' namespaces): no place is looked
+// up. In a plain queue they
 // stand at pass 0; in a fair one they are written unplaced, and the next
 // claim of the queue places them behind its jobs without a key.
 var plainDueSQL = `
 		WITH q AS (
-			INSERT INTO queues (name) SELECT DISTINCT unnest($2::text[]) ON CONFLICT DO NOTHING
-		), ` + dueInput +
-	dueInsert(`CASE WHEN coalesce((SELECT f.fair FROM queues f WHERE f.name = i.queue), false) THEN NULL ELSE 0 END`, "i")
+			INSERT INTO queues (namespace, name) SELECT DISTINCT * FROM unnest($22::text[], $2::text[]) ON CONFLICT DO NOTHING
+		), ` + dueInput(22) +
+	dueInsert(`CASE WHEN coalesce((SELECT f.fair FROM queues f WHERE f.namespace = i.namespace AND f.name = i.queue), false)
+		THEN NULL ELSE 0 END`, "i")
 
 // handDueSQL is insertDueSQL for a group with jobs to hand over (their
-// workers in $18, empty for the others). A job is handed over (h) only
+// workers in $25, empty for the others; the jobs' namespaces in $28, the
+// keys' in $29). The worker, the limits, the pause and the jobs ahead are
+// those of the job's namespace. A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
 // with capabilities that cover it, nothing in the queue before it that
 // the worker could claim, no limits on its queue or on its own type (a
@@ -267,24 +284,25 @@ var plainDueSQL = `
 // the job's priority or above (scheduled ones, and ones for other
 // workers, included) hands nothing over: its jobs are claimed as usual.
 var handDueSQL = `
-		WITH ` + registerQueues("$2::text[]", "$18::text[]") + `, i AS (
+		WITH ` + registerQueues("$28::text[]", "$2::text[]", "$18::text[]") + `, i AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[],
 				$8::text[], $9::text[], $10::int[], $11::int[], $12::int[], $14::float8[], $15::int[], $16::text[], $17::text[],
-				$18::text[], $19::int[], $20::int[], $21::int8[], $25::text[])
+				$18::text[], $19::int[], $20::int[], $21::int8[], $25::text[], $28::text[])
 				AS i(id, queue, type, first, last, plan, inputs, payload, unique_key, priority, max_attempts,
-				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset, hand_to)
-		), ` + fairBases(22, 23, 24) + `, h AS (
+				     timeout_seconds, backoff, ord, traceparent, tracestate, fair_key, fair_weight, fair_group, fair_offset, hand_to,
+				     namespace)
+		), ` + fairBases(29, 22, 23, 24) + `, h AS (
 			SELECT i.ord, i.hand_to AS worker_id FROM i
 			-- The worker's row by its key, one probe a job (LIMIT keeps
 			-- it a probe: a join would read every ACTIVE worker under the
 			-- generic plan).
 			CROSS JOIN LATERAL (
 				SELECT w.capabilities AS caps FROM workers w
-				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' LIMIT 1) k
+				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' AND w.namespace = i.namespace LIMIT 1) k
 			WHERE i.hand_to <> ''
 			  AND ($13::text[])[i.first:i.last] <@ k.caps
-			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = i.type)
-			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.name = i.queue
+			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.namespace = i.namespace AND t.name = i.type)
+			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.namespace = i.namespace AND l.name = i.queue
 			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL
 			                       OR l.max_running_per_key IS NOT NULL))
 			  -- Nothing the worker could claim ahead of it: among the
@@ -295,14 +313,14 @@ var handDueSQL = `
 			  -- however many are scheduled).
 			  AND (SELECT count(*) < 64 AND count(*) FILTER (WHERE a.run_at <= now() AND a.requires <@ k.caps) = 0
 			       FROM (SELECT c.run_at, c.requires FROM jobs c
-			             WHERE c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
+			             WHERE c.namespace = i.namespace AND c.queue = i.queue AND c.status IN ('queued', 'scheduled', 'retrying')
 			               AND c.priority >= i.priority
 			             ORDER BY c.priority DESC, c.fair_pass, c.run_at, c.seq LIMIT 64) a)
 		)
-		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
+		INSERT INTO jobs (namespace, id, queue, type, requires, plan, inputs, payload, priority, status, max_attempts,
 			retry_backoff_seconds, timeout_seconds, unique_key, traceparent, tracestate, fair_key, fair_weight, fair_pass,
 			worker_id, attempt, delivery, started_at, ack_deadline, lease_expires_at, deadline_at)
-		SELECT i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
+		SELECT i.namespace, i.id, i.queue, i.type, ($13::text[])[i.first:i.last], nullif(i.plan, '')::jsonb,
 			nullif(i.inputs, '')::jsonb, nullif(i.payload, '')::jsonb, i.priority,
 			CASE WHEN h.worker_id IS NULL THEN 'queued' ELSE 'running' END, i.max_attempts,
 			i.backoff, i.timeout_seconds, nullif(i.unique_key, ''), nullif(i.traceparent, ''), nullif(i.tracestate, ''),
@@ -316,22 +334,24 @@ var handDueSQL = `
 		FROM i JOIN fair_bases b ON b.n = i.fair_group LEFT JOIN h ON h.ord = i.ord
 		ORDER BY i.ord
 		ON CONFLICT DO NOTHING
-		RETURNING id, delivery::text, seq, run_at,
+		RETURNING namespace, id, delivery::text, seq, run_at,
 			CASE WHEN delivery IS NOT NULL THEN plan END,
 			CASE WHEN delivery IS NOT NULL THEN inputs END,
 			CASE WHEN delivery IS NOT NULL THEN payload END`
 
-// ownIDs reports whether no two jobs name one id or one unique_key: what
-// insertDue's answer needs to say which job each inserted row is.
+// ownIDs reports whether no two jobs of one namespace name one id or one
+// unique_key: what insertDue's answer needs to say which job each
+// inserted row is.
 func ownIDs(jobs []records.NewJob) bool {
 	seen := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
-		if seen[j.ID] || j.UniqueKey != "" && seen["\x00"+j.UniqueKey] {
+		id, key := j.Namespace+"\x00"+j.ID, j.Namespace+"\x01"+j.UniqueKey
+		if seen[id] || j.UniqueKey != "" && seen[key] {
 			return false
 		}
-		seen[j.ID] = true
+		seen[id] = true
 		if j.UniqueKey != "" {
-			seen["\x00"+j.UniqueKey] = true
+			seen[key] = true
 		}
 	}
 	return true

@@ -126,7 +126,7 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 		if err := tx.QueryRow(ctx, snoozeSQL, p.ID, p.SnoozeFor, s.ns).Scan(&runAt); err != nil {
 			return err
 		}
-		r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+		r.done.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 		return nil
 	case records.StatusCompleted, records.StatusCancelled:
 		r.done.Done = []string{p.ID}
@@ -145,7 +145,7 @@ func (s *Store) applyStatus(ctx context.Context, tx pgx.Tx, p records.Report, r 
 			return err
 		}
 		if retry {
-			r.done.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
+			r.done.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 			return nil
 		}
 		r.done.Done = []string{p.ID}
@@ -161,7 +161,7 @@ func (r reported) effects(p records.Report, err error) (records.Effects, error) 
 	if r.job.now.Status == records.StatusQueued {
 		// The report held a waiting job's row while claims skip locked
 		// rows: a pop woken for the job may have found nothing meanwhile.
-		fx.Ready = []records.ReadyNote{{Queue: r.job.queue, N: 1}}
+		fx.Ready = []records.ReadyNote{{Namespace: r.ns, Queue: r.job.queue, N: 1}}
 	}
 	if err != nil {
 		return fx, interpretError(err)
@@ -176,7 +176,7 @@ func (r reported) effects(p records.Report, err error) (records.Effects, error) 
 	left := r.verdict == records.ReportCancels || r.verdict == records.ReportSnoozeFails ||
 		r.verdict == records.ReportApplies && p.Status != "" && p.Status != records.StatusRunning
 	if left {
-		fx.Freed.Add(r.job.queue, r.job.typ, 1)
+		fx.Freed.AddIn(r.ns, r.job.queue, r.job.typ, 1)
 		fx.Moved = []string{p.ID}
 	}
 	return fx, r.refusal
@@ -325,7 +325,7 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		case status == records.StatusQueued:
 			// Its row was held while claims skip locked rows: a pop woken
 			// for it may have found nothing meanwhile.
-			fx.Ready = []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+			fx.Ready = []records.ReadyNote{{Namespace: s.ns, Queue: queue, N: 1, Requires: requires}}
 			return nil
 		default:
 			return nil
@@ -349,7 +349,7 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		if err != nil {
 			return err
 		}
-		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Queue: queue, N: 1, Requires: requires}}
+		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Namespace: s.ns, Queue: queue, N: 1, Requires: requires}}
 		if _, err := tx.Exec(ctx, jobRetryStepsSQL, s.ns, id); err != nil {
 			return err
 		}

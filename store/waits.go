@@ -241,7 +241,7 @@ func (s *Store) beginWait(ctx context.Context, tx pgx.Tx, p records.StepWaitPara
 	*changed = true
 	*res = records.StepWaitResult{Awaiting: true, Deadline: deadline}
 	fx.Moved = []string{p.JobID}
-	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 	return nil
 }
 

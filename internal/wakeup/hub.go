@@ -55,7 +55,7 @@ type Hub struct {
 
 	mu       sync.Mutex
 	seq      uint64
-	byQueue  map[string][]*Waiter // in arrival order
+	byQueue  map[queueKey][]*Waiter // in arrival order
 	jobWait  map[string]map[*JobWaiter]struct{}
 	timers   dueHeap
 	timerSig chan struct{}
@@ -89,7 +89,7 @@ func New(cfg Config) *Hub {
 	return &Hub{
 		cfg:       cfg,
 		ownPrefix: `{"f":` + string(from),
-		byQueue:   map[string][]*Waiter{},
+		byQueue:   map[queueKey][]*Waiter{},
 		jobWait:   map[string]map[*JobWaiter]struct{}{},
 		timerSig:  make(chan struct{}, 1),
 		outSig:    make(chan struct{}, 1),
@@ -108,9 +108,23 @@ func (h *Hub) Start(ctx context.Context) error {
 // Stop ends the loops and waits for them.
 func (h *Hub) Stop() { h.base.Stop() }
 
-// Waiter is a blocked pop waiting for claimable jobs in some queues.
+// queueKey names a queue of a namespace: pops wait on, and notes wake,
+// the queues of their own namespace only.
+type queueKey struct{ ns, queue string }
+
+// keyOf is the key of queue in namespace ns ("" is the default namespace).
+func keyOf(ns, queue string) queueKey {
+	if ns == "" {
+		ns = records.DefaultNamespace
+	}
+	return queueKey{ns, queue}
+}
+
+// Waiter is a blocked pop waiting for claimable jobs in some queues of
+// one namespace.
 type Waiter struct {
 	h      *Hub
+	ns     string
 	queues []string
 	caps   []string
 	c      chan records.ReadyNote
@@ -128,21 +142,24 @@ type Waiter struct {
 // C receives a note when a job the waiter can run may be claimable.
 func (w *Waiter) C() <-chan records.ReadyNote { return w.c }
 
-// NewWaiter registers a waiter. Register before checking the database, so
-// a job committed between the check and the wait still wakes it. onWake,
-// when set, is called after each note is put in C: a waiter that does not
-// select on C (a parked connection) is told that way.
-func (h *Hub) NewWaiter(queues, caps []string, onWake func()) *Waiter {
-	return h.NewWorkerWaiter("", queues, caps, onWake)
+// NewWaiter registers a waiter on queues of namespace ns ("" is the
+// default one). Register before checking the database, so a job committed
+// between the check and the wait still wakes it. onWake, when set, is
+// called after each note is put in C: a waiter that does not select on C
+// (a parked connection) is told that way.
+func (h *Hub) NewWaiter(ns string, queues, caps []string, onWake func()) *Waiter {
+	return h.NewWorkerWaiter(ns, "", queues, caps, onWake)
 }
 
 // NewWorkerWaiter registers a waiter that jobs may also be handed to
 // directly, as worker's (TakeWaiter).
-func (h *Hub) NewWorkerWaiter(worker string, queues, caps []string, onWake func()) *Waiter {
-	w := &Waiter{h: h, queues: queues, caps: caps, c: make(chan records.ReadyNote, 1), onWake: onWake, worker: worker}
+func (h *Hub) NewWorkerWaiter(ns, worker string, queues, caps []string, onWake func()) *Waiter {
+	w := &Waiter{h: h, ns: keyOf(ns, "").ns, queues: queues, caps: caps, c: make(chan records.ReadyNote, 1), onWake: onWake,
+		worker: worker}
 	h.mu.Lock()
 	for _, q := range queues {
-		h.byQueue[q] = append(h.byQueue[q], w)
+		k := keyOf(w.ns, q)
+		h.byQueue[k] = append(h.byQueue[k], w)
 	}
 	h.mu.Unlock()
 	return w
@@ -181,20 +198,22 @@ func (w *Waiter) Close(unused ...records.ReadyNote) {
 // unlist takes w out of its queues' lists; h.mu is held.
 func (h *Hub) unlist(w *Waiter) {
 	for _, q := range w.queues {
-		h.byQueue[q] = slices.DeleteFunc(h.byQueue[q], func(x *Waiter) bool { return x == w })
-		if len(h.byQueue[q]) == 0 {
-			delete(h.byQueue, q)
+		k := keyOf(w.ns, q)
+		h.byQueue[k] = slices.DeleteFunc(h.byQueue[k], func(x *Waiter) bool { return x == w })
+		if len(h.byQueue[k]) == 0 {
+			delete(h.byQueue, k)
 		}
 	}
 }
 
 // TakeWaiter takes, for a hand-off, the longest-waiting idle waiter of
-// queue that takes hand-offs and can run jobs needing requires: wake-ups
-// pass it by until Hand or Untake. Nil when there is none.
-func (h *Hub) TakeWaiter(queue string, requires []string) *Waiter {
+// queue of namespace ns that takes hand-offs and can run jobs needing
+// requires: wake-ups pass it by until Hand or Untake. Nil when there is
+// none.
+func (h *Hub) TakeWaiter(ns, queue string, requires []string) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, w := range h.byQueue[queue] {
+	for _, w := range h.byQueue[keyOf(ns, queue)] {
 		if w.worker != "" && !w.taken && len(w.c) == 0 && covers(w.caps, requires) {
 			w.taken = true
 			return w
@@ -280,8 +299,9 @@ func (h *Hub) RetryTimed(note records.ReadyNote) {
 	h.deliver(note)
 }
 
-// deliver wakes up to note.N idle waiters of the queue able to run jobs
-// needing note.Requires, oldest first; a future note is kept for its time.
+// deliver wakes up to note.N idle waiters of the note's queue (of its
+// namespace) able to run jobs needing note.Requires, oldest first; a
+// future note is kept for its time.
 func (h *Hub) deliver(note records.ReadyNote) {
 	if note.At > time.Now().UnixMilli() {
 		h.mu.Lock()
@@ -301,7 +321,7 @@ func (h *Hub) deliver(note records.ReadyNote) {
 	defer h.mu.Unlock()
 	woken := 0
 	var passed []*Waiter // taken for a hand-off
-	for _, w := range h.byQueue[note.Queue] {
+	for _, w := range h.byQueue[keyOf(note.Namespace, note.Queue)] {
 		if woken >= note.N {
 			break
 		}
@@ -339,14 +359,15 @@ func (w *Waiter) wake() {
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for q, ws := range h.byQueue {
+	for k, ws := range h.byQueue {
 		for _, w := range ws {
+			note := records.ReadyNote{Namespace: k.ns, Queue: k.queue, N: 1}
 			if w.taken {
-				w.missed = records.ReadyNote{Queue: q, N: 1}
+				w.missed = note
 				continue
 			}
 			select {
-			case w.c <- records.ReadyNote{Queue: q, N: 1}:
+			case w.c <- note:
 				w.wake()
 			default:
 			}

@@ -21,8 +21,8 @@ func received(w *Waiter) (records.ReadyNote, bool) {
 func TestWakeUps(t *testing.T) {
 	t.Run("ANoteTheWaiterDidNotUseGoesToTheNext", func(t *testing.T) {
 		h := New(Config{})
-		w1 := h.NewWaiter([]string{"q"}, nil, nil)
-		w2 := h.NewWaiter([]string{"q"}, nil, nil)
+		w1 := h.NewWaiter("", []string{"q"}, nil, nil)
+		w2 := h.NewWaiter("", []string{"q"}, nil, nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 1}) // job A
 		if _, ok := received(w1); !ok {
 			t.Fatal("the oldest waiter was not woken")
@@ -34,10 +34,45 @@ func TestWakeUps(t *testing.T) {
 		}
 		w2.Close()
 	})
+	t.Run("ANoteWakesThePopsOfItsOwnNamespaceOnly", func(t *testing.T) {
+		h := New(Config{})
+		inA := h.NewWorkerWaiter("a", "wa", []string{"q"}, nil, nil)
+		inB := h.NewWaiter("b", []string{"q"}, nil, nil)
+		inDefault := h.NewWaiter("", []string{"q"}, nil, nil)
+		h.deliver(records.ReadyNote{Namespace: "a", Queue: "q", N: 5})
+		if _, ok := received(inA); !ok {
+			t.Fatal("a note of namespace a did not wake a's pop")
+		}
+		if n, ok := received(inB); ok {
+			t.Fatalf("a note of namespace a woke b's pop: %+v", n)
+		}
+		if n, ok := received(inDefault); ok {
+			t.Fatalf("a note of namespace a woke the default namespace's pop: %+v", n)
+		}
+		// A note naming no namespace is the default one's.
+		h.deliver(records.ReadyNote{Queue: "q", N: 5})
+		if _, ok := received(inDefault); !ok {
+			t.Fatal("a note without a namespace did not wake the default namespace's pop")
+		}
+		if h.TakeWaiter("b", "q", nil) != nil {
+			t.Fatal("namespace b's submission took a's waiter for a hand-off")
+		}
+		if h.TakeWaiter("a", "q", nil) != inA {
+			t.Fatal("namespace a's submission did not take a's waiter")
+		}
+		inA.Untake()
+		// A wake-up passed on by a waiter that leaves stays in its namespace.
+		inB.Close(records.ReadyNote{Namespace: "b", Queue: "q", N: 1})
+		if n, ok := received(inA); ok {
+			t.Fatalf("b's unused note woke a's pop: %+v", n)
+		}
+		inA.Close()
+		inDefault.Close()
+	})
 	t.Run("ANoteForAnotherQueueIsPassedOn", func(t *testing.T) {
 		h := New(Config{})
-		both := h.NewWaiter([]string{"a", "b"}, nil, nil)
-		onlyB := h.NewWaiter([]string{"b"}, nil, nil)
+		both := h.NewWaiter("", []string{"a", "b"}, nil, nil)
+		onlyB := h.NewWaiter("", []string{"b"}, nil, nil)
 		h.deliver(records.ReadyNote{Queue: "b", N: 1})
 		note, ok := received(both)
 		if !ok {
@@ -51,10 +86,10 @@ func TestWakeUps(t *testing.T) {
 	})
 	t.Run("OnlyCapableWaitersAreWokenAndNoMoreThanN", func(t *testing.T) {
 		h := New(Config{})
-		cannot := h.NewWaiter([]string{"q"}, []string{"grep"}, nil)
-		can1 := h.NewWaiter([]string{"q"}, []string{"sort", "uniq"}, nil)
-		can2 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
-		can3 := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
+		cannot := h.NewWaiter("", []string{"q"}, []string{"grep"}, nil)
+		can1 := h.NewWaiter("", []string{"q"}, []string{"sort", "uniq"}, nil)
+		can2 := h.NewWaiter("", []string{"q"}, []string{"sort"}, nil)
+		can3 := h.NewWaiter("", []string{"q"}, []string{"sort"}, nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}})
 		if _, ok := received(cannot); ok {
 			t.Fatal("a waiter without the capability was woken")
@@ -72,7 +107,7 @@ func TestWakeUps(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); h.timerLoop(ctx) }()
 		defer func() { cancel(); <-done }()
-		w := h.NewWaiter([]string{"q"}, nil, nil)
+		w := h.NewWaiter("", []string{"q"}, nil, nil)
 		defer w.Close()
 		at := time.Now().Add(150 * time.Millisecond)
 		h.deliver(records.ReadyNote{Queue: "q", N: 1, At: at.UnixMilli() + 1})
@@ -97,7 +132,7 @@ func TestWakeUps(t *testing.T) {
 				b.Wake(records.ReadyNote{Queue: "held", N: n})
 			}
 		})
-		w := b.NewWaiter([]string{"held"}, nil, nil)
+		w := b.NewWaiter("", []string{"held"}, nil, nil)
 		defer w.Close()
 		var freed records.Room
 		for i := range 2000 {
@@ -134,15 +169,15 @@ func TestWakeUps(t *testing.T) {
 func TestHandOffs(t *testing.T) {
 	t.Run("TakesTheLongestWaitingCapableIdleWorkerWaiter", func(t *testing.T) {
 		h := New(Config{})
-		plain := h.NewWaiter([]string{"q"}, []string{"sort"}, nil)
-		cannot := h.NewWorkerWaiter("w1", []string{"q"}, []string{"grep"}, nil)
-		woken := h.NewWorkerWaiter("w2", []string{"q"}, []string{"sort"}, nil)
-		idle := h.NewWorkerWaiter("w3", []string{"q"}, []string{"sort"}, nil)
+		plain := h.NewWaiter("", []string{"q"}, []string{"sort"}, nil)
+		cannot := h.NewWorkerWaiter("", "w1", []string{"q"}, []string{"grep"}, nil)
+		woken := h.NewWorkerWaiter("", "w2", []string{"q"}, []string{"sort"}, nil)
+		idle := h.NewWorkerWaiter("", "w3", []string{"q"}, []string{"sort"}, nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 2, Requires: []string{"sort"}}) // plain and woken
-		if got := h.TakeWaiter("q", []string{"sort"}); got != idle {
+		if got := h.TakeWaiter("", "q", []string{"sort"}); got != idle {
 			t.Fatalf("took %+v, want the idle worker's waiter", got)
 		}
-		if got := h.TakeWaiter("q", []string{"sort"}); got != nil {
+		if got := h.TakeWaiter("", "q", []string{"sort"}); got != nil {
 			t.Fatalf("took %+v as well", got)
 		}
 		for _, w := range []*Waiter{plain, cannot, woken, idle} {
@@ -151,8 +186,8 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("ATakenWaiterIsHandedItsJob", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
-		if h.TakeWaiter("q", nil) != w {
+		w := h.NewWorkerWaiter("", "w", []string{"q"}, nil, nil)
+		if h.TakeWaiter("", "q", nil) != w {
 			t.Fatal("not taken")
 		}
 		h.deliver(records.ReadyNote{Queue: "q", N: 1})
@@ -175,8 +210,8 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("AWaiterPutBackGetsTheWakeUpThatPassedItBy", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"a", "b"}, nil, nil)
-		h.TakeWaiter("b", nil)
+		w := h.NewWorkerWaiter("", "w", []string{"a", "b"}, nil, nil)
+		h.TakeWaiter("", "b", nil)
 		h.deliver(records.ReadyNote{Queue: "a", N: 1})
 		w.Untake()
 		if n, ok := received(w); !ok || n.Queue != "a" || n.N != 1 {
@@ -190,9 +225,9 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("AWakeUpAnotherTookIsNotKept", func(t *testing.T) {
 		h := New(Config{})
-		taken := h.NewWorkerWaiter("w1", []string{"q"}, nil, nil)
-		idle := h.NewWorkerWaiter("w2", []string{"q"}, nil, nil)
-		h.TakeWaiter("q", nil)
+		taken := h.NewWorkerWaiter("", "w1", []string{"q"}, nil, nil)
+		idle := h.NewWorkerWaiter("", "w2", []string{"q"}, nil, nil)
+		h.TakeWaiter("", "q", nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 1})
 		if _, ok := received(idle); !ok {
 			t.Fatal("the idle waiter was not woken")
@@ -206,10 +241,10 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("AWakeUpMissedByAWaiterThatLeavesIsPassedOn", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
-		h.TakeWaiter("q", nil)
+		w := h.NewWorkerWaiter("", "w", []string{"q"}, nil, nil)
+		h.TakeWaiter("", "q", nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 1})
-		next := h.NewWaiter([]string{"q"}, nil, nil)
+		next := h.NewWaiter("", []string{"q"}, nil, nil)
 		w.Close()
 		if _, ok := received(next); !ok {
 			t.Fatal("the wake-up a leaving waiter missed was lost")
@@ -218,15 +253,15 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("AWakeUpMissedByAWaiterHandedAJobIsPassedOn", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
-		h.TakeWaiter("q", nil)
+		w := h.NewWorkerWaiter("", "w", []string{"q"}, nil, nil)
+		h.TakeWaiter("", "q", nil)
 		h.deliver(records.ReadyNote{Queue: "q", N: 1})
-		next := h.NewWaiter([]string{"q"}, nil, nil)
+		next := h.NewWaiter("", []string{"q"}, nil, nil)
 		w.Hand(testJob)
 		if _, ok := received(next); !ok {
 			t.Fatal("the wake-up a waiter handed a job missed was lost")
 		}
-		if len(h.byQueue["q"]) != 1 {
+		if len(h.byQueue[keyOf("", "q")]) != 1 {
 			t.Fatal("a waiter handed a job still waits in its queue")
 		}
 		w.Close()
@@ -234,23 +269,23 @@ func TestHandOffs(t *testing.T) {
 	})
 	t.Run("AClosedWaiterIsHandedNothing", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
-		h.TakeWaiter("q", nil)
+		w := h.NewWorkerWaiter("", "w", []string{"q"}, nil, nil)
+		h.TakeWaiter("", "q", nil)
 		w.Close()
 		if w.Hand(testJob) {
 			t.Fatal("a closed waiter took a job")
 		}
 		w.Untake()
-		if len(h.byQueue["q"]) != 0 {
+		if len(h.byQueue[keyOf("", "q")]) != 0 {
 			t.Fatal("a closed waiter was put back")
 		}
 	})
 	t.Run("AJobHandedAsTheWaiterClosesStaysToBeGivenBack", func(t *testing.T) {
 		h := New(Config{})
-		w := h.NewWorkerWaiter("w", []string{"q"}, nil, nil)
-		h.TakeWaiter("q", nil)
+		w := h.NewWorkerWaiter("", "w", []string{"q"}, nil, nil)
+		h.TakeWaiter("", "q", nil)
 		w.Hand(testJob)
-		next := h.NewWaiter([]string{"q"}, nil, nil)
+		next := h.NewWaiter("", []string{"q"}, nil, nil)
 		w.Close() // the hand-off's signal is not a wake-up to pass on
 		if n, ok := received(next); ok {
 			t.Fatalf("the hand-off's signal was passed on: %+v", n)

@@ -15,9 +15,10 @@ import (
 type Conn interface {
 	// Next waits for the next notice until ctx ends.
 	Next(ctx context.Context) (Notice, error)
-	// ClaimableNotes are notes for the jobs claimable now in queues, at
-	// most perQueue of each.
-	ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]records.ReadyNote, error)
+	// ClaimableNotes are notes for the jobs claimable now in queues, each
+	// of the namespace at the same index of namespaces, at most perQueue
+	// of each.
+	ClaimableNotes(ctx context.Context, namespaces, queues []string, perQueue int) ([]records.ReadyNote, error)
 	// FutureReadyNotes are notes for the jobs due later, soonest first.
 	FutureReadyNotes(ctx context.Context, limit int) ([]records.ReadyNote, error)
 	// Ping checks the connection.
@@ -138,7 +139,7 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 				// A job left running (the watchdog, a worker's
 				// registration): room for the pops limits held back.
 				var f records.Room
-				f.Add(m.Queue, m.Type, 1)
+				f.AddIn(m.Namespace, m.Queue, m.Type, 1)
 				emit(h, RoomFreed, f)
 			}
 			if h.subscribed() {
@@ -154,17 +155,18 @@ func (h *Hub) listenOnce(ctx context.Context, reconnect bool) error {
 // they wait on; it pings the connection when nobody waits.
 func (h *Hub) recheck(ctx context.Context, conn Conn) error {
 	h.mu.Lock()
+	namespaces := make([]string, 0, len(h.byQueue))
 	queues := make([]string, 0, len(h.byQueue))
-	for q, ws := range h.byQueue {
+	for k, ws := range h.byQueue {
 		if len(ws) > 0 {
-			queues = append(queues, q)
+			namespaces, queues = append(namespaces, k.ns), append(queues, k.queue)
 		}
 	}
 	h.mu.Unlock()
 	if len(queues) == 0 {
 		return conn.Ping(ctx)
 	}
-	notes, err := conn.ClaimableNotes(ctx, queues, recheckPerQueue)
+	notes, err := conn.ClaimableNotes(ctx, namespaces, queues, recheckPerQueue)
 	if err != nil {
 		return err
 	}

@@ -120,16 +120,18 @@ func (h *Hub) sendLoop(ctx context.Context) {
 // sendPause is the least time between two sends of notices.
 const sendPause = 500 * time.Microsecond
 
-// coalesce merges notes for the same queue, requirements and due time.
+// coalesce merges notes for the same queue (of one namespace),
+// requirements and due time.
 func coalesce(notes []records.ReadyNote) []records.ReadyNote {
 	type key struct {
-		queue, requires string
-		at              int64
+		queue    queueKey
+		requires string
+		at       int64
 	}
 	idx := map[key]int{}
 	var out []records.ReadyNote
 	for _, n := range notes {
-		k := key{n.Queue, string(mustJSON(n.Requires)), n.At}
+		k := key{keyOf(n.Namespace, n.Queue), string(mustJSON(n.Requires)), n.At}
 		if i, ok := idx[k]; ok {
 			out[i].N += n.N
 			continue

@@ -49,8 +49,13 @@ CREATE INDEX jobs_finished ON jobs (namespace, status, finished_at)
     WHERE status IN ('completed', 'failed', 'cancelled');
 DROP INDEX jobs_cancelled_by;
 CREATE INDEX jobs_cancelled_by ON jobs (namespace, cancelled_by, status) WHERE cancelled_by IS NOT NULL;
--- Unfinished jobs by namespace: the MAXUNFINISHED count and NAMESPACE.DELETE's check.
-CREATE INDEX jobs_unfinished ON jobs (namespace)
+-- Unfinished jobs by namespace and status: the MAXUNFINISHED count
+-- (index-only), NAMESPACE.DELETE's check, a namespace's running jobs. On
+-- the namespace alone it would be a trap for the planner: in a namespace
+-- holding nearly every row its heap order makes a walk of every unfinished
+-- job look cheaper than jobs_waiting's probe of one queue (LLEN), or than
+-- counting the running jobs alone (a claim under a type limit).
+CREATE INDEX jobs_unfinished ON jobs (namespace, status)
     WHERE status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting');
 
 ALTER TABLE job_steps ADD COLUMN namespace text NOT NULL DEFAULT 'default';

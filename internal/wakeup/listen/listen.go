@@ -67,8 +67,8 @@ func (c *conn) Next(ctx context.Context) (wakeup.Notice, error) {
 	}
 }
 
-func (c *conn) ClaimableNotes(ctx context.Context, queues []string, perQueue int) ([]records.ReadyNote, error) {
-	notes, err := store.ClaimableNotes(ctx, c.c, queues, perQueue)
+func (c *conn) ClaimableNotes(ctx context.Context, namespaces, queues []string, perQueue int) ([]records.ReadyNote, error) {
+	notes, err := store.ClaimableNotes(ctx, c.c, namespaces, queues, perQueue)
 	return readyNotes(notes), err
 }
 
