@@ -14,14 +14,14 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// nsBundle is a store over a fresh database holding namespaces a and b.
-type nsBundle struct {
+// readsBundle is a store over a fresh database holding namespaces a and b.
+type readsBundle struct {
 	ctx  context.Context
 	st   *store.Store
 	a, b *store.Store
 }
 
-func newNSBundle(t *testing.T) *nsBundle {
+func newReadsBundle(t *testing.T) *readsBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -33,12 +33,12 @@ func newNSBundle(t *testing.T) *nsBundle {
 	if _, err := st.Pool.Exec(ctx, `INSERT INTO namespaces (name) VALUES ('a'), ('b')`); err != nil {
 		t.Fatal(err)
 	}
-	return &nsBundle{ctx: ctx, st: st, a: st.In("a"), b: st.In("b")}
+	return &readsBundle{ctx: ctx, st: st, a: st.In("a"), b: st.In("b")}
 }
 
 // insert stores job id in namespace ns, in queue, with status; set, when
 // given, is more of the row's columns (SQL assignments).
-func (b *nsBundle) insert(t *testing.T, ns, id, queue, status, set string) {
+func (b *readsBundle) insert(t *testing.T, ns, id, queue, status, set string) {
 	t.Helper()
 	if _, err := b.st.Pool.Exec(b.ctx, `
 		INSERT INTO jobs (namespace, id, queue, type, requires, status, max_attempts, timeout_seconds)
@@ -62,7 +62,7 @@ func idsOf(jobs []records.Job) []string {
 
 func TestJobReadsStayInTheirNamespace(t *testing.T) {
 	t.Parallel()
-	b := newNSBundle(t)
+	b := newReadsBundle(t)
 	b.insert(t, "a", "same", "qa", records.StatusQueued, "")
 	b.insert(t, "b", "same", "qb", records.StatusCompleted, "finished_at = now()")
 	b.insert(t, "a", "only-a", "qa", records.StatusQueued, "")
@@ -119,7 +119,7 @@ func TestJobReadsStayInTheirNamespace(t *testing.T) {
 
 func TestSchedulesOfTheSameNameInTwoNamespaces(t *testing.T) {
 	t.Parallel()
-	b := newNSBundle(t)
+	b := newReadsBundle(t)
 	past := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for _, c := range []struct {
 		st    *store.Store
@@ -193,7 +193,7 @@ func TestSchedulesOfTheSameNameInTwoNamespaces(t *testing.T) {
 
 func TestWorkersStayInTheirNamespace(t *testing.T) {
 	t.Parallel()
-	b := newNSBundle(t)
+	b := newReadsBundle(t)
 	w := records.Worker{ID: "w-a", Principal: "w-a", Hostname: "h", AgwVersion: "1", Capabilities: []string{"sort"},
 		Metadata: json.RawMessage(`{}`), MaxConcurrentJobs: 1}
 	if _, err := b.a.WorkerRegister(b.ctx, w, time.Minute, nil); err != nil {
@@ -230,7 +230,7 @@ func TestWorkersStayInTheirNamespace(t *testing.T) {
 // running jobs with one id, only the one whose lease ran out goes back.
 func TestSweepsMoveEachJobInItsNamespace(t *testing.T) {
 	t.Parallel()
-	b := newNSBundle(t)
+	b := newReadsBundle(t)
 	b.insert(t, "a", "same", "q", records.StatusRunning,
 		"worker_id = 'w-a', attempt = 1, started_at = now(), lease_expires_at = now() - interval '1 minute'")
 	b.insert(t, "b", "same", "q", records.StatusRunning,
@@ -253,7 +253,7 @@ func TestSweepsMoveEachJobInItsNamespace(t *testing.T) {
 // says, the server's setting where it says nothing.
 func TestRetentionIsEachNamespaces(t *testing.T) {
 	t.Parallel()
-	b := newNSBundle(t)
+	b := newReadsBundle(t)
 	if _, err := b.st.Pool.Exec(b.ctx, `UPDATE namespaces SET retain_completed = interval '1 hour' WHERE name = 'a'`); err != nil {
 		t.Fatal(err)
 	}
