@@ -383,3 +383,38 @@ func TestExpiringWaitsWakeEachInItsNamespace(t *testing.T) {
 		t.Errorf("b's job is %s, want awaiting (its wait has no deadline)", st)
 	}
 }
+
+func TestTheLeadersSweepWalksEachMarkInItsNamespace(t *testing.T) {
+	t.Parallel()
+	nb := newGraphNS(t)
+	// Both namespaces hold p, and c cancelled because of p; only b's p was
+	// retried, its walk left for the sweep.
+	for _, ns := range []string{"a", "b"} {
+		nb.put(t, nsRow{ns: ns, id: "p", status: records.StatusFailed, hasChildren: true},
+			nsRow{ns: ns, id: "c", status: records.StatusCancelled, after: []string{"p"}, cancelledBy: "p"})
+	}
+	if _, err := nb.st.Pool.Exec(nb.ctx, `
+		UPDATE jobs SET status = 'queued', finished_at = NULL WHERE namespace = 'b' AND id = 'p';
+		INSERT INTO graph_walks (namespace, job_id, kind) VALUES ('b', 'p', 'restore')`); err != nil {
+		t.Fatal(err)
+	}
+	w, err := nb.st.GraphWalk(nb.ctx, store.WalkRestore, nil, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Namespace != "b" || len(w.Restored) != 1 || w.Restored[0] != "c" {
+		t.Fatalf("the sweep's batch: %+v; want b's c restored", w)
+	}
+	if st := nb.status(t, "b", "c"); st != records.StatusPending {
+		t.Errorf("b's c is %s, want pending", st)
+	}
+	if st := nb.status(t, "a", "c"); st != records.StatusCancelled {
+		t.Errorf("a's c is %s, want still cancelled", st)
+	}
+	if n := nb.count(t, "job_waits", "child_id", "b", "c"); n != 1 {
+		t.Errorf("b's c waits for %d parents, want its p", n)
+	}
+	if n := nb.count(t, "job_waits", "child_id", "a", "c"); n != 0 {
+		t.Errorf("a's c waits for %d parents, want none", n)
+	}
+}
