@@ -236,6 +236,13 @@ func TestNamespacesKeepParentsAndChildrenApart(t *testing.T) {
 		t.Errorf("JOB.PARENTS of a's c from b = %s, want as for a missing job", got)
 	}
 
+	// A job of b's after a's c names a job that does not exist.
+	missing := g.do(g.produce, "JOB.SUBMIT", `{"type":"t","queue":"q","after":["nowhere"]}`)
+	if got := g.do(g.produce, "JOB.SUBMIT", `{"type":"t","queue":"q","after":["c"]}`); got != strings.Replace(missing, "nowhere", "c", 1) ||
+		!strings.HasPrefix(got, "ERR") {
+		t.Errorf("JOB.SUBMIT after a's c from b = %s; want as for a missing parent: %s", got, missing)
+	}
+
 	// a's p ending (its mark settled by the leader's sweep) releases a's
 	// c, and not b's child waiting on b's p of the same id.
 	g.put("team-b", "pending-kid", "pending", "", "p")

@@ -51,39 +51,16 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 // of each namespace, whose effects are published there; a begin past its
 // step's attempts fails the job.
 func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginParams) []store.StepBeginOutcome {
-	res := make([]store.StepBeginOutcome, len(calls))
-	for ns, at := range callsByNamespace(calls, func(c records.StepBeginParams) string { return c.Namespace }) {
-		in := e.in(ns)
-		part, sfx := in.store.StepsBegin(ctx, callsAt(calls, at))
-		for k, i := range at {
-			res[i] = part[k]
-		}
-		in.publish(ctx, stepEffects(sfx))
-	}
-	return res
+	return byNamespace(e, calls, stepBeginNamespace, func(e *Engine, calls []records.StepBeginParams) []store.StepBeginOutcome {
+		res, sfx := e.store.StepsBegin(ctx, calls)
+		e.publish(ctx, stepEffects(sfx))
+		return res
+	})
 }
 
-// callsByNamespace gives the indexes of the calls of each namespace
-// (one namespace, the usual group, costs one map entry).
-func callsByNamespace[C any](calls []C, ns func(C) string) map[string][]int {
-	at := map[string][]int{}
-	for i, c := range calls {
-		at[ns(c)] = append(at[ns(c)], i)
-	}
-	return at
-}
+func stepBeginNamespace(c records.StepBeginParams) string { return c.Namespace }
 
-// callsAt is calls at indexes at.
-func callsAt[C any](calls []C, at []int) []C {
-	if len(at) == len(calls) {
-		return calls
-	}
-	out := make([]C, len(at))
-	for k, i := range at {
-		out[k] = calls[i]
-	}
-	return out
-}
+func stepCompleteNamespace(c store.StepCompletion) string { return c.Namespace }
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It joins the
 // next group of completions at once, sharing its commit, and answers how
@@ -107,14 +84,9 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 // calls of each namespace: step_completed for each step one completed,
 // published in its namespace.
 func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
-	res := make([]store.StepCompleteResult, len(calls))
-	for ns, at := range callsByNamespace(calls, func(c store.StepCompletion) string { return c.Namespace }) {
-		part := e.in(ns).completeSteps(ctx, callsAt(calls, at))
-		for k, i := range at {
-			res[i] = part[k]
-		}
-	}
-	return res
+	return byNamespace(e, calls, stepCompleteNamespace, func(e *Engine, calls []store.StepCompletion) []store.StepCompleteResult {
+		return e.completeSteps(ctx, calls)
+	})
 }
 
 // completeSteps serves the STEP.COMPLETEs of a group made in e's

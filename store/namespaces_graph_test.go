@@ -15,19 +15,19 @@ import (
 // Two namespaces hold jobs of the same ids: steps, signals, waits,
 // parents and walks of one never reach the other's.
 
-// nsBundle is a transitions bundle with namespaces a and b.
-type nsBundle struct {
+// graphNS is a transitions bundle with namespaces a and b.
+type graphNS struct {
 	*trBundle
 	a, b *store.Store
 }
 
-func newNSBundle(t *testing.T) *nsBundle {
+func newGraphNS(t *testing.T) *graphNS {
 	t.Helper()
 	b := newTrBundle(t)
 	if _, err := b.st.Pool.Exec(b.ctx, `INSERT INTO namespaces (name) VALUES ('a'), ('b') ON CONFLICT DO NOTHING`); err != nil {
 		t.Fatal(err)
 	}
-	return &nsBundle{trBundle: b, a: b.st.In("a"), b: b.st.In("b")}
+	return &graphNS{trBundle: b, a: b.st.In("a"), b: b.st.In("b")}
 }
 
 // nsRow is a job as the test lays it down in a namespace, by SQL: the
@@ -39,7 +39,7 @@ type nsRow struct {
 	cancelledBy    string
 }
 
-func (b *nsBundle) put(t *testing.T, rows ...nsRow) {
+func (b *graphNS) put(t *testing.T, rows ...nsRow) {
 	t.Helper()
 	for _, r := range rows {
 		var worker, cancelledBy *string
@@ -63,7 +63,7 @@ func (b *nsBundle) put(t *testing.T, rows ...nsRow) {
 }
 
 // status is job id's status in namespace ns ("" when it has none there).
-func (b *nsBundle) status(t *testing.T, ns, id string) string {
+func (b *graphNS) status(t *testing.T, ns, id string) string {
 	t.Helper()
 	var st string
 	err := b.st.Pool.QueryRow(b.ctx, `SELECT status FROM jobs WHERE namespace = $1 AND id = $2`, ns, id).Scan(&st)
@@ -74,7 +74,7 @@ func (b *nsBundle) status(t *testing.T, ns, id string) string {
 }
 
 // count counts rows of a table for a job of namespace ns.
-func (b *nsBundle) count(t *testing.T, table, column, ns, id string) int {
+func (b *graphNS) count(t *testing.T, table, column, ns, id string) int {
 	t.Helper()
 	var n int
 	if err := b.st.Pool.QueryRow(b.ctx, `SELECT count(*) FROM `+table+` WHERE namespace = $1 AND `+column+` = $2`,
@@ -90,7 +90,7 @@ func heldStep(id, step string) records.StepParams {
 
 func TestNamespacesKeepStepsApart(t *testing.T) {
 	t.Parallel()
-	nb := newNSBundle(t)
+	nb := newGraphNS(t)
 	nb.put(t, nsRow{ns: "a", id: "j", status: records.StatusRunning}, nsRow{ns: "b", id: "j", status: records.StatusRunning})
 
 	t.Run("TheSameJobIDHoldsIndependentSteps", func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestNamespacesKeepStepsApart(t *testing.T) {
 
 func TestNamespacesKeepSignalsApart(t *testing.T) {
 	t.Parallel()
-	nb := newNSBundle(t)
+	nb := newGraphNS(t)
 	nb.put(t, nsRow{ns: "a", id: "w", status: records.StatusRunning}, nsRow{ns: "b", id: "w", status: records.StatusRunning})
 	for _, st := range []*store.Store{nb.a, nb.b} {
 		res, _, _, err := st.StepWait(nb.ctx, records.StepWaitParams{StepParams: heldStep("w", "await"), Signal: "go"})
@@ -196,7 +196,7 @@ func TestNamespacesKeepSignalsApart(t *testing.T) {
 
 func TestNamespacesKeepParentsApart(t *testing.T) {
 	t.Parallel()
-	nb := newNSBundle(t)
+	nb := newGraphNS(t)
 	// b's child waits for b's p; a holds a job p of its own.
 	nb.put(t,
 		nsRow{ns: "a", id: "p", status: records.StatusRunning, hasChildren: true},
@@ -256,7 +256,7 @@ func TestNamespacesKeepParentsApart(t *testing.T) {
 
 func TestNamespacesKeepWalksApart(t *testing.T) {
 	t.Parallel()
-	nb := newNSBundle(t)
+	nb := newGraphNS(t)
 	// The same graph p → c → g in both namespaces.
 	for _, ns := range []string{"a", "b"} {
 		nb.put(t,
@@ -358,7 +358,7 @@ func TestNamespacesKeepWalksApart(t *testing.T) {
 
 func TestExpiringWaitsWakeEachInItsNamespace(t *testing.T) {
 	t.Parallel()
-	nb := newNSBundle(t)
+	nb := newGraphNS(t)
 	nb.put(t, nsRow{ns: "a", id: "w", status: records.StatusRunning}, nsRow{ns: "b", id: "w", status: records.StatusRunning})
 	if _, _, _, err := nb.a.StepWait(nb.ctx, records.StepWaitParams{StepParams: heldStep("w", "await"), Signal: "go", Timeout: 10 * time.Millisecond}); err != nil {
 		t.Fatal(err)
@@ -381,5 +381,40 @@ func TestExpiringWaitsWakeEachInItsNamespace(t *testing.T) {
 	}
 	if st := nb.status(t, "b", "w"); st != records.StatusAwaiting {
 		t.Errorf("b's job is %s, want awaiting (its wait has no deadline)", st)
+	}
+}
+
+func TestTheLeadersSweepWalksEachMarkInItsNamespace(t *testing.T) {
+	t.Parallel()
+	nb := newGraphNS(t)
+	// Both namespaces hold p, and c cancelled because of p; only b's p was
+	// retried, its walk left for the sweep.
+	for _, ns := range []string{"a", "b"} {
+		nb.put(t, nsRow{ns: ns, id: "p", status: records.StatusFailed, hasChildren: true},
+			nsRow{ns: ns, id: "c", status: records.StatusCancelled, after: []string{"p"}, cancelledBy: "p"})
+	}
+	if _, err := nb.st.Pool.Exec(nb.ctx, `
+		UPDATE jobs SET status = 'queued', finished_at = NULL WHERE namespace = 'b' AND id = 'p';
+		INSERT INTO graph_walks (namespace, job_id, kind) VALUES ('b', 'p', 'restore')`); err != nil {
+		t.Fatal(err)
+	}
+	w, err := nb.st.GraphWalk(nb.ctx, store.WalkRestore, nil, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Namespace != "b" || len(w.Restored) != 1 || w.Restored[0] != "c" {
+		t.Fatalf("the sweep's batch: %+v; want b's c restored", w)
+	}
+	if st := nb.status(t, "b", "c"); st != records.StatusPending {
+		t.Errorf("b's c is %s, want pending", st)
+	}
+	if st := nb.status(t, "a", "c"); st != records.StatusCancelled {
+		t.Errorf("a's c is %s, want still cancelled", st)
+	}
+	if n := nb.count(t, "job_waits", "child_id", "b", "c"); n != 1 {
+		t.Errorf("b's c waits for %d parents, want its p", n)
+	}
+	if n := nb.count(t, "job_waits", "child_id", "a", "c"); n != 0 {
+		t.Errorf("a's c waits for %d parents, want none", n)
 	}
 }
