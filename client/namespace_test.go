@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
@@ -45,7 +46,7 @@ func TestAProducerInANamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle("echo", func(ctx context.Context, j *client.Job) (any, error) { return j.Payload, nil })
+	w.Handle("echo", func(ctx context.Context, j *client.Job) (any, error) { return j.Payload(), nil })
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
@@ -55,7 +56,11 @@ func TestAProducerInANamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Status != "completed" || j.Namespace != "team-x" || string(j.Result) != `{"n":7}` {
+	var result struct {
+		Output map[string]int `json:"output"`
+	}
+	_ = json.Unmarshal(j.Result, &result)
+	if j.Status != "completed" || j.Namespace != "team-x" || result.Output["n"] != 7 {
 		t.Fatalf("the job in team-x: %+v", j)
 	}
 	if other, err := client.NewProducer(client.ProducerOptions{Addr: b.agq.Addr, Key: b.agq.AdminKey, Namespace: "nowhere"}); err == nil {

@@ -245,14 +245,16 @@ func (s *Server) cmdClient(_ context.Context, sess *Session, args [][]byte) (res
 		if err != nil {
 			return nil, err
 		}
-		// Other principals' connections are an admin's business.
+		// Other principals' connections are an admin's business: a
+		// namespace's admin sees those of its namespace's keys.
 		sessions := []*Session{sess}
-		if r := sess.principal().Role; r == auth.RoleAdmin || r == auth.RoleViewer {
+		p := sess.principal()
+		if r := p.Role; r == auth.RoleAdmin || r == auth.RoleViewer {
 			sessions = s.sessionList()
 		}
 		var b strings.Builder
 		for _, other := range sessions {
-			if keep(other) {
+			if keep(other) && (clusterKey(p) || other == sess || other.principal().Namespace == p.Namespace) {
 				b.WriteString(s.clientLine(other))
 				b.WriteByte('\n')
 			}

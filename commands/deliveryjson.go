@@ -42,6 +42,7 @@ func appendDelivery(b []byte, d *delivery) ([]byte, bool) {
 	raw(`,"inputs":`, d.Inputs)
 	str(`,"job_id":`, d.JobID)
 	b = strconv.AppendInt(append(b, `,"max_attempts":`...), int64(d.MaxAttempts), 10)
+	str(`,"namespace":`, d.Namespace)
 	raw(`,"payload":`, d.Payload)
 	raw(`,"plan":`, d.Plan)
 	b = strconv.AppendInt(append(b, `,"priority":`...), int64(d.Priority), 10)
@@ -86,7 +87,7 @@ func plainString(s string) bool {
 // deliveryFor is the delivery record of j.
 func deliveryFor(j records.Job) delivery {
 	d := delivery{
-		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts,
+		Attempt: j.Attempt, Inputs: rawOrNull(j.Inputs), JobID: j.ID, MaxAttempts: j.MaxAttempts, Namespace: j.Namespace,
 		Payload: rawOrNull(j.Payload), Plan: rawOrNull(j.Plan), Priority: j.Priority, Queue: j.Queue,
 		Requires: j.Requires, TimeoutSeconds: j.TimeoutSeconds, Type: j.Type,
 		Parents: j.Parents, ParentsTruncated: j.ParentsTruncated, FairKey: j.FairKey,

@@ -120,10 +120,11 @@ func commandInfo(c *Command) resp.Reply {
 	}
 }
 
-// infoSection is one "# Name" block of INFO.
+// infoSection is one "# Name" block of INFO. The sections about jobs,
+// queues and workers are those of the session's namespace.
 type infoSection struct {
 	name   string
-	fields func(ctx context.Context) ([][2]string, error)
+	fields func(ctx context.Context, sess *Session) ([][2]string, error)
 }
 
 func (s *Server) infoSections() []infoSection {
@@ -136,7 +137,7 @@ func (s *Server) infoSections() []infoSection {
 		{"workers", s.infoWorkers},
 		{"jobs", s.infoJobs},
 		// Redis tools expect the section; agq's keys live in no database.
-		{"keyspace", func(context.Context) ([][2]string, error) { return nil, nil }},
+		{"keyspace", func(context.Context, *Session) ([][2]string, error) { return nil, nil }},
 	}
 }
 
@@ -152,7 +153,7 @@ func (s *Server) cmdInfo(ctx context.Context, sess *Session, args [][]byte) (res
 		if !all && !want[sec.name] {
 			continue
 		}
-		fields, err := sec.fields(ctx)
+		fields, err := sec.fields(ctx, sess)
 		if err != nil {
 			// One section's database trouble must not hide the others
 			// from monitoring: it says so in its own place.
@@ -169,7 +170,7 @@ func (s *Server) cmdInfo(ctx context.Context, sess *Session, args [][]byte) (res
 	return resp.BulkString(b.String()), nil
 }
 
-func (s *Server) infoServer(context.Context) ([][2]string, error) {
+func (s *Server) infoServer(_ context.Context, sess *Session) ([][2]string, error) {
 	port := ""
 	s.mu.Lock()
 	if len(s.lns) > 0 {
@@ -186,12 +187,13 @@ func (s *Server) infoServer(context.Context) ([][2]string, error) {
 		{"go_version", runtime.Version()},
 		{"process_id", fmt.Sprint(os.Getpid())},
 		{"node_id", s.opts.NodeID},
+		{"namespace", sess.eng.Namespace()},
 		{"tcp_port", port},
 		{"uptime_in_seconds", fmt.Sprint(int(time.Since(s.started).Seconds()))},
 	}, nil
 }
 
-func (s *Server) infoClients(context.Context) ([][2]string, error) {
+func (s *Server) infoClients(context.Context, *Session) ([][2]string, error) {
 	sessions := s.sessionList()
 	blocked := 0
 	for _, sess := range sessions {
@@ -208,13 +210,13 @@ func (s *Server) infoClients(context.Context) ([][2]string, error) {
 	}, nil
 }
 
-func (s *Server) infoStats(context.Context) ([][2]string, error) {
+func (s *Server) infoStats(context.Context, *Session) ([][2]string, error) {
 	return [][2]string{
 		{"total_connections_received", fmt.Sprint(s.nextID.Load())},
 	}, nil
 }
 
-func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
+func (s *Server) infoLeader(ctx context.Context, _ *Session) ([][2]string, error) {
 	isLeader := "0"
 	if s.opts.IsLeader != nil && s.opts.IsLeader() {
 		isLeader = "1"
@@ -232,8 +234,8 @@ func (s *Server) infoLeader(ctx context.Context) ([][2]string, error) {
 	return fields, nil
 }
 
-func (s *Server) infoQueues(ctx context.Context) ([][2]string, error) {
-	qs, err := s.eng.QueueStats(ctx, "")
+func (s *Server) infoQueues(ctx context.Context, sess *Session) ([][2]string, error) {
+	qs, err := sess.eng.QueueStats(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +247,8 @@ func (s *Server) infoQueues(ctx context.Context) ([][2]string, error) {
 	return fields, nil
 }
 
-func (s *Server) infoWorkers(ctx context.Context) ([][2]string, error) {
-	counts, err := s.eng.WorkerCounts(ctx)
+func (s *Server) infoWorkers(ctx context.Context, sess *Session) ([][2]string, error) {
+	counts, err := sess.eng.WorkerCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -257,8 +259,8 @@ func (s *Server) infoWorkers(ctx context.Context) ([][2]string, error) {
 	return fields, nil
 }
 
-func (s *Server) infoJobs(ctx context.Context) ([][2]string, error) {
-	counts, err := s.eng.JobCounts(ctx)
+func (s *Server) infoJobs(ctx context.Context, sess *Session) ([][2]string, error) {
+	counts, err := sess.eng.JobCounts(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -105,13 +105,15 @@ func checkAfterTotal(jobs []records.NewJob) error {
 // name order, as a map of them would be encoded: a struct encodes without
 // sorting keys or boxing values, and a pop of many jobs encodes each.
 type delivery struct {
-	Attempt     int                            `json:"attempt"`
-	Delivery    string                         `json:"delivery,omitempty"`
-	FairKey     string                         `json:"fair_key,omitempty"`
-	Inputs      json.RawMessage                `json:"inputs"`
-	JobID       string                         `json:"job_id"`
-	MaxAttempts int                            `json:"max_attempts"`
-	Parents     map[string]records.ParentState `json:"parents,omitempty"`
+	Attempt     int             `json:"attempt"`
+	Delivery    string          `json:"delivery,omitempty"`
+	FairKey     string          `json:"fair_key,omitempty"`
+	Inputs      json.RawMessage `json:"inputs"`
+	JobID       string          `json:"job_id"`
+	MaxAttempts int             `json:"max_attempts"`
+	// Namespace is the job's (§6f): its id is unique only there.
+	Namespace string                         `json:"namespace"`
+	Parents   map[string]records.ParentState `json:"parents,omitempty"`
 	// ParentsTruncated: the parents' results did not fit (JOB.PARENTS).
 	ParentsTruncated bool            `json:"parents_truncated,omitempty"`
 	Payload          json.RawMessage `json:"payload"`
@@ -147,6 +149,7 @@ func jobJSON(j records.Job) []byte {
 // jobFields are the job's JSON fields.
 func jobFields(j records.Job) map[string]any {
 	m := map[string]any{
+		"namespace":             j.Namespace,
 		"job_id":                j.ID,
 		"queue":                 j.Queue,
 		"type":                  j.Type,

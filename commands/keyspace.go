@@ -9,23 +9,24 @@ import (
 )
 
 // keyspaceCommands are the read-only views of the tables for redis-cli
-// (package keyspace answers them) and the refusal of writes.
+// (package keyspace answers them) and the refusal of writes. Each command
+// reads the keyspace of the session's namespace (keyspace.In).
 func (s *Server) keyspaceCommands() []*Command {
 	ks := keyspace.New(s.eng, jobGetJSON)
 	cmds := []*Command{
-		{Name: "keys", Arity: 2, Roles: readers, Handler: oneKey(ks.Keys)},
+		{Name: "keys", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).Keys)},
 		{Name: "scan", Arity: -2, Roles: readers, Handler: scanCommand(ks)},
 		{Name: "dbsize", Arity: 1, Roles: readers, Handler: func(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
-			return ks.DBSize(ctx)
+			return ks.In(sess.eng).DBSize(ctx)
 		}},
-		{Name: "get", Arity: 2, Roles: readers, Handler: oneKey(ks.Get)},
-		{Name: "strlen", Arity: 2, Roles: readers, Handler: oneKey(ks.Strlen)},
-		{Name: "ttl", Arity: 2, Roles: readers, Handler: oneKey(ks.TTL)},
-		{Name: "pttl", Arity: 2, Roles: readers, Handler: oneKey(ks.PTTL)},
+		{Name: "get", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).Get)},
+		{Name: "strlen", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).Strlen)},
+		{Name: "ttl", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).TTL)},
+		{Name: "pttl", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).PTTL)},
 		{Name: "exists", Arity: -2, Roles: readers, Handler: existsCommand(ks)},
-		{Name: "type", Arity: 2, Roles: readers, Handler: oneKey(ks.Type)},
-		{Name: "smembers", Arity: 2, Roles: readers, Handler: oneKey(ks.SMembers)},
-		{Name: "scard", Arity: 2, Roles: readers, Handler: oneKey(ks.SCard)},
+		{Name: "type", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).Type)},
+		{Name: "smembers", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).SMembers)},
+		{Name: "scard", Arity: 2, Roles: readers, Handler: oneKey(ks, (*keyspace.Keyspace).SCard)},
 	}
 	for _, name := range refusedWrites {
 		cmds = append(cmds, &Command{Name: name, Arity: -1, Roles: anyRole, Handler: refuseWrite})
@@ -35,9 +36,9 @@ func (s *Server) keyspaceCommands() []*Command {
 
 // oneKey is the handler of a command whose one argument is a key or a
 // pattern: GET, STRLEN, TTL, PTTL, TYPE, SMEMBERS, SCARD, KEYS.
-func oneKey(read func(context.Context, string) (resp.Reply, error)) Handler {
+func oneKey(ks *keyspace.Keyspace, read func(*keyspace.Keyspace, context.Context, string) (resp.Reply, error)) Handler {
 	return func(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
-		return read(ctx, string(args[1]))
+		return read(ks.In(sess.eng), ctx, string(args[1]))
 	}
 }
 
@@ -48,7 +49,7 @@ func existsCommand(ks *keyspace.Keyspace) Handler {
 		for i, key := range args[1:] {
 			keys[i] = string(key)
 		}
-		return ks.Exists(ctx, keys...)
+		return ks.In(sess.eng).Exists(ctx, keys...)
 	}
 }
 
@@ -59,7 +60,7 @@ func scanCommand(ks *keyspace.Keyspace) Handler {
 		if err != nil {
 			return nil, err
 		}
-		return ks.Scan(ctx, a)
+		return ks.In(sess.eng).Scan(ctx, a)
 	}
 }
 

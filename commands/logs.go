@@ -41,7 +41,7 @@ func (s *Server) cmdPublish(ctx context.Context, sess *Session, args [][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	n := s.broker.Receivers(channel)
+	n := s.broker.Receivers(sess.eng.Namespace(), channel)
 	if err := sess.eng.AppendLog(ctx, id, w.ID, channel, line); err != nil {
 		return nil, err
 	}

@@ -48,6 +48,10 @@ func (s *Server) cmdSubscribe(pattern bool) Handler {
 			names = append(names, string(a))
 		}
 		sub, conn, fresh := s.subscriberOf(sess)
+		if !sub.MoveTo(sess.eng.Namespace()) {
+			// Only a cluster admin moves; it unsubscribes first.
+			return nil, resp.Errorf("unsubscribe from the channels of the namespace this connection left first")
+		}
 		s.broker.Subscribe(sub, names, pattern)
 		if fresh {
 			// Nothing else writes yet: the replies go before any message.
@@ -87,7 +91,7 @@ func (s *Server) subscriberOf(sess *Session) (sub *pubsub.Subscriber, conn redco
 	}
 	conn = sess.conn.Detach()
 	log := s.log.With().Int64("conn", sess.ID).Str("addr", sess.addr).Logger()
-	sub = s.broker.NewSubscriber(conn, sess.netConn, func() int { return sess.proto }, log)
+	sub = s.broker.NewSubscriber(conn, sess.netConn, func() int { return sess.proto }, log, sess.eng.Namespace())
 	sess.sub = sub
 	sess.conn = conn
 	return sub, conn, true

@@ -278,8 +278,9 @@ func scheduleJSON(sc records.Schedule) []byte {
 		Skipped    int64               `json:"skipped"`
 		CreatedAt  time.Time           `json:"created_at"`
 		UpdatedAt  time.Time           `json:"updated_at"`
+		Namespace  string              `json:"namespace"`
 	}{sc.Name, sc.Cron, sc.Timezone, sc.Queue, sc.Job, sc.Enabled, sc.MaxCatchup, utc(sc.NextFireAt),
-		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC()})
+		utc(sc.LastFireAt), sc.Fires, sc.Skipped, sc.CreatedAt.UTC(), sc.UpdatedAt.UTC(), sc.Namespace})
 	return b
 }
 

@@ -151,6 +151,7 @@ func (s *Server) cmdWorkerDrain(ctx context.Context, sess *Session, args [][]byt
 
 func workerJSON(w records.Worker) []byte {
 	b, _ := json.Marshal(map[string]any{
+		"namespace":           w.Namespace,
 		"worker_id":           w.ID,
 		"principal":           w.Principal,
 		"state":               w.State,

@@ -159,9 +159,11 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string, catchup bool) 
 	return refusal(aSchedule, name, err)
 }
 
-// CreateSchedule stores a new schedule; the same definition again is
-// accepted, another one under its name is ScheduleExistsError.
+// CreateSchedule stores a new schedule in e's namespace, where it fires;
+// the same definition again is accepted, another one under its name is
+// ScheduleExistsError.
 func (e *Engine) CreateSchedule(ctx context.Context, sc records.Schedule) error {
+	sc.Namespace = e.ns
 	_, err := e.store.ScheduleCreate(ctx, sc)
 	if errors.Is(err, records.ErrConflict) {
 		return &records.ScheduleExistsError{Name: sc.Name}

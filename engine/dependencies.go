@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -69,19 +70,21 @@ func (e *Engine) settle(ctx context.Context, ids []string) {
 }
 
 // SettleDependencies is the leader's sweep: it settles the oldest marks,
-// up to limit, and the cascades they start, and answers how many it took.
+// up to limit, of the namespace of the oldest, and the cascades they
+// start there, and answers how many it took.
 func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error) {
 	st, err := e.store.DependenciesSettle(ctx, nil, limit)
 	if err != nil {
 		return 0, err
 	}
-	e.publish(ctx, settledEffects(st))
+	in := e.in(cmp.Or(st.Namespace, e.ns))
+	in.publish(ctx, settledEffects(st))
 	if len(st.Cancelled) > 0 {
 		ids := make([]string, len(st.Cancelled))
 		for i, c := range st.Cancelled {
 			ids[i] = c.ID
 		}
-		e.settle(ctx, ids)
+		in.settle(ctx, ids)
 	}
 	n := len(st.Released) + len(st.Cancelled)
 	if st.More {
@@ -111,13 +114,14 @@ func settledEffects(st store.Settled) effects {
 }
 
 // attachParents gives each claimed job that has parents their statuses
-// and, within the payload limit, their results.
+// and, within the payload limit, their results: jobs of its namespace.
 func (e *Engine) attachParents(ctx context.Context, jobs []records.Job) error {
 	for i := range jobs {
 		if jobs[i].After == nil {
 			continue
 		}
-		parents, truncated, err := e.store.JobParentsOf(ctx, jobs[i].After, e.cfg.MaxParentResults)
+		ns := cmp.Or(jobs[i].Namespace, e.ns)
+		parents, truncated, err := e.store.JobParentsOf(ctx, ns, jobs[i].After, e.cfg.MaxParentResults)
 		if err != nil {
 			return err
 		}

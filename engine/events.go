@@ -79,6 +79,8 @@ type StatusEvent struct {
 	// Signal names the signal of a signal event.
 	Signal string    `json:"signal,omitempty"`
 	At     time.Time `json:"at"`
+	// Namespace is the job's; empty, the publishing engine's.
+	Namespace string `json:"namespace"`
 }
 
 // queueEvent is a transition as queue.<name>.events carries it.
@@ -94,7 +96,8 @@ type queueEvent struct {
 // back, then the pub/sub subscribers of job.<id>.status,
 // queue.<name>.events and the other channels — these only while some
 // node has a subscriber to them, so that nobody listening costs the job
-// flow nothing.
+// flow nothing. The transition is e's namespace's: its jobs are read
+// there, and its messages not naming a namespace are heard there.
 func (e *Engine) publish(ctx context.Context, fx effects) {
 	for i := range fx.Ready {
 		// A note that names no namespace is about e's.
@@ -116,8 +119,8 @@ func (e *Engine) publish(ctx context.Context, fx effects) {
 	if status {
 		evs = fx.Events
 		for _, c := range fx.Started {
-			evs = append(evs, StatusEvent{JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started", Status: records.StatusRunning,
-				Attempt: c.Job.Attempt, WorkerID: c.Worker})
+			evs = append(evs, StatusEvent{Namespace: c.Job.Namespace, JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started",
+				Status: records.StatusRunning, Attempt: c.Job.Attempt, WorkerID: c.Worker})
 		}
 	}
 	msgs := fx.Messages
@@ -133,11 +136,21 @@ func (e *Engine) publish(ctx context.Context, fx effects) {
 	}
 	now := e.clock.Now().UTC()
 	for _, ev := range evs {
+		ev.Namespace = cmp.Or(ev.Namespace, e.ns)
 		msgs = append(msgs, statusMessages(ev, now)...)
 	}
 	if len(msgs) > 0 {
-		e.hub.PublishMessages(msgs)
+		e.hub.PublishMessages(e.scoped(msgs))
 	}
+}
+
+// scoped gives the messages that name no namespace e's: they are heard by
+// its subscribers only.
+func (e *Engine) scoped(msgs []wakeup.Message) []wakeup.Message {
+	for i := range msgs {
+		msgs[i].Namespace = cmp.Or(msgs[i].Namespace, e.ns)
+	}
+	return msgs
 }
 
 // asIs reads the jobs of a for their events and messages.
@@ -153,7 +166,7 @@ func (e *Engine) asIs(ctx context.Context, a AsIs) ([]StatusEvent, []wakeup.Mess
 	evs := make([]StatusEvent, len(states))
 	var msgs []wakeup.Message
 	for i, j := range states {
-		evs[i] = StatusEvent{JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt, StepID: a.StepID,
+		evs[i] = StatusEvent{Namespace: j.Namespace, JobID: j.ID, Queue: j.Queue, Event: a.Event(j), Status: j.Status, Attempt: j.Attempt, StepID: a.StepID,
 			Signal: a.Signal}
 		if j.WorkerID != nil {
 			evs[i].WorkerID = *j.WorkerID
@@ -166,14 +179,14 @@ func (e *Engine) asIs(ctx context.Context, a AsIs) ([]StatusEvent, []wakeup.Mess
 }
 
 // statusMessages are ev's messages on job.<id>.status and
-// queue.<name>.events, at now.
+// queue.<name>.events of its namespace, at now.
 func statusMessages(ev StatusEvent, now time.Time) []wakeup.Message {
 	ev.At = now
 	st, _ := json.Marshal(ev)
 	qe, _ := json.Marshal(queueEvent{Event: ev.Event, JobID: ev.JobID, Attempt: ev.Attempt, At: now})
 	return []wakeup.Message{
-		{Channel: "job." + ev.JobID + ".status", Payload: string(st)},
-		{Channel: "queue." + ev.Queue + ".events", Payload: string(qe)},
+		{Namespace: ev.Namespace, Channel: "job." + ev.JobID + ".status", Payload: string(st)},
+		{Namespace: ev.Namespace, Channel: "queue." + ev.Queue + ".events", Payload: string(qe)},
 	}
 }
 
@@ -228,14 +241,20 @@ func workerEvent(id, event string) wakeup.Message {
 // movedMessages are the messages for this node's own subscribers of a job
 // moved out of running by the leader's watchdog or a worker's
 // (re-)registration, on any node, or of a worker the watchdog declared
-// dead: each node hears the move itself, so they are delivered locally only.
+// dead: each node hears the move itself, so they are delivered locally
+// only, in the namespace the notice names (the default one when a node
+// from before namespaces sent it).
 func movedMessages(m records.Moved) []wakeup.Message {
+	ns := cmp.Or(m.Namespace, records.DefaultNamespace)
 	if m.DeadWorker != "" {
-		return []wakeup.Message{workerEvent(m.DeadWorker, "dead")}
+		msg := workerEvent(m.DeadWorker, "dead")
+		msg.Namespace = ns
+		return []wakeup.Message{msg}
 	}
 	event := m.Status
 	if m.Status == records.StatusQueued {
 		event = "requeued"
 	}
-	return statusMessages(StatusEvent{JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt}, time.Now().UTC())
+	return statusMessages(StatusEvent{Namespace: ns, JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt},
+		time.Now().UTC())
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/agq/agq/internal/wakeup"
@@ -92,8 +93,8 @@ func walkedEffects(w store.Walked) effects {
 }
 
 // sweepWalks is the leader's share of the walks: a batch of each kind
-// from the oldest marks, carried on from the marks it leaves; it answers
-// how many jobs it moved.
+// from the oldest marks, in the namespace of the oldest, carried on there
+// from the marks it leaves; it answers how many jobs it moved.
 func (e *Engine) sweepWalks(ctx context.Context, limit int) (int, error) {
 	n := 0
 	for _, kind := range []string{store.WalkRestore, store.WalkCascade} {
@@ -101,10 +102,11 @@ func (e *Engine) sweepWalks(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		e.publish(ctx, walkedEffects(w))
+		in := e.in(cmp.Or(w.Namespace, e.ns))
+		in.publish(ctx, walkedEffects(w))
 		n += len(w.Restored) + len(w.Cancelled) + len(w.Asked)
 		if len(w.Next) > 0 {
-			e.walk(ctx, kind, w.Next)
+			in.walk(ctx, kind, w.Next)
 		}
 	}
 	return n, nil

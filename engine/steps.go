@@ -17,6 +17,13 @@ import (
 // completions share commits in groups, as final reports do; the other
 // calls take the locked path alone.
 
+// inNamespace is step call p made in e's namespace: its job is looked for
+// there, whichever group serves the call.
+func (e *Engine) inNamespace(p records.StepParams) records.StepParams {
+	p.Namespace = e.ns
+	return p
+}
+
 // checkStep refuses a step id that breaks its rule.
 func checkStep(p records.StepParams) error {
 	if !names.Step(p.StepID) {
@@ -32,6 +39,7 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 	if err := checkStep(p.StepParams); err != nil {
 		return records.StepBeginResult{}, err
 	}
+	p.StepParams = e.inNamespace(p.StepParams)
 	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
 	if err != nil {
 		return records.StepBeginResult{}, refusal(aJob, p.JobID, err)
@@ -39,12 +47,42 @@ func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (reco
 	return res.Result, refusal(aJob, p.JobID, res.Err)
 }
 
-// runStepBegins serves a group of STEP.BEGINs; a begin past its step's
-// attempts fails the job.
+// runStepBegins serves a group of STEP.BEGINs, a statement for the calls
+// of each namespace, whose effects are published there; a begin past its
+// step's attempts fails the job.
 func (e *Engine) runStepBegins(ctx context.Context, calls []records.StepBeginParams) []store.StepBeginOutcome {
-	res, sfx := e.store.StepsBegin(ctx, calls)
-	e.publish(ctx, stepEffects(sfx))
+	res := make([]store.StepBeginOutcome, len(calls))
+	for ns, at := range callsByNamespace(calls, func(c records.StepBeginParams) string { return c.Namespace }) {
+		in := e.in(ns)
+		part, sfx := in.store.StepsBegin(ctx, callsAt(calls, at))
+		for k, i := range at {
+			res[i] = part[k]
+		}
+		in.publish(ctx, stepEffects(sfx))
+	}
 	return res
+}
+
+// callsByNamespace gives the indexes of the calls of each namespace
+// (one namespace, the usual group, costs one map entry).
+func callsByNamespace[C any](calls []C, ns func(C) string) map[string][]int {
+	at := map[string][]int{}
+	for i, c := range calls {
+		at[ns(c)] = append(at[ns(c)], i)
+	}
+	return at
+}
+
+// callsAt is calls at indexes at.
+func callsAt[C any](calls []C, at []int) []C {
+	if len(at) == len(calls) {
+		return calls
+	}
+	out := make([]C, len(at))
+	for k, i := range at {
+		out[k] = calls[i]
+	}
+	return out
 }
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It joins the
@@ -54,6 +92,7 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 	if err := checkStep(p); err != nil {
 		return func(context.Context) error { return err }
 	}
+	p = e.inNamespace(p)
 	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
 	return func(ctx context.Context) error {
 		res, gerr := pending.Wait(ctx)
@@ -64,9 +103,23 @@ func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wai
 	}
 }
 
-// runStepCompletes serves a group of STEP.COMPLETEs: step_completed for
-// each step one completed.
+// runStepCompletes serves a group of STEP.COMPLETEs, a statement for the
+// calls of each namespace: step_completed for each step one completed,
+// published in its namespace.
 func (e *Engine) runStepCompletes(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
+	res := make([]store.StepCompleteResult, len(calls))
+	for ns, at := range callsByNamespace(calls, func(c store.StepCompletion) string { return c.Namespace }) {
+		part := e.in(ns).completeSteps(ctx, callsAt(calls, at))
+		for k, i := range at {
+			res[i] = part[k]
+		}
+	}
+	return res
+}
+
+// completeSteps serves the STEP.COMPLETEs of a group made in e's
+// namespace.
+func (e *Engine) completeSteps(ctx context.Context, calls []store.StepCompletion) []store.StepCompleteResult {
 	var traces []store.AttemptTrace
 	if e.trace != nil {
 		traces = make([]store.AttemptTrace, len(calls))
@@ -95,6 +148,7 @@ func (e *Engine) StepFail(ctx context.Context, p records.StepFailParams) (record
 	if err := checkStep(p.StepParams); err != nil {
 		return records.StepFailResult{}, err
 	}
+	p.StepParams = e.inNamespace(p.StepParams)
 	var res records.StepFailResult
 	t, traced := e.stepTrace(ctx, p.StepParams)
 	err := e.transition(ctx, func() (effects, error) {
@@ -126,6 +180,7 @@ func (e *Engine) StepSleep(ctx context.Context, p records.StepSleepParams) (reco
 	if err := checkStep(p.StepParams); err != nil {
 		return records.StepSleepResult{}, err
 	}
+	p.StepParams = e.inNamespace(p.StepParams)
 	var res records.StepSleepResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})
 	err := e.transition(ctx, func() (effects, error) {

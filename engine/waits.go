@@ -45,6 +45,7 @@ func (e *Engine) StepWait(ctx context.Context, p records.StepWaitParams) (record
 	if p.Signal != "" && !names.Step(p.Signal) {
 		return records.StepWaitResult{}, &records.InvalidNameError{What: "signal name", Rule: names.StepRule}
 	}
+	p.StepParams = e.inNamespace(p.StepParams)
 	p.ResultBudget = e.cfg.MaxParentResults
 	var res records.StepWaitResult
 	traces := e.attemptTraces(ctx, []string{p.JobID})
@@ -65,20 +66,25 @@ func (e *Engine) StepWait(ctx context.Context, p records.StepWaitParams) (record
 	return res, err
 }
 
-// ExpireWaits is the leader's sweep of waits whose deadline passed: each
-// completes with its timeout output and its job is queued, woken. It
-// ends up to limit waits and answers how many.
+// ExpireWaits is the leader's sweep of waits whose deadline passed, in
+// every namespace: each completes with its timeout output and its job is
+// queued, woken, announced in its namespace. It ends up to limit waits
+// and answers how many.
 func (e *Engine) ExpireWaits(ctx context.Context, limit int) (int, error) {
-	woken, sfx, err := e.store.WaitsExpire(ctx, limit)
+	byNS, err := e.store.WaitsExpire(ctx, limit)
 	if err != nil {
 		return 0, err
 	}
-	fx := effects{Effects: records.Effects{Ready: sfx.Ready}}
-	if len(woken) > 0 {
-		fx.AsIs = []AsIs{named("woken", woken...)}
+	n := 0
+	for ns, sfx := range byNS {
+		fx := effects{Effects: records.Effects{Ready: sfx.Ready}}
+		if len(sfx.Moved) > 0 {
+			fx.AsIs = []AsIs{named("woken", sfx.Moved...)}
+		}
+		e.in(ns).publish(ctx, fx)
+		n += len(sfx.Moved)
 	}
-	e.publish(ctx, fx)
-	return len(woken), nil
+	return n, nil
 }
 
 // JobSignals reads a job's first signals, up to limit, in arrival order.

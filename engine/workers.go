@@ -16,12 +16,14 @@ func (e *Engine) ParseRegistration(raw []byte) (records.Worker, []string, error)
 	return w, running, err
 }
 
-// RegisterWorker records w as registered and active. The same worker
+// RegisterWorker records w as registered and active in e's namespace,
+// where it pops and reports. The same worker
 // registering again (a reconnect, a restart) takes its record over and
 // keeps the jobs it holds; held jobs it does not list in running, when it
 // lists them, were lost with an earlier process and go back to their
 // queues. Its pops blocked on any node look again under its capabilities.
 func (e *Engine) RegisterWorker(ctx context.Context, w records.Worker, running []string) error {
+	w.Namespace = e.ns
 	return e.transition(ctx, func() (effects, error) {
 		ended, err := e.store.WorkerRegister(ctx, w, e.Lease(), running)
 		if err != nil {
@@ -89,7 +91,7 @@ func (e *Engine) AppendLog(ctx context.Context, id, worker, channel string, line
 	}
 	// Sent whether or not a subscriber is known: a line is kept and sent
 	// as the worker writes it, not a status someone may not want.
-	e.hub.PublishMessages([]wakeup.Message{{Channel: channel, Payload: string(line)}})
+	e.hub.PublishMessages([]wakeup.Message{{Namespace: e.ns, Channel: channel, Payload: string(line)}})
 	return nil
 }
 

@@ -143,6 +143,9 @@ func (f Room) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
 
 // Schedule is a cron schedule.
 type Schedule struct {
+	// Namespace is the schedule's namespace, where its fires submit jobs;
+	// its Name is unique only there.
+	Namespace  string
 	Name       string
 	Cron       string
 	Timezone   string

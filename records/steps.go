@@ -10,6 +10,9 @@ const MaxSteps = 10000
 
 // StepParams names the step a holder's call is about.
 type StepParams struct {
+	// Namespace is the job's namespace, the caller's (the engine's to
+	// set): its JobID names a job only there.
+	Namespace     string
 	JobID, StepID string
 	WorkerID      string // the calling worker; ignored when Admin
 	Admin         bool

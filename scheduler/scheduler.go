@@ -94,7 +94,7 @@ func planFires(sc records.Schedule, now time.Time) (store.FirePlan, error) {
 
 // record logs and counts what a fire did.
 func (s *Scheduler) record(res store.FireResult, now time.Time) {
-	log := s.cfg.Logger.With().Str("schedule", res.Schedule).Logger()
+	log := s.cfg.Logger.With().Str("namespace", res.Namespace).Str("schedule", res.Schedule).Logger()
 	if res.PlanErr != nil {
 		log.Error().Err(res.PlanErr).Msg("schedule cannot fire and is stopped; fix it with SCHEDULE.UPDATE")
 		return

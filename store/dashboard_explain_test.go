@@ -35,18 +35,20 @@ func dashboardStatements() []explainCase {
 				st.JobChildren(ctx, "j00970021", "", 101)
 				return nil
 			},
-			match: "WHERE after @> ARRAY[$1::text]", index: "jobs_children", maxScanned: 200,
+			match: "WHERE after @> ARRAY[$2::text]", index: "jobs_children", maxScanned: 200,
 		},
 		{
 			// A page of a parent of 10,000 children reads them all through
 			// jobs_children and sorts them: the work of a page grows with
-			// the children, not with the table.
+			// the children, not with the table. (Counted: the 10,000
+			// children, half of them before the cursor, and the other half
+			// read again from the fence to be sorted.)
 			name: "JobChildrenOfAWideFanOutUseJobsChildren",
 			run: func(ctx context.Context, st *store.Store) error {
 				st.JobChildren(ctx, "j00800000", "j00800000-05000", 100)
 				return nil
 			},
-			match: "WHERE after @> ARRAY[$1::text]", index: "jobs_children", maxScanned: 12000,
+			match: "WHERE after @> ARRAY[$2::text]", index: "jobs_children", maxScanned: 15500,
 		},
 		{
 			name: "DashboardChartCountsTheLastHourFromJobsFinished",

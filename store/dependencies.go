@@ -27,14 +27,18 @@ func withParents(jobs []records.NewJob) bool {
 // submitWithParents is JobsSubmit for jobs of which some name parents: one
 // transaction inserts them all, then links each created child to its
 // parents. A batch's error names the index of its job.
+//
+// The jobs are one client's, of one namespace (their own, else s's): their
+// parents are looked for there.
 func (s *Store) submitWithParents(ctx context.Context, jobs []records.NewJob, batch bool) ([]records.SubmitResult, error) {
 	var res []records.SubmitResult
+	ns := cmp.Or(jobs[0].Namespace, s.ns)
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var err error
 		if res, err = insertAll(ctx, tx, jobs, batch); err != nil {
 			return err
 		}
-		return linkParents(ctx, tx, jobs, res, batch)
+		return linkParents(ctx, tx, ns, jobs, res, batch)
 	})
 	if isDeadlock(err) {
 		// Parents locked in id order can still meet a group of reports
@@ -80,7 +84,8 @@ func indexed(batch bool, i int, err error) error {
 	return err
 }
 
-// linkParents gives each job the tx created with an after its parents: a
+// linkParents gives each job the tx created in namespace ns with an after
+// its parents, jobs of ns: a
 // wait for each parent not ended, and its status — pending while any
 // waits, cancelled at once when a parent already failed or was cancelled
 // and the job does not run on a parent's failure. A job re-sent (not
@@ -89,12 +94,12 @@ func indexed(batch bool, i int, err error) error {
 // The parents' rows are locked, in id order, so that a parent ending at
 // the same time either ends first (its status here says so) or waits for
 // this commit and then sees has_children set (its end is marked).
-func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []records.SubmitResult, batch bool) error {
+func linkParents(ctx context.Context, tx pgx.Tx, ns string, jobs []records.NewJob, res []records.SubmitResult, batch bool) error {
 	parents := parentsNamed(jobs, res)
 	if len(parents) == 0 {
 		return nil
 	}
-	status, err := lockParents(ctx, tx, parents)
+	status, err := lockParents(ctx, tx, ns, parents)
 	if err != nil {
 		return err
 	}
@@ -107,7 +112,7 @@ func linkParents(ctx context.Context, tx pgx.Tx, jobs []records.NewJob, res []re
 			}
 		}
 	}
-	return l.send(ctx, tx)
+	return l.send(ctx, tx, ns)
 }
 
 // parentsNamed are the parents the created jobs name, each once, in id
@@ -130,11 +135,13 @@ func parentsNamed(jobs []records.NewJob, res []records.SubmitResult) []string {
 	return parents
 }
 
-// lockParents reads the parents' statuses, locking them against ending
-// meanwhile (they may not be deleted either); a parent missing is absent.
-func lockParents(ctx context.Context, tx pgx.Tx, parents []string) (map[string]string, error) {
+// lockParents reads the statuses of the parents, jobs of namespace ns,
+// locking them against ending meanwhile (they may not be deleted either);
+// a parent missing, or of another namespace, is absent.
+func lockParents(ctx context.Context, tx pgx.Tx, ns string, parents []string) (map[string]string, error) {
 	status := make(map[string]string, len(parents))
-	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE`, parents)
+	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE namespace = $1 AND id = ANY($2::text[]) ORDER BY id FOR NO KEY UPDATE`,
+		ns, parents)
 	if err != nil {
 		return nil, err
 	}
@@ -192,14 +199,14 @@ func (l *links) add(j records.NewJob, status map[string]string, marked map[strin
 	return st, nil
 }
 
-// send writes the links in one round trip.
-func (l *links) send(ctx context.Context, tx pgx.Tx) error {
+// send writes the links, all in namespace ns, in one round trip.
+func (l *links) send(ctx context.Context, tx pgx.Tx, ns string) error {
 	b := &pgx.Batch{}
 	if len(l.unended) > 0 {
-		b.Queue(`UPDATE jobs SET has_children = true WHERE id = ANY($1::text[]) AND NOT has_children`, l.unended)
+		b.Queue(`UPDATE jobs SET has_children = true WHERE namespace = $1 AND id = ANY($2::text[]) AND NOT has_children`, ns, l.unended)
 		// job_waits_pkey takes the rows in one probe each.
-		b.Queue(`INSERT INTO job_waits (parent_id, child_id) SELECT * FROM unnest($1::text[], $2::text[])
-			ON CONFLICT DO NOTHING`, l.waitParent, l.waitChild)
+		b.Queue(`INSERT INTO job_waits (namespace, parent_id, child_id) SELECT $1, * FROM unnest($2::text[], $3::text[])
+			ON CONFLICT DO NOTHING`, ns, l.waitParent, l.waitChild)
 	}
 	// Child rows by their key (jobs_pkey).
 	b.Queue(`
@@ -212,7 +219,7 @@ func (l *links) send(ctx context.Context, tx pgx.Tx) error {
 			updated_at = now()
 		FROM unnest($2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[])
 			AS c(id, first, last, mode, status, error, cause)
-		WHERE j.id = c.id`, l.afterAll, l.kids, l.first, l.last, l.modes, l.kidStatus, l.kidError, l.kidCause)
+		WHERE j.namespace = $9 AND j.id = c.id`, l.afterAll, l.kids, l.first, l.last, l.modes, l.kidStatus, l.kidError, l.kidCause, ns)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -224,16 +231,18 @@ func parentEndedText(parent, status string) string {
 // Released is a pending job made claimable, queued or scheduled, or an
 // awaiting one woken (Woken) by its last awaited job's end.
 type Released struct {
+	Namespace         string
 	ID, Queue, Status string
 	Requires          []string
 	RunAt             time.Time
 	Woken             bool
 }
 
-// Settled is what settling dependencies did: jobs released, jobs
-// cancelled because of a parent (each in the queue named), and whether
-// marks were left for another round.
+// Settled is what settling dependencies did, in one namespace: jobs
+// released, jobs cancelled because of a parent (each in the queue named),
+// and whether marks were left for another round.
 type Settled struct {
+	Namespace string
 	Released  []Released
 	Cancelled []records.JobState
 	More      bool
@@ -252,9 +261,12 @@ type check struct {
 }
 
 // DependenciesSettle looks at the marks of dependency_checks: those of the
-// jobs named, or, with ids nil, the oldest up to limit (the leader's
-// sweep, for marks left by a crash or by a path that does not settle at
-// once). Marks another caller holds are skipped. For each parent that
+// jobs named, jobs of s's namespace, or, with ids nil, the oldest up to
+// limit of the namespace of the oldest mark (the leader's sweep, for marks
+// left by a crash or by a path that does not settle at once: a round
+// settles one namespace, the one Settled names, and the next ones the
+// others). A parent is settled in its own namespace: only the children
+// that named it there wait for it. Marks another caller holds are skipped. For each parent that
 // ended it deletes the waits for it, cancels the children that it ending
 // failed or cancelled cancels, and marks the others; then, in a second
 // transaction that sees the first committed, it releases every marked
@@ -265,6 +277,7 @@ type check struct {
 func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int) (Settled, error) {
 	var out Settled
 	var toRelease []int64
+	ns := s.ns
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		out, toRelease = Settled{}, nil
 		var rows pgx.Rows
@@ -272,12 +285,21 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 		if ids != nil {
 			// dependency_checks_job finds a job's marks.
 			rows, err = tx.Query(ctx, `
-				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id
-				WHERE c.job_id = ANY($1::text[]) LIMIT $2 FOR UPDATE OF c SKIP LOCKED`, ids, limit)
+				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c
+				LEFT JOIN jobs j ON j.namespace = c.namespace AND j.id = c.job_id
+				WHERE c.namespace = $1 AND c.job_id = ANY($2::text[]) LIMIT $3 FOR UPDATE OF c SKIP LOCKED`, ns, ids, limit)
 		} else {
+			// The oldest mark by the primary key names the namespace.
+			if err := tx.QueryRow(ctx, `SELECT namespace FROM dependency_checks ORDER BY id LIMIT 1`).Scan(&ns); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			}
 			rows, err = tx.Query(ctx, `
-				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id
-				ORDER BY c.id LIMIT $1 FOR UPDATE OF c SKIP LOCKED`, limit)
+				SELECT c.id, c.job_id, coalesce(j.status, '') FROM dependency_checks c
+				LEFT JOIN jobs j ON j.namespace = c.namespace AND j.id = c.job_id
+				WHERE c.namespace = $1 ORDER BY c.id LIMIT $2 FOR UPDATE OF c SKIP LOCKED`, ns, limit)
 		}
 		if err != nil {
 			return err
@@ -307,7 +329,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 			}
 		}
 		if len(endedIDs) > 0 {
-			more, released, cancelled, err := settleEnded(ctx, tx, ended, endedIDs)
+			more, released, cancelled, err := settleEnded(ctx, tx, ns, ended, endedIDs)
 			if err != nil {
 				return err
 			}
@@ -328,25 +350,26 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 		}
 		return err
 	})
+	out.Namespace = ns
 	if err != nil || len(toRelease) == 0 {
 		return out, interpretError(err)
 	}
-	released, err := s.releaseChecked(ctx, toRelease)
+	released, err := s.releaseChecked(ctx, ns, toRelease)
 	out.Released = released
 	return out, interpretError(err)
 }
 
-// settleEnded deletes the waits for the ended parents (up to
-// maxSettleWaits), cancels the children a failed or cancelled parent
-// cancels, and marks the other children to be released; it answers the
-// marks' ids and whether waits were left.
-func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []string) (more bool, marks []int64, cancelled []records.JobState, err error) {
-	// job_waits_pkey: the parent's waits, by the key's first column.
+// settleEnded deletes the waits for the ended parents, jobs of namespace
+// ns (up to maxSettleWaits), cancels the children a failed or cancelled
+// parent cancels, and marks the other children to be released; it answers
+// the marks' ids and whether waits were left.
+func settleEnded(ctx context.Context, tx pgx.Tx, ns string, ended map[string]string, ids []string) (more bool, marks []int64, cancelled []records.JobState, err error) {
+	// job_waits_pkey: the parent's waits, by the key's first columns.
 	rows, err := tx.Query(ctx, `
 		DELETE FROM job_waits w USING (
-			SELECT parent_id, child_id FROM job_waits WHERE parent_id = ANY($1::text[]) LIMIT $2) s
-		WHERE w.parent_id = s.parent_id AND w.child_id = s.child_id
-		RETURNING w.parent_id, w.child_id`, ids, maxSettleWaits)
+			SELECT parent_id, child_id FROM job_waits WHERE namespace = $1 AND parent_id = ANY($2::text[]) LIMIT $3) s
+		WHERE w.namespace = $1 AND w.parent_id = s.parent_id AND w.child_id = s.child_id
+		RETURNING w.parent_id, w.child_id`, ns, ids, maxSettleWaits)
 	if err != nil {
 		return false, nil, nil, err
 	}
@@ -371,7 +394,7 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 		}
 	}
 	if len(failKids) > 0 {
-		if cancelled, err = cancelDescendants(ctx, tx, failKids, failTexts, failCauses); err != nil {
+		if cancelled, err = cancelDescendants(ctx, tx, ns, failKids, failTexts, failCauses); err != nil {
 			return false, nil, nil, err
 		}
 	}
@@ -389,7 +412,7 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 	if len(kids) == 0 {
 		return more, nil, cancelled, nil
 	}
-	rows, err = tx.Query(ctx, `INSERT INTO dependency_checks (job_id) SELECT unnest($1::text[]) RETURNING id`, kids)
+	rows, err = tx.Query(ctx, `INSERT INTO dependency_checks (namespace, job_id) SELECT $1, unnest($2::text[]) RETURNING id`, ns, kids)
 	if err != nil {
 		return false, nil, nil, err
 	}
@@ -402,32 +425,33 @@ func settleEnded(ctx context.Context, tx pgx.Tx, ended map[string]string, ids []
 // released now, it takes its place among jobs of its priority by the
 // release time. An awaiting job no wait is left for (STEP.WAIT JOBS) is
 // woken likewise: its wait completes, its output read by the next
-// delivery's call. The deletion and the release commit together.
-func (s *Store) releaseChecked(ctx context.Context, marks []int64) ([]Released, error) {
+// delivery's call. The deletion and the release commit together. The
+// marks are of namespace ns.
+func (s *Store) releaseChecked(ctx context.Context, ns string, marks []int64) ([]Released, error) {
 	rows, err := s.Pool.Query(ctx, `
 		WITH d AS (
-			DELETE FROM dependency_checks WHERE id = ANY($1::bigint[]) RETURNING job_id
+			DELETE FROM dependency_checks WHERE id = ANY($2::bigint[]) AND namespace = $1 RETURNING job_id
 		), w AS (
 			-- job_steps_awaiting: the job's open wait, if it waits for jobs.
 			UPDATE job_steps s SET status = 'completed', completed_at = now()
 			FROM jobs j
-			WHERE s.job_id IN (SELECT job_id FROM d) AND s.status = 'awaiting' AND s.wait_jobs IS NOT NULL
-			  AND j.id = s.job_id AND j.status = 'awaiting'
-			  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = s.job_id)
+			WHERE s.namespace = $1 AND s.job_id IN (SELECT job_id FROM d) AND s.status = 'awaiting' AND s.wait_jobs IS NOT NULL
+			  AND j.namespace = $1 AND j.id = s.job_id AND j.status = 'awaiting'
+			  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.namespace = $1 AND w.child_id = s.job_id)
 			RETURNING s.job_id
 		)
 		UPDATE jobs j SET status = CASE WHEN j.run_at > now() AND j.status = 'pending' THEN 'scheduled' ELSE 'queued' END,
 			run_at = CASE WHEN j.status = 'pending' THEN greatest(j.run_at, now()) ELSE now() END, updated_at = now()
-		WHERE j.id IN (SELECT job_id FROM d)
+		WHERE j.namespace = $1 AND j.id IN (SELECT job_id FROM d)
 		  AND (j.status = 'pending' OR j.id IN (SELECT job_id FROM w))
 		  -- job_waits_child: one probe.
-		  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
-		RETURNING j.id, j.queue, j.status, j.requires, j.run_at, j.id IN (SELECT job_id FROM w)`, marks)
+		  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.namespace = $1 AND w.child_id = j.id)
+		RETURNING j.id, j.queue, j.status, j.requires, j.run_at, j.id IN (SELECT job_id FROM w)`, ns, marks)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Released, error) {
-		var j Released
+		j := Released{Namespace: ns}
 		return j, r.Scan(&j.ID, &j.Queue, &j.Status, &j.Requires, &j.RunAt, &j.Woken)
 	})
 }
@@ -449,7 +473,7 @@ func ReleasedNotes(rel []Released) []records.ReadyNote {
 func (s *Store) PendingParents(ctx context.Context, id string) (int, error) {
 	var n int
 	// job_waits_child.
-	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_waits WHERE child_id = $1`, id).Scan(&n)
+	err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM job_waits WHERE namespace = $1 AND child_id = $2`, s.ns, id).Scan(&n)
 	return n, interpretError(err)
 }
 
@@ -464,15 +488,19 @@ func (s *Store) JobChildren(ctx context.Context, id, cursor string, limit int) (
 	// reading them all and sorting them (a GIN index keeps no order). The
 	// fence keeps the planner from walking jobs_pkey in id order instead,
 	// which it would guess cheaper from after's missing statistics and
-	// which reads the whole table for a job with few children.
+	// which reads the whole table for a job with few children. The GIN
+	// index cannot lead with the namespace: it is filtered beside it, so
+	// that a job of another namespace naming the same id is no child —
+	// past the fence, or the planner would AND the children with every
+	// entry of jobs_pkey in the namespace past the cursor.
 	rows, err := s.Pool.Query(ctx, `
 		WITH c AS MATERIALIZED (
-			SELECT id, queue, status, attempt, worker_id FROM jobs
-			WHERE after @> ARRAY[$1::text] AND after IS NOT NULL AND id > $2
+			SELECT namespace, id, queue, status, attempt, worker_id FROM jobs
+			WHERE after @> ARRAY[$2::text] AND after IS NOT NULL AND id > $3
 		)
 		SELECT k.id, k.queue, k.status, k.attempt, k.worker_id
-		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c ORDER BY c.id LIMIT $3) k ON true
-		WHERE p.id = $1`, id, cursor, limit)
+		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c WHERE c.namespace = $1 ORDER BY c.id LIMIT $4) k ON true
+		WHERE p.namespace = $1 AND p.id = $2`, s.ns, id, cursor, limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -540,16 +568,16 @@ func (s *Store) submitEachWithParents(ctx context.Context, jobs []records.NewJob
 	return results, errs, notes
 }
 
-// JobParentsOf reads the parents named for a delivery: their statuses,
-// and their results while the results' total is within budget bytes;
-// truncated when it is not (statuses only). Parents deleted since are
-// left out.
-func (s *Store) JobParentsOf(ctx context.Context, after []string, budget int64) (map[string]records.ParentState, bool, error) {
+// JobParentsOf reads the parents named for a delivery of a job of
+// namespace ns, jobs of ns: their statuses, and their results while the
+// results' total is within budget bytes; truncated when it is not
+// (statuses only). Parents deleted since are left out.
+func (s *Store) JobParentsOf(ctx context.Context, ns string, after []string, budget int64) (map[string]records.ParentState, bool, error) {
 	// jobs_pkey, one probe a parent.
 	rows, err := s.Pool.Query(ctx, `
-		WITH p AS (SELECT id, status, result FROM jobs WHERE id = ANY($1::text[])),
+		WITH p AS (SELECT id, status, result FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])),
 		t AS (SELECT coalesce(sum(octet_length(result::text)), 0) AS total FROM p)
-		SELECT p.id, p.status, CASE WHEN t.total <= $2 THEN p.result END, t.total > $2 FROM p, t`, after, budget)
+		SELECT p.id, p.status, CASE WHEN t.total <= $3 THEN p.result END, t.total > $3 FROM p, t`, ns, after, budget)
 	if err != nil {
 		return nil, false, interpretError(err)
 	}
@@ -582,9 +610,9 @@ func (s *Store) JobParentsPage(ctx context.Context, id, cursor string, limit int
 	// The child by jobs_pkey, each parent likewise.
 	rows, err := s.Pool.Query(ctx, `
 		SELECT j.id, j.status, j.result
-		FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS p(id) JOIN jobs j ON j.id = p.id
-		WHERE c.id = $1 AND p.id > $2
-		ORDER BY p.id LIMIT $3`, id, cursor, limit)
+		FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS p(id) JOIN jobs j ON j.namespace = c.namespace AND j.id = p.id
+		WHERE c.namespace = $1 AND c.id = $2 AND p.id > $3
+		ORDER BY p.id LIMIT $4`, s.ns, id, cursor, limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -601,15 +629,15 @@ func (s *Store) JobParentsPage(ctx context.Context, id, cursor string, limit int
 // jobs its end cancelled, and theirs down the graph, are restored by a
 // walk (graph_walks) marked here and carried on after the commit. It
 // answers whether the job itself waits.
-func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, err error) {
-	if err := waitAgain(ctx, tx, []string{id}, true); err != nil {
+func retryInGraph(ctx context.Context, tx pgx.Tx, ns, id string) (pending bool, err error) {
+	if err := waitAgain(ctx, tx, ns, []string{id}, true); err != nil {
 		return false, err
 	}
 	b := &pgx.Batch{}
 	// job_waits_child: one probe.
 	b.Queue(`UPDATE jobs j SET status = 'pending'
-		WHERE j.id = $1 AND EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = j.id)
-		RETURNING true`, id).QueryRow(func(r pgx.Row) error {
+		WHERE j.namespace = $1 AND j.id = $2 AND EXISTS (SELECT 1 FROM job_waits w WHERE w.namespace = $1 AND w.child_id = j.id)
+		RETURNING true`, ns, id).QueryRow(func(r pgx.Row) error {
 		err := r.Scan(&pending)
 		if err == pgx.ErrNoRows {
 			return nil
@@ -617,7 +645,8 @@ func retryInGraph(ctx context.Context, tx pgx.Tx, id string) (pending bool, err 
 		return err
 	})
 	// jobs_cancelled_by: is anything to restore?
-	b.Queue(`INSERT INTO graph_walks (job_id, kind)
-		SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM jobs WHERE cancelled_by = $1 AND status = 'cancelled')`, id, WalkRestore)
+	b.Queue(`INSERT INTO graph_walks (namespace, job_id, kind)
+		SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM jobs WHERE namespace = $1 AND cancelled_by = $2 AND status = 'cancelled')`,
+		ns, id, WalkRestore)
 	return pending, tx.SendBatch(ctx, b).Close()
 }

@@ -163,7 +163,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 					{StepParams: records.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
 				return nil
 			},
-			match: "ORDER BY job_id, step_id, ord", index: "jobs_pkey", maxScanned: 10,
+			match: "ORDER BY namespace, job_id, step_id, ord", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
 			// A group of step begins locks each job through its key and
@@ -176,7 +176,7 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 					{StepParams: records.StepParams{JobID: "j00999998", StepID: "s1", WorkerID: "worker-2"}}})
 				return nil
 			},
-			match: "AS u(job_id, step_id, worker, delivery, input, max_attempts", index: "jobs_pkey", maxScanned: 10,
+			match: "AS u(namespace, job_id, step_id, worker, delivery, input, max_attempts", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
 			// Found by its key, or among the worker's running jobs (about
@@ -798,7 +798,7 @@ func dependencyStatements() []explainCase {
 	}
 	return []explainCase{
 		{name: "SettlingFindsTheMarksOfItsJobsThroughDependencyChecksJob", run: settle,
-			match: "WHERE c.job_id = ANY", index: "dependency_checks_job", maxScanned: 20},
+			match: "AND c.job_id = ANY", index: "dependency_checks_job", maxScanned: 20},
 		{name: "SettlingAParentDeletesItsWaitsThroughTheKey", run: settle,
 			match: "DELETE FROM job_waits w USING", index: "job_waits_pkey", maxScanned: 100},
 		{name: "ReleasingAChildProbesJobWaitsChild", run: settle,

@@ -10,8 +10,9 @@ import (
 // descendants, nearest first (the dashboard draws them). Each side is a
 // walk that meets each job once (UNION), through jobs_pkey upwards and
 // jobs_children downwards, and stops once it has limit+1 jobs: a graph of
-// any size costs what its first few hundred jobs cost. ErrNotFound when
-// job id does not exist.
+// any size costs what its first few hundred jobs cost. The graph is s's
+// namespace's (jobs_children filtered by it). ErrNotFound when job id does
+// not exist there.
 func (s *Store) JobGraph(ctx context.Context, id string, limit int) (records.JobGraph, error) {
 	var g records.JobGraph
 	if !storable(id) {
@@ -19,22 +20,26 @@ func (s *Store) JobGraph(ctx context.Context, id string, limit int) (records.Job
 	}
 	rows, err := s.Pool.Query(ctx, `
 		WITH RECURSIVE up(id) AS (
-			SELECT unnest(after) FROM jobs WHERE id = $1
+			SELECT unnest(after) FROM jobs WHERE namespace = $1 AND id = $2
 			UNION
-			SELECT unnest(j.after) FROM up JOIN jobs j ON j.id = up.id
+			SELECT unnest(j.after) FROM up JOIN jobs j ON j.namespace = $1 AND j.id = up.id
 		), down(id) AS (
-			SELECT $1::text
+			SELECT $2::text
 			UNION
-			SELECT c.id FROM down d JOIN jobs c ON c.after @> ARRAY[d.id] AND c.after IS NOT NULL
+			-- jobs_children, the namespace filtered past the fence (as
+			-- childrenOf does).
+			SELECT c.id FROM down d CROSS JOIN LATERAL (
+				SELECT c.namespace, c.id FROM jobs c WHERE c.after @> ARRAY[d.id] AND c.after IS NOT NULL OFFSET 0) c
+			WHERE c.namespace = $1
 		), side AS (
-			SELECT id, -1 AS dir, row_number() OVER () AS n FROM (SELECT id FROM up LIMIT $2 + 1) u
+			SELECT id, -1 AS dir, row_number() OVER () AS n FROM (SELECT id FROM up LIMIT $3 + 1) u
 			UNION ALL
-			SELECT id, 1, row_number() OVER () FROM (SELECT id FROM down OFFSET 1 LIMIT $2 + 1) d
+			SELECT id, 1, row_number() OVER () FROM (SELECT id FROM down OFFSET 1 LIMIT $3 + 1) d
 		)
-		SELECT id, queue, status, after, 0 FROM jobs WHERE id = $1
+		SELECT id, queue, status, after, 0 FROM jobs WHERE namespace = $1 AND id = $2
 		UNION ALL
 		(SELECT side.id, coalesce(j.queue, ''), coalesce(j.status, ''), j.after, side.dir
-		 FROM side LEFT JOIN jobs j ON j.id = side.id ORDER BY side.dir, side.n)`, id, limit)
+		 FROM side LEFT JOIN jobs j ON j.namespace = $1 AND j.id = side.id ORDER BY side.dir, side.n)`, s.ns, id, limit)
 	if err != nil {
 		return g, interpretError(err)
 	}

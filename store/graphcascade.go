@@ -13,55 +13,59 @@ import (
 // status added among the unfinished ones that holds no worker belongs here.
 const waitingStatuses = `'pending', 'queued', 'scheduled', 'retrying', 'awaiting'`
 
-// childrenOf is the lateral step from a job (col) to its children, one
-// probe of jobs_children a job; OFFSET 0 keeps it a nested loop over that
-// index. probe says whether a child's own children are to be looked for:
+// childrenOf is the lateral step from a job (col) to its children, jobs of
+// the namespace $1, one probe of jobs_children a job; OFFSET 0 keeps it a
+// nested loop over that index. A GIN index cannot lead with the
+// namespace: it is filtered past the fence, so that no plan ANDs the
+// probe with the namespace's whole share of jobs_pkey. probe says whether a child's own children are to be looked for:
 // a job not ended that has any has has_children set (its children were
 // linked while it waited or ran), but a job that ended may have children
 // submitted since, unmarked.
 func childrenOf(col string) string {
 	return `CROSS JOIN LATERAL (
-		SELECT c.id, c.has_children OR c.status IN ('completed', 'failed', 'cancelled') AS probe
-		FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) k`
+		SELECT * FROM (
+			SELECT c.namespace, c.id, c.has_children OR c.status IN ('completed', 'failed', 'cancelled') AS probe
+			FROM jobs c WHERE c.after @> ARRAY[` + col + `] AND c.after IS NOT NULL OFFSET 0) c
+		WHERE c.namespace = $1) k`
 }
 
-// cascadeWalkSQL finds every job after the jobs $1, down the graph,
-// whatever its status (an ended job's children may not have ended), each
-// once, up to $2.
+// cascadeWalkSQL finds every job of namespace $1 after the jobs $2, down
+// the graph, whatever its status (an ended job's children may not have
+// ended), each once, up to $3.
 var cascadeWalkSQL = `
 	WITH RECURSIVE r(id, probe) AS (
-		SELECT k.id, k.probe FROM unnest($1::text[]) AS m(id) ` + childrenOf("m.id") + `
+		SELECT k.id, k.probe FROM unnest($2::text[]) AS m(id) ` + childrenOf("m.id") + `
 	  UNION
 		SELECT k.id, k.probe FROM r ` + childrenOf("r.id") + ` WHERE r.probe
 	)
-	SELECT id FROM r LIMIT $2`
+	SELECT id FROM r LIMIT $3`
 
-// cascadeFrontierSQL names the jobs of $1 with a child outside $1: where
+// cascadeFrontierSQL names the jobs of $2 with a child outside $2: where
 // a walk cut at its bound goes on.
 var cascadeFrontierSQL = `
-	SELECT DISTINCT w.id FROM unnest($1::text[]) AS w(id) ` + childrenOf("w.id") + `
-	LEFT JOIN unnest($1::text[]) AS f(id) ON f.id = k.id
+	SELECT DISTINCT w.id FROM unnest($2::text[]) AS w(id) ` + childrenOf("w.id") + `
+	LEFT JOIN unnest($2::text[]) AS f(id) ON f.id = k.id
 	WHERE f.id IS NULL`
 
 // cascadeCancelSQL cancels the jobs found that no worker holds (by key,
 // jobs_pkey); the trigger marks those that are parents.
 var cascadeCancelSQL = `
 	UPDATE jobs j SET status = 'cancelled', finished_at = now(), ` + clearRunning + `, updated_at = now()
-	FROM unnest($1::text[]) AS d(id)
-	WHERE j.id = d.id AND j.status IN (` + waitingStatuses + `)
+	FROM unnest($2::text[]) AS d(id)
+	WHERE j.namespace = $1 AND j.id = d.id AND j.status IN (` + waitingStatuses + `)
 	RETURNING j.id, j.queue, j.attempt`
 
 // cascadeAskSQL asks the workers holding the running jobs found to stop,
 // as JOB.CANCEL does; their heartbeats and reports tell them.
 const cascadeAskSQL = `
 	UPDATE jobs j SET cancel_requested = true, updated_at = now()
-	FROM unnest($1::text[]) AS d(id)
-	WHERE j.id = d.id AND j.status = 'running' AND NOT j.cancel_requested
+	FROM unnest($2::text[]) AS d(id)
+	WHERE j.namespace = $1 AND j.id = d.id AND j.status = 'running' AND NOT j.cancel_requested
 	RETURNING j.id`
 
-// cascadeBatch cancels, down the graph from the marks' jobs, every job
-// not ended, up to maxCascade jobs walked.
-func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) {
+// cascadeBatch cancels, down the graph from the marks' jobs, jobs of
+// namespace ns, every job not ended, up to maxCascade jobs walked.
+func cascadeBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walked, error) {
 	var out Walked
 	from := make([]string, 0, len(marks))
 	for _, m := range marks {
@@ -70,7 +74,7 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 		}
 	}
 	// One more than the bound: whether the walk was cut.
-	rows, err := tx.Query(ctx, cascadeWalkSQL, from, maxCascade+1)
+	rows, err := tx.Query(ctx, cascadeWalkSQL, ns, from, maxCascade+1)
 	if err != nil {
 		return out, err
 	}
@@ -81,19 +85,19 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	cut := len(found) > maxCascade
 	found = found[:min(len(found), maxCascade)]
 	b := &pgx.Batch{}
-	b.Queue(cascadeCancelSQL, found).Query(func(rows pgx.Rows) error {
+	b.Queue(cascadeCancelSQL, ns, found).Query(func(rows pgx.Rows) error {
 		out.Cancelled, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (records.JobState, error) {
-			j := records.JobState{Status: records.StatusCancelled}
+			j := records.JobState{Namespace: ns, Status: records.StatusCancelled}
 			return j, r.Scan(&j.ID, &j.Queue, &j.Attempt)
 		})
 		return err
 	})
-	b.Queue(cascadeAskSQL, found).Query(func(rows pgx.Rows) error {
+	b.Queue(cascadeAskSQL, ns, found).Query(func(rows pgx.Rows) error {
 		out.Asked, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
 	if cut {
-		b.Queue(cascadeFrontierSQL, append(from, found...)).Query(func(rows pgx.Rows) error {
+		b.Queue(cascadeFrontierSQL, ns, append(from, found...)).Query(func(rows pgx.Rows) error {
 			out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			return err
 		})
@@ -113,8 +117,8 @@ func cascadeBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	// that waited were cancelled with them: nothing is left to settle.
 	// job_waits_pkey and dependency_checks_job, a probe a job.
 	b = &pgx.Batch{}
-	b.Queue(`DELETE FROM job_waits w USING unnest($1::text[]) AS d(id) WHERE w.parent_id = d.id`, ended)
-	b.Queue(`DELETE FROM dependency_checks c USING unnest($1::text[]) AS d(id) WHERE c.job_id = d.id`, ended)
+	b.Queue(`DELETE FROM job_waits w USING unnest($2::text[]) AS d(id) WHERE w.namespace = $1 AND w.parent_id = d.id`, ns, ended)
+	b.Queue(`DELETE FROM dependency_checks c USING unnest($2::text[]) AS d(id) WHERE c.namespace = $1 AND c.job_id = d.id`, ns, ended)
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
@@ -138,7 +142,7 @@ func (s *Store) JobCancelCascade(ctx context.Context, id string, limit int) (rec
 		if fx, err = cancelIn(ctx, tx, s.ns, id, true); err != nil {
 			return err
 		}
-		w, err = walkIn(ctx, tx, WalkCascade, []string{id}, limit)
+		w, err = walkIn(ctx, tx, s.ns, WalkCascade, []string{id}, limit)
 		return err
 	})
 	if err != nil {

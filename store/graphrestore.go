@@ -8,32 +8,33 @@ import (
 	"github.com/agq/agq/records"
 )
 
-// restoreWalkSQL finds the jobs cancelled because of the jobs $1, and down
-// the graph those cancelled because of them, up to $2: one probe of
-// jobs_cancelled_by a job reached. OFFSET 0 keeps the step a nested loop
-// over that index.
+// restoreWalkSQL finds the jobs of namespace $1 cancelled because of the
+// jobs $2, and down the graph those cancelled because of them, up to $3:
+// one probe of jobs_cancelled_by a job reached. OFFSET 0 keeps the step a
+// nested loop over that index.
 const restoreWalkSQL = `
 	WITH RECURSIVE r(id) AS (
-		SELECT c.id FROM jobs c WHERE c.cancelled_by = ANY($1::text[]) AND c.status = 'cancelled'
+		SELECT c.id FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) AND c.status = 'cancelled'
 	  UNION
 		SELECT k.id FROM r CROSS JOIN LATERAL (
-			SELECT c.id FROM jobs c WHERE c.cancelled_by = r.id AND c.status = 'cancelled' OFFSET 0) k
+			SELECT c.id FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = r.id AND c.status = 'cancelled' OFFSET 0) k
 	)
-	SELECT id FROM r LIMIT $2`
+	SELECT id FROM r LIMIT $3`
 
 // restoreSQL makes the jobs found pending again, with fresh attempts, by
 // key (jobs_pkey).
 const restoreSQL = `
 	UPDATE jobs j SET status = 'pending', finished_at = NULL, cancelled_by = NULL, attempt = 0,
 		worker_id = NULL, cancel_requested = false, updated_at = now()
-	FROM unnest($1::text[]) AS d(id)
-	WHERE j.id = d.id AND j.status = 'cancelled'
+	FROM unnest($2::text[]) AS d(id)
+	WHERE j.namespace = $1 AND j.id = d.id AND j.status = 'cancelled'
 	RETURNING j.id`
 
-// restoreBatch restores, down the graph from the marks' jobs, the jobs
-// cancelled because of them. A mark whose job failed or was cancelled
-// again meanwhile restores nothing: what it cancelled stays cancelled.
-func restoreBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) {
+// restoreBatch restores, down the graph from the marks' jobs, jobs of
+// namespace ns, the jobs cancelled because of them. A mark whose job
+// failed or was cancelled again meanwhile restores nothing: what it
+// cancelled stays cancelled.
+func restoreBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walked, error) {
 	var out Walked
 	var from []string
 	resumed := false
@@ -46,7 +47,7 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	if len(from) == 0 {
 		return out, nil
 	}
-	rows, err := tx.Query(ctx, restoreWalkSQL, from, maxCascade)
+	rows, err := tx.Query(ctx, restoreWalkSQL, ns, from, maxCascade)
 	if err != nil {
 		return out, err
 	}
@@ -54,7 +55,7 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	if err != nil || len(found) == 0 {
 		return out, err
 	}
-	if rows, err = tx.Query(ctx, restoreSQL, found); err != nil {
+	if rows, err = tx.Query(ctx, restoreSQL, ns, found); err != nil {
 		return out, err
 	}
 	if out.Restored, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
@@ -62,55 +63,60 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, marks []mark) (Walked, error) 
 	}
 	// A job restored by an earlier batch of this walk may be a pending
 	// child of one restored now: only then are children looked for.
-	if err := waitAgain(ctx, tx, out.Restored, resumed); err != nil {
+	if err := waitAgain(ctx, tx, ns, out.Restored, resumed); err != nil {
 		return out, err
 	}
 	b := &pgx.Batch{}
 	// Where the walk stopped: jobs reached (or marked) of which some job
 	// cancelled because of them is left (jobs_cancelled_by).
-	b.Queue(`SELECT DISTINCT c.cancelled_by FROM unnest($1::text[]) AS w(id)
-		JOIN jobs c ON c.cancelled_by = w.id AND c.status = 'cancelled'`,
-		append(from, out.Restored...)).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT DISTINCT c.cancelled_by FROM unnest($2::text[]) AS w(id)
+		JOIN jobs c ON c.namespace = $1 AND c.cancelled_by = w.id AND c.status = 'cancelled'`,
+		ns, append(from, out.Restored...)).Query(func(rows pgx.Rows) error {
 		out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
 	// Restored jobs no parent holds (theirs completed meanwhile) are
 	// marked, to be released once committed (job_waits_child).
-	b.Queue(`INSERT INTO dependency_checks (job_id)
-		SELECT d.id FROM unnest($1::text[]) AS d(id) WHERE NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.child_id = d.id)
-		RETURNING job_id`, out.Restored).Query(func(rows pgx.Rows) error {
+	b.Queue(`INSERT INTO dependency_checks (namespace, job_id)
+		SELECT $1, d.id FROM unnest($2::text[]) AS d(id)
+		WHERE NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.namespace = $1 AND w.child_id = d.id)
+		RETURNING job_id`, ns, out.Restored).Query(func(rows pgx.Rows) error {
 		out.Check, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
-// waitAgain makes the jobs of waiting, back from an end, wait again for
-// each of their parents not ended, and, with children, their pending
-// children wait for them. The parents are locked first, in id order as a
-// submission locks them, so that a parent's end either comes first or sees
-// has_children.
-func waitAgain(ctx context.Context, tx pgx.Tx, waiting []string, children bool) error {
+// waitAgain makes the jobs of waiting, jobs of namespace ns back from an
+// end, wait again for each of their parents not ended, and, with
+// children, their pending children wait for them. The parents are locked
+// first, in id order as a submission locks them, so that a parent's end
+// either comes first or sees has_children.
+func waitAgain(ctx context.Context, tx pgx.Tx, ns string, waiting []string, children bool) error {
 	b := &pgx.Batch{}
 	// The jobs by jobs_pkey, their parents likewise; the list joined as a
 	// set, not searched for each row.
-	b.Queue(`SELECT p.id FROM unnest($1::text[]) AS w(id) JOIN jobs c ON c.id = w.id
-		CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
-		ORDER BY p.id FOR NO KEY UPDATE OF p`, waiting)
+	b.Queue(`SELECT p.id FROM unnest($2::text[]) AS w(id) JOIN jobs c ON c.namespace = $1 AND c.id = w.id
+		CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.namespace = $1 AND p.id = a.id
+		ORDER BY p.id FOR NO KEY UPDATE OF p`, ns, waiting)
 	b.Queue(`
 		WITH ins AS (
-			INSERT INTO job_waits (parent_id, child_id)
-			SELECT p.id, c.id FROM unnest($1::text[]) AS w(id) JOIN jobs c ON c.id = w.id
-				CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.id = a.id
+			INSERT INTO job_waits (namespace, parent_id, child_id)
+			SELECT $1, p.id, c.id FROM unnest($2::text[]) AS w(id) JOIN jobs c ON c.namespace = $1 AND c.id = w.id
+				CROSS JOIN LATERAL unnest(c.after) AS a(id) JOIN jobs p ON p.namespace = $1 AND p.id = a.id
 			WHERE p.status NOT IN ('completed', 'failed', 'cancelled')
 			UNION
-			-- The children through jobs_children: a probe a job.
-			SELECT w.id, k.id FROM unnest($1::text[]) AS w(id) CROSS JOIN LATERAL (
-				SELECT c.id FROM jobs c WHERE $2 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL AND c.status = 'pending'
+			-- The children through jobs_children, a probe a job, the
+			-- namespace filtered past the fence (as childrenOf does).
+			SELECT $1, w.id, k.id FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
+				SELECT c.namespace, c.id FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL
+				  AND c.status = 'pending'
 				OFFSET 0) k
+			WHERE k.namespace = $1
 			ON CONFLICT DO NOTHING
 			RETURNING parent_id
 		)
-		UPDATE jobs SET has_children = true WHERE id IN (SELECT parent_id FROM ins) AND NOT has_children`, waiting, children)
+		UPDATE jobs SET has_children = true WHERE namespace = $1 AND id IN (SELECT parent_id FROM ins) AND NOT has_children`,
+		ns, waiting, children)
 	return tx.SendBatch(ctx, b).Close()
 }

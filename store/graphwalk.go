@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,6 +39,8 @@ type Walked struct {
 	// on; More, whether any mark it may not have seen is left.
 	Next []string
 	More bool
+	// Namespace is where the batch walked: every job it names is there.
+	Namespace string
 }
 
 // mark is one row of graph_walks with its job's status ("" when the job
@@ -49,14 +52,16 @@ type mark struct {
 	resumed bool
 }
 
-// takeMarks locks marks of kind, those of the jobs named or, with ids
-// nil, the oldest, up to limit; marks another walker holds are skipped.
-func takeMarks(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int) ([]mark, error) {
+// takeMarks locks marks of kind in namespace ns, those of the jobs named
+// or, with ids nil, the oldest, up to limit; marks another walker holds
+// are skipped.
+func takeMarks(ctx context.Context, tx pgx.Tx, ns, kind string, ids []string, limit int) ([]mark, error) {
 	// graph_walks_job finds a job's marks; the primary key, the oldest.
 	rows, err := tx.Query(ctx, `
-		SELECT g.id, g.job_id, coalesce(j.status, ''), g.resumed FROM graph_walks g LEFT JOIN jobs j ON j.id = g.job_id
-		WHERE g.kind = $1 AND ($2::text[] IS NULL OR g.job_id = ANY($2::text[]))
-		ORDER BY g.id LIMIT $3 FOR UPDATE OF g SKIP LOCKED`, kind, ids, limit)
+		SELECT g.id, g.job_id, coalesce(j.status, ''), g.resumed
+		FROM graph_walks g LEFT JOIN jobs j ON j.namespace = g.namespace AND j.id = g.job_id
+		WHERE g.namespace = $1 AND g.kind = $2 AND ($3::text[] IS NULL OR g.job_id = ANY($3::text[]))
+		ORDER BY g.id LIMIT $4 FOR UPDATE OF g SKIP LOCKED`, ns, kind, ids, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -66,9 +71,9 @@ func takeMarks(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit 
 	})
 }
 
-// replaceMarks deletes the marks taken and marks the jobs of next, kind,
-// as a walk resumed.
-func replaceMarks(ctx context.Context, tx pgx.Tx, kind string, taken []mark, next []string) error {
+// replaceMarks deletes the marks taken and marks the jobs of next, of
+// namespace ns, kind, as a walk resumed.
+func replaceMarks(ctx context.Context, tx pgx.Tx, ns, kind string, taken []mark, next []string) error {
 	ids := make([]int64, len(taken))
 	for i, m := range taken {
 		ids[i] = m.id
@@ -76,41 +81,55 @@ func replaceMarks(ctx context.Context, tx pgx.Tx, kind string, taken []mark, nex
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM graph_walks WHERE id = ANY($1::bigint[])`, ids)
 	if len(next) > 0 {
-		b.Queue(`INSERT INTO graph_walks (job_id, kind, resumed) SELECT unnest($1::text[]), $2, true`, next, kind)
+		b.Queue(`INSERT INTO graph_walks (namespace, job_id, kind, resumed) SELECT $1, unnest($2::text[]), $3, true`, ns, next, kind)
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
 
 // GraphWalk runs one batch of the walks of kind: from the marks of the
-// jobs named, or, with ids nil, the oldest (the leader's sweep), up to
-// limit marks.
+// jobs named, jobs of s's namespace, or, with ids nil, the oldest (the
+// leader's sweep) of the namespace of the oldest mark, up to limit marks.
+// A batch walks one namespace, the one its Walked names.
 func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit int) (Walked, error) {
 	var out Walked
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		ns := s.ns
+		if ids == nil {
+			// The primary key finds the oldest mark.
+			err := tx.QueryRow(ctx, `SELECT namespace FROM graph_walks WHERE kind = $1 ORDER BY id LIMIT 1`, kind).Scan(&ns)
+			if errors.Is(err, pgx.ErrNoRows) {
+				out = Walked{}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
 		var err error
-		out, err = walkIn(ctx, tx, kind, ids, limit)
+		out, err = walkIn(ctx, tx, ns, kind, ids, limit)
 		return err
 	})
 	return out, interpretError(err)
 }
 
-// walkIn is GraphWalk in tx.
-func walkIn(ctx context.Context, tx pgx.Tx, kind string, ids []string, limit int) (Walked, error) {
-	marks, err := takeMarks(ctx, tx, kind, ids, limit)
+// walkIn is GraphWalk in tx, in namespace ns.
+func walkIn(ctx context.Context, tx pgx.Tx, ns, kind string, ids []string, limit int) (Walked, error) {
+	marks, err := takeMarks(ctx, tx, ns, kind, ids, limit)
 	if err != nil || len(marks) == 0 {
-		return Walked{}, err
+		return Walked{Namespace: ns}, err
 	}
 	var out Walked
 	if kind == WalkRestore {
-		out, err = restoreBatch(ctx, tx, marks)
+		out, err = restoreBatch(ctx, tx, ns, marks)
 	} else {
-		out, err = cascadeBatch(ctx, tx, marks)
+		out, err = cascadeBatch(ctx, tx, ns, marks)
 	}
 	if err != nil {
 		return Walked{}, err
 	}
+	out.Namespace = ns
 	out.More = out.More || len(marks) >= limit
-	return out, replaceMarks(ctx, tx, kind, marks, out.Next)
+	return out, replaceMarks(ctx, tx, ns, kind, marks, out.Next)
 }
 
 // FlushChildrenIndex moves the entries waiting in jobs_children's pending

@@ -47,18 +47,19 @@ func appliedIn(applied []bool) func(int) (noResult, bool) {
 }
 
 // stepCalls are the arrays a grouped statement of step calls unnests, one
-// element a call: its job, step, worker ("" for an admin), delivery (NULL
-// when not given) and index in the group.
+// element a call: its job's namespace, its job, step, worker ("" for an
+// admin), delivery (NULL when not given) and index in the group.
 type stepCalls struct {
+	namespaces               []string
 	jobIDs, stepIDs, workers []string
 	deliveries               []*string
 	ords                     []int32
 }
 
-// add lays out call p, the ord-th of its group; false for a call only the
-// locked path can answer (a name PostgreSQL cannot store, a worker not
-// named), which says why.
-func (c *stepCalls) add(p records.StepParams, ord int) bool {
+// add lays out call p, of a job of namespace ns, the ord-th of its group;
+// false for a call only the locked path can answer (a name PostgreSQL
+// cannot store, a worker not named), which says why.
+func (c *stepCalls) add(ns string, p records.StepParams, ord int) bool {
 	if !storable(p.JobID, p.StepID, p.WorkerID) || !p.Admin && p.WorkerID == "" {
 		return false
 	}
@@ -66,6 +67,7 @@ func (c *stepCalls) add(p records.StepParams, ord int) bool {
 	if p.Admin {
 		worker = ""
 	}
+	c.namespaces = append(c.namespaces, ns)
 	c.jobIDs, c.stepIDs, c.workers = append(c.jobIDs, p.JobID), append(c.stepIDs, p.StepID), append(c.workers, worker)
 	c.deliveries, c.ords = append(c.deliveries, deliveryParam(p.Delivery)), append(c.ords, int32(ord))
 	return true

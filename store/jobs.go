@@ -18,7 +18,7 @@ var jobColumns = jobCols("")
 // for statements that join. A waiting job whose run_at has come is shown as
 // queued: it is claimable, whatever brought it there.
 func jobCols(a string) string {
-	return strings.NewReplacer("@", a).Replace(`@id, @seq, @queue, @type, @requires, @plan, @inputs, @payload, @priority,
+	return strings.NewReplacer("@", a).Replace(`@namespace, @id, @seq, @queue, @type, @requires, @plan, @inputs, @payload, @priority,
 	CASE WHEN @status IN ('scheduled', 'retrying') AND @run_at <= now() THEN 'queued' ELSE @status END,
 	@attempt, @max_attempts, @retry_backoff_seconds, @timeout_seconds, @run_at, @unique_key, @worker_id, @delivery::text,
 	@ack_deadline, @lease_expires_at, @deadline_at, @cancel_requested, @progress, @result, @errors,
@@ -28,7 +28,7 @@ func jobCols(a string) string {
 // scanJob reads jobColumns, then the extra destinations.
 func scanJob(row pgx.Row, extra ...any) (records.Job, error) {
 	var j records.Job
-	dest := []any{&j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload), &j.Priority,
+	dest := []any{&j.Namespace, &j.ID, &j.Seq, &j.Queue, &j.Type, &j.Requires, rawJSON(&j.Plan), rawJSON(&j.Inputs), rawJSON(&j.Payload), &j.Priority,
 		&j.Status, &j.Attempt, &j.MaxAttempts, &j.RetryBackoffSeconds, &j.TimeoutSeconds, &j.RunAt,
 		&j.UniqueKey, &j.WorkerID, &j.Delivery, &j.AckDeadline, &j.LeaseExpiresAt, &j.DeadlineAt, &j.CancelRequested,
 		rawJSON(&j.Progress), rawJSON(&j.Result), rawJSON(&j.Errors), &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.UpdatedAt, &j.Snoozes,
@@ -99,7 +99,8 @@ func nullJSON(raw json.RawMessage) any {
 	return string(raw)
 }
 
-// JobGet returns one job.
+// JobGet returns one job of the store's namespace, by its key; a job of
+// another namespace is not found.
 func (s *Store) JobGet(ctx context.Context, id string) (records.Job, error) {
 	if !storable(id) {
 		return records.Job{}, records.ErrNotFound
@@ -108,8 +109,8 @@ func (s *Store) JobGet(ctx context.Context, id string) (records.Job, error) {
 	var steps int
 	var submittedBy string
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+`,
-		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1), coalesce(submitted_by, '')
-		FROM jobs WHERE id = $1`, id), &steps, &submittedBy)
+		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE namespace = $1 AND job_id = $2), coalesce(submitted_by, '')
+		FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id), &steps, &submittedBy)
 	j.Steps, j.SubmittedBy = steps, submittedBy
 	if err == nil && j.After != nil {
 		j.PendingParents, err = s.PendingParents(ctx, id)
@@ -124,13 +125,14 @@ func (s *Store) Notify(ctx context.Context, channel string, payloads []string) e
 	return interpretError(s.asyncQuery(ctx, nil, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads))
 }
 
-// JobStates reads the state of jobs, in one statement; missing ids are
-// left out. A waiting job whose time has come reads as queued.
+// JobStates reads the state of jobs of the store's namespace, in one
+// statement, by their key; missing ids are left out. A waiting job whose
+// time has come reads as queued.
 func (s *Store) JobStates(ctx context.Context, ids []string) ([]records.JobState, error) {
 	rows, err := s.Pool.Query(ctx, `
-		SELECT id, queue, CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END,
+		SELECT namespace, id, queue, CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END,
 			attempt, worker_id
-		FROM jobs WHERE id = ANY($1::text[])`, ids)
+		FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])`, s.ns, ids)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -138,7 +140,7 @@ func (s *Store) JobStates(ctx context.Context, ids []string) ([]records.JobState
 	var out []records.JobState
 	for rows.Next() {
 		var j records.JobState
-		if err := rows.Scan(&j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID); err != nil {
+		if err := rows.Scan(&j.Namespace, &j.ID, &j.Queue, &j.Status, &j.Attempt, &j.WorkerID); err != nil {
 			return nil, interpretError(err)
 		}
 		out = append(out, j)

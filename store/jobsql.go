@@ -23,8 +23,9 @@ func withError(errText string) string {
 }
 
 // decided joins the retry decisions of a sweep (retryDecisions), passed as
-// its first three parameters, to the jobs they are about.
-const decided = `unnest($1::text[], $2::bool[], $3::float8[]) AS d(id, retry, delay)`
+// its first four parameters, to the jobs they are about, by their key: a
+// sweep spans namespaces, each job in its own.
+const decided = `unnest($1::text[], $2::bool[], $3::float8[], $4::text[]) AS d(id, retry, delay, namespace)`
 
 // retryAt is when a job the policy retries is due again (d.delay seconds
 // from now, 0 for a job given back at once), on the database's clock.
@@ -39,16 +40,23 @@ const (
 	givenBackFinished = `CASE WHEN j.cancel_requested OR NOT d.retry THEN now() END`
 )
 
+// runningByIndex names the running jobs so that jobs_running (worker_id)
+// WHERE status = 'running' serves a statement that finds them across
+// namespaces: a running job always has its worker, and without the
+// worker_id condition the planner prefers reading jobs_unfinished
+// (namespace), three times as large, whole.
+const runningByIndex = `j.status = 'running' AND j.worker_id IS NOT NULL`
+
 // movedColumns is what notifyMoved reads of each job a statement moved out
-// of running: a retrying job is announced as queued, due at the time it
+// of running, its namespace first: a retrying job is announced as queued, due at the time it
 // returns (NULL when due now); and the trace context of the delivery it
 // ended (its start NULL when the delivery is given back unstarted).
-const movedColumns = `j.id, CASE WHEN j.status = 'retrying' THEN 'queued' ELSE j.status END, j.queue, j.type,
+const movedColumns = `j.namespace, j.id, CASE WHEN j.status = 'retrying' THEN 'queued' ELSE j.status END, j.queue, j.type,
 	j.requires, j.attempt, CASE WHEN j.run_at > now() THEN j.run_at END,
 	coalesce(j.traceparent, ''), coalesce(j.tracestate, ''), coalesce(j.delivery::text, ''), j.started_at`
 
 // lostJobsSQL gives back, through their key, running jobs a lost worker
-// held (the attempt counted, as the decisions $1-$3 say), their error
+// held (the attempt counted, as the decisions $1-$4 say), their error
 // errText; cond narrows the jobs.
 func lostJobsSQL(errText, cond string) string {
 	return `
@@ -68,6 +76,6 @@ func lostJobsSQL(errText, cond string) string {
 func fromDecided(cond string) string {
 	return `
 	FROM ` + decided + `
-	WHERE j.id = d.id AND j.status = 'running' ` + cond + `
+	WHERE j.namespace = d.namespace AND j.id = d.id AND j.status = 'running' ` + cond + `
 	RETURNING ` + movedColumns
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // The read-only keyspace (KEYS, SCAN, GET, TTL… for redis-cli) is a view of
-// workers, queues and jobs. These statements list and probe what its keys
+// the workers, queues and jobs of the store's namespace. These statements list and probe what its keys
 // show. Listings take a name prefix, turned into a LIKE 'prefix%' that the
 // primary keys serve as a range (the managed cluster uses the C collation;
 // under another collation it is a filter and stays correct). They run with
@@ -20,17 +20,18 @@ import (
 // index.
 
 // KeyspaceWorkers lists the workers that are not UNREGISTERED whose id
-// starts with idPrefix, by id. workers holds one row per worker: the
-// primary key serves the prefix and the order once the table is large
-// enough for the planner to prefer it to reading the table.
+// starts with idPrefix, by id. workers holds one row per worker:
+// workers_namespace (namespace, worker_id) serves the prefix and the order
+// once the table is large enough for the planner to prefer it to reading
+// the table.
 func (s *Store) KeyspaceWorkers(ctx context.Context, idPrefix string) ([]records.KeyspaceWorker, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT worker_id, state, capabilities, stats IS NOT NULL, last_heartbeat_at,
 		       (extract(epoch FROM now() - last_heartbeat_at) * 1000)::bigint
 		FROM workers
-		WHERE state <> 'UNREGISTERED' AND worker_id LIKE $1
+		WHERE namespace = $2 AND state <> 'UNREGISTERED' AND worker_id LIKE $1
 		ORDER BY worker_id`,
-		pgx.QueryExecModeExec, likePrefix(idPrefix))
+		pgx.QueryExecModeExec, likePrefix(idPrefix), s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -56,7 +57,7 @@ func (s *Store) KeyspaceWorker(ctx context.Context, id string) (records.Keyspace
 	err := s.Pool.QueryRow(ctx, `
 		SELECT worker_id, state, capabilities, stats IS NOT NULL, last_heartbeat_at,
 		       (extract(epoch FROM now() - last_heartbeat_at) * 1000)::bigint, metadata, stats
-		FROM workers WHERE worker_id = $1`, id).
+		FROM workers WHERE worker_id = $1 AND namespace = $2`, id, s.ns).
 		Scan(&w.ID, &w.State, &w.Capabilities, &w.HasStats, &w.LastHeartbeatAt, &sinceMS, &w.Metadata, &w.Stats)
 	w.SinceHeartbeat = time.Duration(sinceMS) * time.Millisecond
 	return w, interpretError(err)
@@ -68,8 +69,8 @@ func (s *Store) KeyspaceWorker(ctx context.Context, id string) (records.Keyspace
 func (s *Store) KeyspaceCapabilityMembers(ctx context.Context, capability string) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT worker_id FROM workers
-		WHERE state = 'ACTIVE' AND capabilities @> ARRAY[$1::text]
-		ORDER BY worker_id`, capability)
+		WHERE namespace = $2 AND state = 'ACTIVE' AND capabilities @> ARRAY[$1::text]
+		ORDER BY worker_id`, capability, s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -84,11 +85,12 @@ func (s *Store) KeyspaceCapabilityMembers(ctx context.Context, capability string
 func (s *Store) KeyspaceQueues(ctx context.Context, namePrefix string) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT q.name FROM queues q
-		WHERE q.name LIKE $1
+		WHERE q.namespace = $2 AND q.name LIKE $1
 		  AND EXISTS (SELECT 1 FROM jobs j
-		              WHERE j.queue = q.name AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now())
+		              WHERE j.namespace = q.namespace AND j.queue = q.name
+		                AND j.status IN ('queued', 'scheduled', 'retrying') AND j.run_at <= now())
 		ORDER BY q.name`,
-		pgx.QueryExecModeExec, likePrefix(namePrefix))
+		pgx.QueryExecModeExec, likePrefix(namePrefix), s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -114,7 +116,8 @@ func scanKeyspaceJob(row pgx.Row) (records.KeyspaceJob, error) {
 	return j, nil
 }
 
-// KeyspaceJobs pages through job ids. The primary key serves the prefix,
+// KeyspaceJobs pages through job ids. The primary key (namespace, id)
+// serves the prefix,
 // the resume point and the order; a page after Offset walks the index past
 // the skipped ids, which is why callers resume with After when they can.
 //
@@ -129,34 +132,35 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) 
 	}
 	sql := `
 		SELECT ` + keyspaceJobColumns + ` FROM jobs
-		WHERE id LIKE $1 AND id > $2
+		WHERE namespace = $5 AND id LIKE $1 AND id > $2
 		ORDER BY id OFFSET $3 LIMIT $4`
 	if p.RunningOnly {
 		sql = `
 		WITH running AS MATERIALIZED (
 			SELECT ` + keyspaceJobColumns + ` FROM jobs
-			WHERE status = 'running' AND id LIKE $1 AND id > $2
+			WHERE status = 'running' AND namespace = $5 AND id LIKE $1 AND id > $2
 		)
 		SELECT * FROM running ORDER BY id OFFSET $3 LIMIT $4`
 	}
-	rows, err := s.Pool.Query(ctx, sql, pgx.QueryExecModeExec, likePrefix(p.IDPrefix), p.After, offset, p.Limit)
+	rows, err := s.Pool.Query(ctx, sql, pgx.QueryExecModeExec, likePrefix(p.IDPrefix), p.After, offset, p.Limit, s.ns)
 	return collect(rows, err, func(row pgx.CollectableRow) (records.KeyspaceJob, error) { return scanKeyspaceJob(row) })
 }
 
 // KeyspaceJobProbe returns one job's id and holder without its documents,
 // found by its primary key; ErrNotFound when there is no such job.
 func (s *Store) KeyspaceJobProbe(ctx context.Context, id string) (records.KeyspaceJob, error) {
-	j, err := scanKeyspaceJob(s.Pool.QueryRow(ctx, `SELECT `+keyspaceJobColumns+` FROM jobs WHERE id = $1`, id))
+	j, err := scanKeyspaceJob(s.Pool.QueryRow(ctx, `SELECT `+keyspaceJobColumns+` FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id))
 	return j, interpretError(err)
 }
 
-// KeyspaceJobCounts counts the jobs and the running jobs that have a
-// holder key, for DBSIZE. No index helps: it reads the whole table (about
-// 0.3 s for a million jobs), so DBSIZE costs in proportion to the jobs kept.
+// KeyspaceJobCounts counts the jobs of the store's namespace and its
+// running jobs that have a holder key, for DBSIZE. It reads every job of
+// the namespace (about 0.3 s for a million jobs), so DBSIZE costs in
+// proportion to the jobs kept.
 func (s *Store) KeyspaceJobCounts(ctx context.Context) (jobs, held int64, err error) {
 	err = s.Pool.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE status = 'running' AND (deadline_at IS NULL OR deadline_at > now()))
-		FROM jobs`).Scan(&jobs, &held)
+		FROM jobs WHERE namespace = $1`, s.ns).Scan(&jobs, &held)
 	return jobs, held, interpretError(err)
 }
 

@@ -15,9 +15,9 @@ import (
 // worker was lost holding them; failed when no attempt is left). The
 // heartbeat condition is re-checked in the UPDATE, so a worker that just
 // heartbeated is left alone (workers_live_heartbeat). Every node hears of
-// each death on ChannelMoved. It returns the ids.
+// each death on ChannelMoved. It spans namespaces, and returns the ids.
 func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, limit int) ([]string, error) {
-	var dead []string
+	var dead []deadWorker
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH stale AS (
@@ -29,31 +29,49 @@ func (s *Store) WorkersMarkDead(ctx context.Context, deadAfter time.Duration, li
 			UPDATE workers w SET state = 'DEAD', state_changed_at = now()
 			FROM stale WHERE w.worker_id = stale.worker_id
 			  AND w.state IN ('ACTIVE', 'DRAINING') AND w.last_heartbeat_at < now() - $1::interval
-			RETURNING w.worker_id`, deadAfter, limit)
+			RETURNING w.worker_id, w.namespace`, deadAfter, limit)
 		if err != nil {
 			return err
 		}
-		dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
+		if dead, err = collectDead(rows); err != nil {
 			return err
 		}
 		return s.declaredDead(ctx, tx, dead)
 	})
-	return dead, interpretError(err)
+	return idsOf(dead), interpretError(err)
+}
+
+// deadWorker is a worker a sweep declared DEAD, in its namespace.
+type deadWorker struct{ id, namespace string }
+
+// collectDead reads rows of (worker_id, namespace).
+func collectDead(rows pgx.Rows) ([]deadWorker, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (w deadWorker, err error) {
+		return w, row.Scan(&w.id, &w.namespace)
+	})
+}
+
+func idsOf(dead []deadWorker) []string {
+	ids := make([]string, len(dead))
+	for i, w := range dead {
+		ids[i] = w.id
+	}
+	return ids
 }
 
 // declaredDead gives back the jobs of workers tx just made DEAD, the
-// attempt counted, and tells every node of each death.
-func (s *Store) declaredDead(ctx context.Context, tx pgx.Tx, dead []string) error {
-	for _, id := range dead {
+// attempt counted, and tells every node of each death, in the worker's
+// namespace.
+func (s *Store) declaredDead(ctx context.Context, tx pgx.Tx, dead []deadWorker) error {
+	for _, w := range dead {
 		// Subscribers on every node hear of the death, then of the jobs
 		// given back.
-		b, _ := json.Marshal(records.Moved{DeadWorker: id})
+		b, _ := json.Marshal(records.Moved{Namespace: w.namespace, DeadWorker: w.id})
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 			return err
 		}
 		// The leader's sweep settles what this ended.
-		if _, err := s.requeueHeld(ctx, tx, id, true); err != nil {
+		if _, err := s.requeueHeld(ctx, tx, w.namespace, w.id, true); err != nil {
 			return err
 		}
 	}
@@ -63,12 +81,12 @@ func (s *Store) declaredDead(ctx context.Context, tx pgx.Tx, dead []string) erro
 // JobsRecoverExpiredLeases gives back running jobs whose lease ran out —
 // their holder stopped heartbeating, or is no longer live — counting the
 // attempt. A job whose cancellation was asked for ends cancelled instead of
-// being retried (jobs_running_lease).
+// being retried (jobs_running).
 func (s *Store) JobsRecoverExpiredLeases(ctx context.Context, limit int) (int, error) {
 	return s.sweep(ctx, `
-			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
+			SELECT j.namespace, `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
-			WHERE j.status = 'running' AND j.lease_expires_at < now()
+			WHERE `+runningByIndex+` AND j.lease_expires_at < now()
 			ORDER BY j.lease_expires_at LIMIT $1
 			FOR UPDATE SKIP LOCKED`, []any{limit},
 		lostMove{failure: lostFailure, sql: recoverLeasesSQL, reason: "expired_lease"})
@@ -79,13 +97,13 @@ var recoverLeasesSQL = lostJobsSQL("'lease expired: worker stopped heartbeating'
 
 // JobsFailTimedOut fails the current attempt of running jobs more than
 // grace past their timeout (retried as the retry policy decides) and flags
-// the holding workers (jobs_running_deadline). The grace lets a worker that
+// the holding workers (jobs_running). The grace lets a worker that
 // enforces the timeout itself report what it killed.
 func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit int) (int, error) {
 	return s.sweep(ctx, `
-			SELECT `+lostDecideColumns+`, NOT j.cancel_requested
+			SELECT j.namespace, `+lostDecideColumns+`, NOT j.cancel_requested
 			FROM jobs j
-			WHERE j.status = 'running' AND j.deadline_at < now() - $2::interval
+			WHERE `+runningByIndex+` AND j.deadline_at < now() - $2::interval
 			ORDER BY j.deadline_at LIMIT $1
 			FOR UPDATE SKIP LOCKED`, []any{limit, grace},
 		lostMove{failure: records.Failure{Retryable: true}, sql: failTimedOutSQL, reason: timedOutReason, decided: countTimedOut})
@@ -95,12 +113,15 @@ func (s *Store) JobsFailTimedOut(ctx context.Context, grace time.Duration, limit
 const timedOutReason = "timed_out_job"
 
 // countTimedOut counts the timed-out jobs against their workers, before
-// the jobs lose their holders.
-func countTimedOut(ctx context.Context, tx pgx.Tx, ids []string) error {
+// the jobs lose their holders; the jobs by their key.
+func countTimedOut(ctx context.Context, tx pgx.Tx, d retryDecisions) error {
 	_, err := tx.Exec(ctx, `
 			UPDATE workers w SET timed_out_jobs = w.timed_out_jobs + t.n, last_timeout_at = now()
-			FROM (SELECT worker_id, count(*) AS n FROM jobs WHERE id = ANY($1::text[]) GROUP BY worker_id) t
-			WHERE w.worker_id = t.worker_id`, ids)
+			FROM (SELECT j.worker_id, count(*) AS n
+			      FROM unnest($1::text[], $2::text[]) AS d(id, namespace)
+			      JOIN jobs j ON j.namespace = d.namespace AND j.id = d.id
+			      GROUP BY j.worker_id) t
+			WHERE w.worker_id = t.worker_id`, d.ids, d.namespaces)
 	return err
 }
 
@@ -115,42 +136,89 @@ var failTimedOutSQL = `
 		run_at = CASE WHEN j.cancel_requested OR NOT d.retry THEN j.run_at ELSE ` + retryAt + ` END,
 		` + clearRunning + `, updated_at = now()` + fromDecided("")
 
-// RetentionParams says how long finished jobs are kept.
+// RetentionParams says how long finished jobs are kept: the server's
+// setting, for every namespace that sets none of its own.
 type RetentionParams struct {
 	Completed time.Duration
 	Failed    time.Duration // also for cancelled jobs
 	Limit     int
 }
 
-// unfinishedChild is true of a job (jobs.id) any of whose children is not
-// finished: a parent is kept while its results may still be delivered.
-// jobs_children finds the children; only parents pay for it. A count, not
-// EXISTS: after has no statistics, and for EXISTS the planner guesses a
-// sequential scan finds a child within a few hundred rows, when it reads
-// the whole table for a parent whose children all ended.
+// unfinishedChild is true of a job (jobs.namespace, jobs.id) any of whose
+// children is not finished: a parent is kept while its results may still
+// be delivered. jobs_children finds the children; only parents pay for it.
+// A count, not EXISTS: after has no statistics, and for EXISTS the planner
+// guesses a sequential scan finds a child within a few hundred rows, when
+// it reads the whole table for a parent whose children all ended.
 const unfinishedChild = `0 < (SELECT count(*) FROM jobs c WHERE c.after @> ARRAY[jobs.id] AND c.after IS NOT NULL
-	AND c.status NOT IN ('completed', 'failed', 'cancelled'))`
+	AND c.namespace = jobs.namespace AND c.status NOT IN ('completed', 'failed', 'cancelled'))`
 
-// JobsDeleteExpired deletes up to Limit completed and up to Limit failed or
-// cancelled jobs past their retention, oldest first, in one short
-// statement, so the table stays small without long locks. Each kind is
-// picked on its own (jobs_finished: status, finished_at), so retained
-// failures never stall the deletion of expired completions. Waiting and
-// running jobs are never touched, and the row locks keep a concurrent
-// JOB.RETRY from being deleted under it.
+// NamespaceRetention is how long one namespace keeps its finished jobs.
+type NamespaceRetention struct {
+	Namespace         string
+	Completed, Failed time.Duration
+}
+
+// RetentionByNamespace is each namespace's retention: its own
+// (namespaces.retain_completed, retain_failed) where it sets one, the
+// server's (p) otherwise.
+func (s *Store) RetentionByNamespace(ctx context.Context, p RetentionParams) ([]NamespaceRetention, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT name, extract(epoch FROM coalesce(retain_completed, $1::interval))::float8,
+			extract(epoch FROM coalesce(retain_failed, $2::interval))::float8
+		FROM namespaces ORDER BY name`, p.Completed, p.Failed)
+	return collect(rows, err, func(row pgx.CollectableRow) (r NamespaceRetention, err error) {
+		var completed, failed float64
+		err = row.Scan(&r.Namespace, &completed, &failed)
+		r.Completed = time.Duration(completed * float64(time.Second))
+		r.Failed = time.Duration(failed * float64(time.Second))
+		return r, err
+	})
+}
+
+// JobsDeleteExpired deletes, in every namespace, finished jobs past the
+// namespace's retention (RetentionByNamespace): up to Limit in all per
+// call, each namespace's in statements of their own (deleteExpiredIn). It
+// answers how many it deleted.
 func (s *Store) JobsDeleteExpired(ctx context.Context, p RetentionParams) (int, error) {
+	spans, err := s.RetentionByNamespace(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	deleted := 0
+	for _, r := range spans {
+		if deleted >= p.Limit {
+			break
+		}
+		n, err := s.deleteExpiredIn(ctx, r, p.Limit-deleted)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
+// deleteExpiredIn deletes up to limit completed and up to limit failed or
+// cancelled jobs of one namespace past its retention, oldest first, in one
+// short statement, so the table stays small without long locks. Each kind
+// is picked on its own (jobs_finished: namespace, status, finished_at), so
+// retained failures never stall the deletion of expired completions.
+// Waiting and running jobs are never touched, and the row locks keep a
+// concurrent JOB.RETRY from being deleted under it.
+func (s *Store) deleteExpiredIn(ctx context.Context, r NamespaceRetention, limit int) (int, error) {
 	tag, err := s.Pool.Exec(ctx, `
 		WITH completed AS (
-			SELECT id FROM jobs WHERE status = 'completed' AND finished_at < now() - $1::interval
+			SELECT id FROM jobs WHERE namespace = $4 AND status = 'completed' AND finished_at < now() - $1::interval
 			  AND NOT (has_children AND `+unfinishedChild+`)
 			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
 		), failed AS (
-			SELECT id FROM jobs WHERE status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval
+			SELECT id FROM jobs WHERE namespace = $4 AND status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval
 			  AND NOT (has_children AND `+unfinishedChild+`)
 			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
 		)
-		DELETE FROM jobs WHERE id IN (SELECT id FROM completed UNION ALL SELECT id FROM failed)`,
-		p.Completed, p.Failed, p.Limit)
+		DELETE FROM jobs WHERE namespace = $4 AND id IN (SELECT id FROM completed UNION ALL SELECT id FROM failed)`,
+		r.Completed, r.Failed, limit, r.Namespace)
 	if err != nil {
 		return 0, interpretError(err)
 	}

@@ -21,18 +21,18 @@ func (s *Store) JobLogAppend(ctx context.Context, id, workerID, line string) (at
 		return rows.Scan(&attempt, &queue)
 	}, `
 		WITH j AS (
-			SELECT id, attempt, queue FROM jobs WHERE id = $1 AND status = 'running' AND worker_id = $2
+			SELECT namespace, id, attempt, queue FROM jobs WHERE namespace = $5 AND id = $1 AND status = 'running' AND worker_id = $2
 		), added AS (
-			INSERT INTO job_logs (job_id, attempt, line) SELECT id, attempt, $3 FROM j RETURNING seq
+			INSERT INTO job_logs (namespace, job_id, attempt, line) SELECT namespace, id, attempt, $3 FROM j RETURNING seq
 		), trimmed AS (
 			-- Now and then (a trim reads up to MaxLogLines entries), the
 			-- lines older than the newest MaxLogLines go.
 			DELETE FROM job_logs l USING j, added
-			WHERE random() < 0.02 AND l.job_id = j.id AND l.attempt = j.attempt AND l.seq < (
-				SELECT seq FROM job_logs WHERE job_id = j.id AND attempt = j.attempt
+			WHERE random() < 0.02 AND l.namespace = j.namespace AND l.job_id = j.id AND l.attempt = j.attempt AND l.seq < (
+				SELECT seq FROM job_logs WHERE namespace = j.namespace AND job_id = j.id AND attempt = j.attempt
 				ORDER BY seq DESC OFFSET $4::int - 2 LIMIT 1)
 		)
-		SELECT attempt, queue FROM j`, id, workerID, line, records.MaxLogLines)
+		SELECT attempt, queue FROM j`, id, workerID, line, records.MaxLogLines, s.ns)
 	if err != nil {
 		return 0, "", interpretError(err)
 	}
@@ -52,7 +52,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 	var lines []string
 	var current *int
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT attempt FROM jobs WHERE id = $1`, id).Scan(&current); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT attempt FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id).Scan(&current); err != nil {
 			return err
 		}
 		if attempt == 0 {
@@ -60,8 +60,8 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 		}
 		rows, err := tx.Query(ctx, `
 			SELECT line FROM (
-				SELECT seq, line FROM job_logs WHERE job_id = $1 AND attempt = $2 ORDER BY seq DESC LIMIT $3
-			) newest ORDER BY seq`, id, attempt, records.MaxLogLines)
+				SELECT seq, line FROM job_logs WHERE namespace = $1 AND job_id = $2 AND attempt = $3 ORDER BY seq DESC LIMIT $4
+			) newest ORDER BY seq`, s.ns, id, attempt, records.MaxLogLines)
 		if err != nil {
 			return err
 		}

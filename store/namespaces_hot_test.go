@@ -11,9 +11,9 @@ import (
 	"github.com/agq/agq/store"
 )
 
-// nsBundle is a store with namespaces a and b, worker wa of a and worker wb
+// hotBundle is a store with namespaces a and b, worker wa of a and worker wb
 // of b, each able to run jobs needing "t".
-func nsBundle(t *testing.T) (context.Context, *store.Store) {
+func hotBundle(t *testing.T) (context.Context, *store.Store) {
 	t.Helper()
 	ctx, st := storeWithWorkers(t, "wa", "wb")
 	for _, sql := range []string{
@@ -61,7 +61,7 @@ func rowOf(ctx context.Context, t *testing.T, st *store.Store, ns, id string) (s
 
 func TestNamespacesOfTheHotPath(t *testing.T) {
 	t.Run("TwoNamespacesHoldTheSameIdAndRunItIndependently", func(t *testing.T) {
-		ctx, st := nsBundle(t)
+		ctx, st := hotBundle(t)
 		a, b := st.In("a"), st.In("b")
 		// One id, other contents: each namespace creates its own job, by
 		// the batch statement, the lean group statement and COPY alike.
@@ -147,7 +147,7 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 	})
 
 	t.Run("AGroupOfSeveralNamespacesKeepsEachJobInItsOwn", func(t *testing.T) {
-		ctx, st := nsBundle(t)
+		ctx, st := hotBundle(t)
 		ja, jb := nsJob("same", `{"in":"a"}`), nsJob("same", `{"in":"b"}`)
 		ja.Namespace, jb.Namespace = "a", "b"
 		res, errs, notes := st.JobsSubmitEach(ctx, []records.NewJob{ja, jb})
@@ -179,7 +179,7 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 	})
 
 	t.Run("AClaimNeverTakesAnotherNamespacesJob", func(t *testing.T) {
-		ctx, st := nsBundle(t)
+		ctx, st := hotBundle(t)
 		a, b := st.In("a"), st.In("b")
 		if _, _, err := b.JobsSubmit(ctx, []records.NewJob{nsJob("only-b", `{}`)}); err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 	})
 
 	t.Run("UniqueKeysArePerNamespace", func(t *testing.T) {
-		ctx, st := nsBundle(t)
+		ctx, st := hotBundle(t)
 		a, b := st.In("a"), st.In("b")
 		ka, kb, again := nsJob("ka", `{}`), nsJob("kb", `{}`), nsJob("ka2", `{}`)
 		ka.UniqueKey, kb.UniqueKey, again.UniqueKey = "k", "k", "k"
@@ -231,7 +231,7 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 	})
 
 	t.Run("LimitsAndPausesArePerNamespace", func(t *testing.T) {
-		ctx, st := nsBundle(t)
+		ctx, st := hotBundle(t)
 		a, b := st.In("a"), st.In("b")
 		for _, s := range []*store.Store{a, b} {
 			if _, _, err := s.JobsSubmit(ctx, []records.NewJob{nsJob("1", `{}`), nsJob("2", `{}`), nsJob("3", `{}`)}); err != nil {

@@ -94,7 +94,7 @@ type GoneParams struct {
 // connection that came back. A row of a node that died (or stopped) or
 // was starting counts for nothing: those are left to the heartbeats.
 func (s *Store) WorkersMarkGone(ctx context.Context, p GoneParams) ([]string, error) {
-	var dead []string
+	var dead []deadWorker
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		// Principals through worker_connections_gone, then their rows and
 		// workers: by the key and workers_live_principal, or, while the
@@ -116,11 +116,11 @@ func (s *Store) WorkersMarkGone(ctx context.Context, p GoneParams) ([]string, er
 			)
 			UPDATE workers w SET state = 'DEAD', state_changed_at = now()
 			FROM lost WHERE w.principal = lost.principal AND w.state IN ('ACTIVE', 'DRAINING')
-			RETURNING w.worker_id`, p.After, p.Grace, p.NodeSilence, p.Limit)
+			RETURNING w.worker_id, w.namespace`, p.After, p.Grace, p.NodeSilence, p.Limit)
 		if err != nil {
 			return err
 		}
-		if dead, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		if dead, err = collectDead(rows); err != nil {
 			return err
 		}
 		// Rows of principals with no live worker (it unregistered or
@@ -133,5 +133,5 @@ func (s *Store) WorkersMarkGone(ctx context.Context, p GoneParams) ([]string, er
 		}
 		return s.declaredDead(ctx, tx, dead)
 	})
-	return dead, interpretError(err)
+	return idsOf(dead), interpretError(err)
 }

@@ -32,7 +32,7 @@ func (s *Store) JobsSubmitCounted(ctx context.Context, ns records.Namespace, job
 			return err
 		}
 		if withParents(jobs) {
-			if err := linkParents(ctx, tx, jobs, res, batch); err != nil {
+			if err := linkParents(ctx, tx, ns.Name, jobs, res, batch); err != nil {
 				return err
 			}
 		}

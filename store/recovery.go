@@ -15,31 +15,31 @@ import (
 // received them. Every unackedLimit-th such return of a job counts an
 // attempt, though, so a job that kills its workers before they can
 // acknowledge it ends failed instead of cycling forever. The overdue
-// deliveries are found and locked first (jobs_running_ack; 2,000 overdue
+// deliveries are found and locked first (jobs_running; 2,000 overdue
 // rows of 1M: 8-17 ms per batch), then updated through their key with the
 // retry policy's decisions.
 func (s *Store) JobsRequeueUnacked(ctx context.Context, limit int) (int, error) {
 	const unackedLimit = 3
 	return s.sweep(ctx, `
-			SELECT `+decideColumns+`, j.unacked_returns + 1 >= $2 AND NOT j.cancel_requested
+			SELECT j.namespace, `+decideColumns+`, j.unacked_returns + 1 >= $2 AND NOT j.cancel_requested
 			FROM jobs j
-			WHERE j.status = 'running' AND j.ack_deadline IS NOT NULL AND j.ack_deadline < now()
+			WHERE `+runningByIndex+` AND j.ack_deadline IS NOT NULL AND j.ack_deadline < now()
 			ORDER BY j.ack_deadline LIMIT $1
 			FOR UPDATE SKIP LOCKED`, []any{limit, unackedLimit},
 		lostMove{failure: lostFailure, sql: requeueUnackedSQL, args: []any{unackedLimit}, reason: "unacked_delivery"})
 }
 
 // requeueUnackedSQL gives back deliveries nobody acknowledged; on the
-// $4-th return in a row the attempt counts.
+// $5-th return in a row the attempt counts.
 var requeueUnackedSQL = `
 	UPDATE jobs j SET
 		status = ` + givenBackStatus + `,
 		finished_at = ` + givenBackFinished + `,
-		attempt = CASE WHEN j.cancel_requested OR j.unacked_returns + 1 >= $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
-		errors = CASE WHEN j.unacked_returns + 1 >= $4
-		         THEN ` + withError("format('delivered %s times without an acknowledgement', $4::int)") + `
+		attempt = CASE WHEN j.cancel_requested OR j.unacked_returns + 1 >= $5 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		errors = CASE WHEN j.unacked_returns + 1 >= $5
+		         THEN ` + withError("format('delivered %s times without an acknowledgement', $5::int)") + `
 		         ELSE j.errors END,
-		unacked_returns = CASE WHEN j.unacked_returns + 1 >= $4 THEN 0 ELSE j.unacked_returns + 1 END,
+		unacked_returns = CASE WHEN j.unacked_returns + 1 >= $5 THEN 0 ELSE j.unacked_returns + 1 END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END, run_at = ` + retryAt + `,
 		` + clearDelivery + `, updated_at = now()` + fromDecided("")
 
@@ -48,35 +48,35 @@ type lostMove struct {
 	// failure is how the rules see the failure of a job whose attempt
 	// the move counts.
 	failure records.Failure
-	// sql moves the jobs: $1 their ids, $2 whether each is retried and
-	// $3 after how long, then args.
+	// sql moves the jobs: $1 their ids, $2 whether each is retried, $3
+	// after how long and $4 their namespaces (decided), then args.
 	sql  string
 	args []any
 	// reason is told with each job moved (notifyMoved).
 	reason string
 	// decided, when set, runs with the jobs to move, before they move.
-	decided func(ctx context.Context, tx pgx.Tx, ids []string) error
+	decided func(ctx context.Context, tx pgx.Tx, d retryDecisions) error
 }
 
 // lostFailure is the failure of a delivery lost with its holder.
 var lostFailure = records.Failure{Retryable: true, Lost: true}
 
-// moveLost moves out of running the jobs of rows, rows of (decideColumns,
-// counts) that tx locked, as m says, and returns them. It closes rows.
+// moveLost moves out of running the jobs of rows, rows of (namespace,
+// decideColumns, counts) that tx locked, as m says, and returns them. It closes rows.
 func (s *Store) moveLost(ctx context.Context, tx pgx.Tx, rows pgx.Rows, m lostMove) ([]movedJob, error) {
 	d, err := s.decideRows(rows, m.failure)
 	if err != nil || len(d.ids) == 0 {
 		return nil, err
 	}
 	if m.decided != nil {
-		if err := m.decided(ctx, tx, d.ids); err != nil {
+		if err := m.decided(ctx, tx, d); err != nil {
 			return nil, err
 		}
 	}
-	if err := endOpenSteps(ctx, tx, d.ids, m.reason); err != nil {
+	if err := endOpenSteps(ctx, tx, d, m.reason); err != nil {
 		return nil, err
 	}
-	moved, err := tx.Query(ctx, m.sql, append([]any{d.ids, d.retry, d.delays}, m.args...)...)
+	moved, err := tx.Query(ctx, m.sql, append(d.args(), m.args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +151,7 @@ func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows 
 // RecoveredJob is a job a recovery moved out of running, with the trace
 // context of the delivery it ended.
 type RecoveredJob struct {
+	Namespace               string
 	JobID, Status           string
 	Attempt                 int
 	TraceParent, TraceState string
@@ -161,6 +162,7 @@ type RecoveredJob struct {
 
 // movedJob is a row of movedColumns.
 type movedJob struct {
+	namespace              string
 	id, status, queue, typ string
 	requires               []string
 	attempt                int
@@ -171,20 +173,21 @@ type movedJob struct {
 func scanMoved(rows pgx.Rows) (movedJob, error) {
 	var m movedJob
 	t := &m.trace
-	err := rows.Scan(&m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due,
+	err := rows.Scan(&m.namespace, &m.id, &m.status, &m.queue, &m.typ, &m.requires, &m.attempt, &m.due,
 		&t.TraceParent, &t.TraceState, &t.Delivery, &t.StartedAt)
-	t.JobID, t.Status, t.Attempt = m.id, m.status, m.attempt
+	t.Namespace, t.JobID, t.Status, t.Attempt = m.namespace, m.id, m.status, m.attempt
 	return m, err
 }
 
 // tellMoved tells listeners of a job just moved out of running: a
 // claimable job wakes waiters (at the time it is due), a finished one
-// wakes JOB.WAIT, and every node learns of the move (ChannelMoved), for
-// its subscribers and for the pops its queue's or type's limits held back.
+// wakes JOB.WAIT, and every node learns of the move (ChannelMoved, with
+// the job's namespace), for its subscribers and for the pops its queue's
+// or type's limits held back.
 func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
 	var err error
 	if m.status == records.StatusQueued {
-		note := records.ReadyNote{Queue: m.queue, N: 1, Requires: m.requires}
+		note := records.ReadyNote{Namespace: m.namespace, Queue: m.queue, N: 1, Requires: m.requires}
 		if m.due != nil {
 			note.At = dueMillis(*m.due)
 		}
@@ -195,7 +198,7 @@ func tellMoved(ctx context.Context, tx pgx.Tx, m movedJob) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(records.Moved{ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
+	b, _ := json.Marshal(records.Moved{Namespace: m.namespace, ID: m.id, Status: m.status, Queue: m.queue, Type: m.typ, Attempt: m.attempt})
 	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b))
 	return err
 }

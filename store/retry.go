@@ -21,19 +21,26 @@ func (s *Store) nextRetry(f records.Failure) (bool, time.Duration, error) {
 }
 
 // retryDecisions are a policy's answers for a set of jobs, as the arrays a
-// set-based UPDATE unnests: job id, whether it runs again, and after how
-// many seconds (on the database's clock, like every other time of a job).
+// set-based UPDATE unnests: job id, whether it runs again, after how many
+// seconds (on the database's clock, like every other time of a job), and
+// the job's namespace (a sweep's jobs may be of any).
 type retryDecisions struct {
-	ids    []string
-	retry  []bool
-	delays []float64
+	ids        []string
+	retry      []bool
+	delays     []float64
+	namespaces []string
 }
 
-func (d *retryDecisions) add(id string, retry bool, delay time.Duration) {
+func (d *retryDecisions) add(ns, id string, retry bool, delay time.Duration) {
 	d.ids = append(d.ids, id)
 	d.retry = append(d.retry, retry)
 	d.delays = append(d.delays, delay.Seconds())
+	d.namespaces = append(d.namespaces, ns)
 }
+
+// args are the decisions as the first four parameters of a statement
+// joining decided.
+func (d *retryDecisions) args() []any { return []any{d.ids, d.retry, d.delays, d.namespaces} }
 
 // decideColumns is what a sweep reads of each job it locks to end its
 // attempt: the facts of the retry decision, then whether the move counts
@@ -44,7 +51,7 @@ const decideColumns = `j.id, j.attempt - j.step_failures, j.max_attempts, j.retr
 // openStep is a column of the step the job's current delivery left open
 // (job_steps_open), the latest begun; NULL when none is.
 func openStep(col string) string {
-	return `(SELECT s.` + col + ` FROM job_steps s WHERE s.job_id = j.id AND s.status = 'running'
+	return `(SELECT s.` + col + ` FROM job_steps s WHERE s.namespace = j.namespace AND s.job_id = j.id AND s.status = 'running'
 		AND s.delivery = j.delivery ORDER BY s.began_at DESC LIMIT 1)`
 }
 
@@ -59,7 +66,7 @@ var lostDecideColumns = `j.id, coalesce(` + openStep("attempts") + `, j.attempt 
 // as failed: one more when a step was open (see lostDecideColumns).
 var stepFailuresCounted = `j.step_failures + CASE WHEN ` + openStep("step_id") + ` IS NULL THEN 0 ELSE 1 END`
 
-// decideRows reads rows of (decideColumns, counts) and asks the policy about
+// decideRows reads rows of (namespace, decideColumns, counts) and asks the policy about
 // each job whose attempt the move counts, as base describes the failure;
 // the others are given back at once (or cancelled) and need no decision. It
 // closes rows.
@@ -67,21 +74,21 @@ func (s *Store) decideRows(rows pgx.Rows, base records.Failure) (retryDecisions,
 	defer rows.Close()
 	var d retryDecisions
 	for rows.Next() {
-		var id string
+		var ns, id string
 		var counts bool
 		f := base
-		if err := rows.Scan(&id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds, &counts); err != nil {
+		if err := rows.Scan(&ns, &id, &f.Attempt, &f.MaxAttempts, &f.BackoffSeconds, &counts); err != nil {
 			return d, err
 		}
 		if !counts {
-			d.add(id, true, 0)
+			d.add(ns, id, true, 0)
 			continue
 		}
 		retry, delay, err := s.nextRetry(f)
 		if err != nil {
 			return d, err
 		}
-		d.add(id, retry, delay)
+		d.add(ns, id, retry, delay)
 	}
 	return d, rows.Err()
 }

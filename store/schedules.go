@@ -16,13 +16,13 @@ import (
 )
 
 // scheduleColumns is the select list scanSchedule reads.
-const scheduleColumns = `name, cron, timezone, queue, job, enabled, max_catchup,
+const scheduleColumns = `namespace, name, cron, timezone, queue, job, enabled, max_catchup,
 	next_fire_at, last_fire_at, fires, skipped, created_at, updated_at`
 
 func scanSchedule(row pgx.Row) (records.Schedule, error) {
 	var sc records.Schedule
 	var job []byte
-	err := row.Scan(&sc.Name, &sc.Cron, &sc.Timezone, &sc.Queue, &job, &sc.Enabled, &sc.MaxCatchup,
+	err := row.Scan(&sc.Namespace, &sc.Name, &sc.Cron, &sc.Timezone, &sc.Queue, &job, &sc.Enabled, &sc.MaxCatchup,
 		&sc.NextFireAt, &sc.LastFireAt, &sc.Fires, &sc.Skipped, &sc.CreatedAt, &sc.UpdatedAt)
 	if err != nil {
 		return records.Schedule{}, err
@@ -88,7 +88,8 @@ func ScheduleManualJobID(name string, at time.Time) string {
 	return "sched-" + scheduleIDPart(name) + "-manual-" + strconv.FormatInt(at.UnixMilli(), 10)
 }
 
-// ScheduleCreate inserts sc unless a schedule of that name exists. An
+// ScheduleCreate inserts sc in the store's namespace unless a schedule of
+// that name exists there. An
 // existing one with the same definition (cron, timezone, queue, job,
 // max_catchup; not its enabled state, which PAUSE and RESUME change) makes
 // created false; one with another definition is ErrConflict.
@@ -100,11 +101,11 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc records.Schedule) (create
 	for range 3 {
 		var inserted bool
 		err := s.Pool.QueryRow(ctx, `
-			INSERT INTO schedules (name, cron, timezone, queue, job, enabled, max_catchup, next_fire_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			INSERT INTO schedules (namespace, name, cron, timezone, queue, job, enabled, max_catchup, next_fire_at)
+			VALUES ($9, $1, $2, $3, $4, $5, $6, $7, $8)
 			ON CONFLICT (namespace, name) DO NOTHING
 			RETURNING true`,
-			sc.Name, sc.Cron, sc.Timezone, sc.Queue, job, sc.Enabled, sc.MaxCatchup, sc.NextFireAt).Scan(&inserted)
+			sc.Name, sc.Cron, sc.Timezone, sc.Queue, job, sc.Enabled, sc.MaxCatchup, sc.NextFireAt, s.ns).Scan(&inserted)
 		if err == nil {
 			return true, nil
 		}
@@ -115,8 +116,8 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc records.Schedule) (create
 		var same bool
 		err = s.Pool.QueryRow(ctx, `
 			SELECT cron = $2 AND timezone = $3 AND queue = $4 AND job = $5::jsonb AND max_catchup = $6
-			FROM schedules WHERE name = $1`,
-			sc.Name, sc.Cron, sc.Timezone, sc.Queue, job, sc.MaxCatchup).Scan(&same)
+			FROM schedules WHERE namespace = $7 AND name = $1`,
+			sc.Name, sc.Cron, sc.Timezone, sc.Queue, job, sc.MaxCatchup, s.ns).Scan(&same)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // deleted between the two statements: insert again
@@ -130,18 +131,20 @@ func (s *Store) ScheduleCreate(ctx context.Context, sc records.Schedule) (create
 	return false, fmt.Errorf("%w: schedule %s is being created and deleted concurrently", records.ErrConflict, sc.Name)
 }
 
-// ScheduleGet returns one schedule.
+// ScheduleGet returns one schedule of the store's namespace.
 func (s *Store) ScheduleGet(ctx context.Context, name string) (records.Schedule, error) {
 	if !storable(name) {
 		return records.Schedule{}, records.ErrNotFound
 	}
-	sc, err := scanSchedule(s.Pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1`, name))
+	sc, err := scanSchedule(s.Pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE namespace = $1 AND name = $2`,
+		s.ns, name))
 	return sc, interpretError(err)
 }
 
-// ScheduleList returns every schedule, by name.
+// ScheduleList returns every schedule of the store's namespace, by name
+// (schedules_pkey).
 func (s *Store) ScheduleList(ctx context.Context) ([]records.Schedule, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules ORDER BY name`)
+	rows, err := s.Pool.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE namespace = $1 ORDER BY name`, s.ns)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -157,13 +160,15 @@ func (s *Store) ScheduleList(ctx context.Context) ([]records.Schedule, error) {
 	return out, interpretError(rows.Err())
 }
 
-// ScheduleUpdate locks the named schedule, lets change edit it, and writes
+// ScheduleUpdate locks the named schedule of the store's namespace, lets
+// change edit it, and writes
 // back its definition, enabled state and next fire. An error from change
 // is returned as it is and nothing is written.
 func (s *Store) ScheduleUpdate(ctx context.Context, name string, change func(*records.Schedule) error) (records.Schedule, error) {
 	var out records.Schedule
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		sc, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1 FOR UPDATE`, name))
+		sc, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE namespace = $1 AND name = $2 FOR UPDATE`,
+			s.ns, name))
 		if err != nil {
 			return interpretError(err)
 		}
@@ -177,20 +182,20 @@ func (s *Store) ScheduleUpdate(ctx context.Context, name string, change func(*re
 		out, err = scanSchedule(tx.QueryRow(ctx, `
 			UPDATE schedules SET cron = $2, timezone = $3, queue = $4, job = $5, enabled = $6,
 				max_catchup = $7, next_fire_at = $8, updated_at = now()
-			WHERE name = $1
+			WHERE namespace = $9 AND name = $1
 			RETURNING `+scheduleColumns,
-			name, sc.Cron, sc.Timezone, sc.Queue, job, sc.Enabled, sc.MaxCatchup, sc.NextFireAt))
+			name, sc.Cron, sc.Timezone, sc.Queue, job, sc.Enabled, sc.MaxCatchup, sc.NextFireAt, s.ns))
 		return interpretError(err)
 	})
 	return out, err
 }
 
-// SchedulePause disables a schedule; its next_fire_at is kept, so that a
+// SchedulePause disables a schedule of the store's namespace; its next_fire_at is kept, so that a
 // resume may replay the fires missed while it was paused.
 func (s *Store) SchedulePause(ctx context.Context, name string) error {
 	tag, err := s.Pool.Exec(ctx, `
 		UPDATE schedules SET enabled = false, updated_at = CASE WHEN enabled THEN now() ELSE updated_at END
-		WHERE name = $1`, name)
+		WHERE namespace = $2 AND name = $1`, name, s.ns)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -200,23 +205,25 @@ func (s *Store) SchedulePause(ctx context.Context, name string) error {
 	return nil
 }
 
-// ScheduleDelete deletes a schedule; the jobs it fired stay. It reports
+// ScheduleDelete deletes a schedule of the store's namespace; the jobs it
+// fired stay. It reports
 // whether there was one.
 func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
-	tag, err := s.Pool.Exec(ctx, `DELETE FROM schedules WHERE name = $1`, name)
+	tag, err := s.Pool.Exec(ctx, `DELETE FROM schedules WHERE namespace = $2 AND name = $1`, name, s.ns)
 	if err != nil {
 		return false, interpretError(err)
 	}
 	return tag.RowsAffected() > 0, nil
 }
 
-// ScheduleTrigger fires a schedule by hand at at, whether it is enabled or
+// ScheduleTrigger fires a schedule of the store's namespace by hand at at, whether it is enabled or
 // not, and returns the id of the job (ScheduleManualJobID). Its next
 // scheduled fire is unchanged.
 func (s *Store) ScheduleTrigger(ctx context.Context, name string, at time.Time) (string, error) {
 	id := ScheduleManualJobID(name, at)
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		sc, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE name = $1 FOR UPDATE`, name))
+		sc, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE namespace = $1 AND name = $2 FOR UPDATE`,
+			s.ns, name))
 		if err != nil {
 			return interpretError(err)
 		}
@@ -226,7 +233,7 @@ func (s *Store) ScheduleTrigger(ctx context.Context, name string, at time.Time) 
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE schedules SET fires = fires + 1, last_fire_at = greatest(last_fire_at, $2), updated_at = now()
-			WHERE name = $1`, name, at)
+			WHERE namespace = $3 AND name = $1`, name, at, s.ns)
 		return err
 	})
 	if err != nil {
@@ -260,8 +267,10 @@ type ScheduleFireDueParams struct {
 
 // FireResult is what ScheduleFireDue did with one schedule.
 type FireResult struct {
-	Schedule string
-	Queue    string
+	// Namespace is the schedule's, where its jobs went.
+	Namespace string
+	Schedule  string
+	Queue     string
 	// Fires are the fire times planned; Created the jobs inserted (a fire
 	// whose job exists already is not inserted again).
 	Fires   []time.Time
@@ -271,7 +280,8 @@ type FireResult struct {
 	PlanErr error
 }
 
-// ScheduleFireDue claims the most overdue enabled schedule (SKIP LOCKED:
+// ScheduleFireDue claims the most overdue enabled schedule of any namespace
+// (SKIP LOCKED:
 // another scheduler's claim is passed over), submits the jobs of its due
 // fires and advances its next_fire_at, all in one transaction. found is
 // false when no schedule is due. Two schedulers, a retry after a failed
@@ -294,11 +304,12 @@ func (s *Store) ScheduleFireDue(ctx context.Context, p ScheduleFireDueParams) (r
 			return err
 		}
 		found = true
-		res.Schedule, res.Queue = sc.Name, sc.Queue
+		res.Namespace, res.Schedule, res.Queue = sc.Namespace, sc.Name, sc.Queue
 		plan, planErr := p.Plan(sc)
 		if planErr != nil {
 			res.PlanErr = planErr
-			_, err := tx.Exec(ctx, `UPDATE schedules SET next_fire_at = NULL, updated_at = now() WHERE name = $1`, sc.Name)
+			_, err := tx.Exec(ctx, `UPDATE schedules SET next_fire_at = NULL, updated_at = now() WHERE namespace = $2 AND name = $1`,
+				sc.Name, sc.Namespace)
 			return err
 		}
 		res.Fires, res.Skipped, res.Next = plan.Fires, plan.Skipped, plan.Next
@@ -323,7 +334,7 @@ func (s *Store) ScheduleFireDue(ctx context.Context, p ScheduleFireDueParams) (r
 			UPDATE schedules SET next_fire_at = $2,
 				last_fire_at = greatest(last_fire_at, $3::timestamptz), -- greatest ignores NULLs
 				fires = fires + $4, skipped = skipped + $5, updated_at = now()
-			WHERE name = $1`, sc.Name, next, last, res.Created, plan.Skipped)
+			WHERE namespace = $6 AND name = $1`, sc.Name, next, last, res.Created, plan.Skipped, sc.Namespace)
 		return err
 	})
 	if err != nil {
@@ -332,7 +343,8 @@ func (s *Store) ScheduleFireDue(ctx context.Context, p ScheduleFireDueParams) (r
 	return res, found, nil
 }
 
-// insertFires inserts one job of sc's template per id, with JobsSubmit's
+// insertFires inserts one job of sc's template per id, in sc's namespace,
+// with JobsSubmit's
 // idempotency (an existing id is left alone), and wakes the waiters of the
 // queue for the jobs it created. The jobs get their fair-share place from
 // the first claim of their queue. A fire's job is due at its fire time, or
@@ -344,16 +356,16 @@ func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []stri
 	}
 	rows, err := tx.Query(ctx, `
 		WITH q AS (
-			INSERT INTO queues (name) VALUES ($1) ON CONFLICT DO NOTHING
+			INSERT INTO queues (namespace, name) VALUES ($15, $1) ON CONFLICT DO NOTHING
 		)
-		INSERT INTO jobs (id, queue, type, requires, plan, inputs, payload, priority,
+		INSERT INTO jobs (namespace, id, queue, type, requires, plan, inputs, payload, priority,
 			status, max_attempts, retry_backoff_seconds, timeout_seconds, run_at, fair_key, fair_weight)
-		SELECT f.id, $1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10, least(f.at, now()), $13, $14
+		SELECT $15, f.id, $1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10, least(f.at, now()), $13, $14
 		FROM unnest($11::text[], $12::timestamptz[]) AS f(id, at)
 		ON CONFLICT DO NOTHING
 		RETURNING id`,
 		sc.Queue, t.Type, t.Requires, nullJSON(t.Plan), nullJSON(t.Inputs), nullJSON(t.Payload), t.Priority,
-		t.MaxAttempts, t.RetryBackoffSeconds, t.TimeoutSeconds, ids, fires, t.FairKey, max(t.FairWeight, 1))
+		t.MaxAttempts, t.RetryBackoffSeconds, t.TimeoutSeconds, ids, fires, t.FairKey, max(t.FairWeight, 1), sc.Namespace)
 	if err != nil {
 		return 0, err
 	}
@@ -368,5 +380,5 @@ func insertFires(ctx context.Context, tx pgx.Tx, sc records.Schedule, ids []stri
 	if created == 0 {
 		return 0, nil
 	}
-	return created, notifyReady(ctx, tx, records.ReadyNote{Queue: sc.Queue, N: created, Requires: t.Requires})
+	return created, notifyReady(ctx, tx, records.ReadyNote{Namespace: sc.Namespace, Queue: sc.Queue, N: created, Requires: t.Requires})
 }

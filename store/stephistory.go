@@ -47,23 +47,25 @@ func beginAttemptSQL(s, delivery string) string {
 }
 
 // endOpenStepsSQL writes the entries of the attempts of steps open when
-// the watchdog ended their jobs' deliveries ($1), with outcome $2, through
-// job_steps_open.
+// the watchdog ended their jobs' deliveries ($1, of namespaces $3), with
+// outcome $2, through job_steps_open.
 const endOpenStepsSQL = `
 	UPDATE job_steps s SET history = s.history || jsonb_build_array(jsonb_build_object('attempt', s.attempts,
 			'began_at', s.began_at, 'ended_at', now(), 'outcome', $2::text, 'error', NULL)),
 		attempt_ended = true
-	FROM jobs j
-	WHERE j.id = ANY($1::text[]) AND s.job_id = j.id AND s.status = 'running' AND s.kind = 'step'
+	FROM unnest($1::text[], $3::text[]) AS d(id, namespace), jobs j
+	WHERE j.namespace = d.namespace AND j.id = d.id AND s.namespace = j.namespace AND s.job_id = j.id
+	  AND s.status = 'running' AND s.kind = 'step'
 	  AND s.delivery = j.delivery AND NOT s.attempt_ended`
 
 // endOpenSteps writes the entries of the attempts open in the deliveries
-// of jobs ids that a recovery for reason ends: timed out, or interrupted.
-func endOpenSteps(ctx context.Context, tx pgx.Tx, ids []string, reason string) error {
+// of the decided jobs that a recovery for reason ends: timed out, or
+// interrupted.
+func endOpenSteps(ctx context.Context, tx pgx.Tx, d retryDecisions, reason string) error {
 	outcome := records.StepInterrupted
 	if reason == timedOutReason {
 		outcome = records.StepTimedOut
 	}
-	_, err := tx.Exec(ctx, endOpenStepsSQL, ids, outcome)
+	_, err := tx.Exec(ctx, endOpenStepsSQL, d.ids, outcome, d.namespaces)
 	return err
 }

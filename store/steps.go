@@ -13,6 +13,9 @@ import (
 
 // stepJob is what a step call reads of its job, locked.
 type stepJob struct {
+	// ns is the job's namespace: every row the call reads or writes is
+	// in it.
+	ns              string
 	status          string
 	worker          *string
 	delivery        *string
@@ -50,12 +53,12 @@ func (r stepRow) now(j stepJob) records.StepNow {
 }
 
 // lockStepJob reads and locks the job of a step call, through its key.
-func lockStepJob(ctx context.Context, tx pgx.Tx, id string) (stepJob, error) {
-	var j stepJob
+func lockStepJob(ctx context.Context, tx pgx.Tx, ns, id string) (stepJob, error) {
+	j := stepJob{ns: ns}
 	err := tx.QueryRow(ctx, `
 		SELECT status, worker_id, delivery::text, cancel_requested, ack_deadline IS NOT NULL, attempt,
 			queue, type, requires, run_at
-		FROM jobs WHERE id = $1 FOR UPDATE`, id).
+		FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`, ns, id).
 		Scan(&j.status, &j.worker, &j.delivery, &j.cancelRequested, &j.unacked, &j.attempt,
 			&j.queue, &j.typ, &j.requires, &j.runAt)
 	return j, err
@@ -91,17 +94,17 @@ func (r stepRow) current(j stepJob) bool {
 }
 
 // readStepSQL reads a job's live step (job_steps_live), comparing its
-// input with $3 as JSON values.
+// input with $4 as JSON values.
 const readStepSQL = `
-	SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($3::jsonb, 'null'),
+	SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($4::jsonb, 'null'),
 		output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
-	FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`
+	FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`
 
 // readStep reads a job's step (through job_steps_live), comparing its input
 // with input as JSON values.
-func readStep(ctx context.Context, tx pgx.Tx, jobID, stepID string, input json.RawMessage) (stepRow, error) {
+func readStep(ctx context.Context, tx pgx.Tx, ns, jobID, stepID string, input json.RawMessage) (stepRow, error) {
 	var r stepRow
-	err := tx.QueryRow(ctx, readStepSQL, jobID, stepID, nullJSON(input)).
+	err := tx.QueryRow(ctx, readStepSQL, ns, jobID, stepID, nullJSON(input)).
 		Scan(&r.kind, &r.status, &r.attempts, &r.max, &r.backoff, &r.sameInput, &r.output, &r.delivery, &r.wakeAt, &r.lastErrorActor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, nil
@@ -112,16 +115,16 @@ func readStep(ctx context.Context, tx pgx.Tx, jobID, stepID string, input json.R
 
 // stepCount is how many steps a job has: its highest order
 // (job_steps_order).
-func stepCount(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
+func stepCount(ctx context.Context, tx pgx.Tx, ns, jobID string) (int, error) {
 	var n int
-	err := tx.QueryRow(ctx, `SELECT coalesce(max(ord), 0) FROM job_steps WHERE job_id = $1`, jobID).Scan(&n)
+	err := tx.QueryRow(ctx, `SELECT coalesce(max(ord), 0) FROM job_steps WHERE namespace = $1 AND job_id = $2`, ns, jobID).Scan(&n)
 	return n, err
 }
 
 // nextStepOrd is the order of a job's next new step; StepLimitError when it
 // has MaxSteps.
-func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
-	n, err := stepCount(ctx, tx, jobID)
+func nextStepOrd(ctx context.Context, tx pgx.Tx, ns, jobID string) (int, error) {
+	n, err := stepCount(ctx, tx, ns, jobID)
 	if err != nil {
 		return 0, err
 	}
@@ -131,7 +134,16 @@ func nextStepOrd(ctx context.Context, tx pgx.Tx, jobID string) (int, error) {
 	return n + 1, nil
 }
 
-// stepTx runs a step call in a transaction on its job, locked (body).
+// stepNamespace is the namespace of step call p: its own, else s's.
+func (s *Store) stepNamespace(p records.StepParams) string {
+	if p.Namespace != "" {
+		return p.Namespace
+	}
+	return s.ns
+}
+
+// stepTx runs a step call in a transaction on its job, locked (body), in
+// the call's namespace (stepNamespace).
 // When body says so, the job ends cancelled — its holder now knows, as
 // with JOB.UPDATE — and the call answers ErrJobCancelled.
 func (s *Store) stepTx(ctx context.Context, p records.StepParams,
@@ -143,7 +155,7 @@ func (s *Store) stepTx(ctx context.Context, p records.StepParams,
 	cancelled := false
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		fx = records.Effects{}
-		j, err := lockStepJob(ctx, tx, p.JobID)
+		j, err := lockStepJob(ctx, tx, s.stepNamespace(p), p.JobID)
 		if err != nil {
 			return err
 		}
@@ -153,8 +165,8 @@ func (s *Store) stepTx(ctx context.Context, p records.StepParams,
 		fx = records.Effects{}
 		fx.Ended(p.JobID)
 		fx.Moved = []string{p.JobID}
-		fx.Freed.Add(j.queue, j.typ, 1)
-		return finish(ctx, tx, s.ns, p.JobID, records.StatusCancelled, nil)
+		fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
+		return finish(ctx, tx, j.ns, p.JobID, records.StatusCancelled, nil)
 	})
 	if cancelled && err == nil {
 		return fx, records.ErrJobCancelled
@@ -170,7 +182,7 @@ func acknowledge(ctx context.Context, tx pgx.Tx, j stepJob, id string) error {
 	if !j.unacked || j.status != records.StatusRunning {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `UPDATE jobs SET ack_deadline = NULL WHERE id = $1`, id)
+	_, err := tx.Exec(ctx, `UPDATE jobs SET ack_deadline = NULL WHERE namespace = $1 AND id = $2`, j.ns, id)
 	return err
 }
 
@@ -225,9 +237,9 @@ func (s *Store) ruledStepCall(ctx context.Context, p records.StepParams, input j
 	var answer error
 	fx, err := s.stepTx(ctx, p, func(tx pgx.Tx, j stepJob, fx *records.Effects) (bool, error) {
 		answer = nil
-		r, err := readStep(ctx, tx, p.JobID, p.StepID, input)
+		r, err := readStep(ctx, tx, j.ns, p.JobID, p.StepID, input)
 		if err == nil && !r.found {
-			r.jobSteps, err = stepCount(ctx, tx, p.JobID)
+			r.jobSteps, err = stepCount(ctx, tx, j.ns, p.JobID)
 		}
 		if err != nil {
 			return false, err
@@ -271,32 +283,32 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 			}
 			return nil
 		case records.StepExhausted:
-			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error(), s.ns); err != nil {
+			if _, err := tx.Exec(ctx, recordErrorSQL, p.JobID, d.err.Error(), j.ns); err != nil {
 				return err
 			}
 			fx.Ended(p.JobID)
 			fx.Moved = []string{p.JobID}
-			fx.Freed.Add(j.queue, j.typ, 1)
-			return finish(ctx, tx, s.ns, p.JobID, records.StatusFailed, nil)
+			fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
+			return finish(ctx, tx, j.ns, p.JobID, records.StatusFailed, nil)
 		case records.StepBegins:
 			res = records.StepBeginResult{Execute: true, Attempt: 1}
 			_, err := tx.Exec(ctx, `
-				INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
-				SELECT j.id, $2, $3, 'step', 'running', 1, coalesce($4, j.max_attempts), coalesce($5, j.retry_backoff_seconds),
-					coalesce($6::jsonb, 'null'), j.delivery
-				FROM jobs j WHERE j.id = $1`,
-				p.JobID, p.StepID, d.row.jobSteps+1, p.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input))
+				INSERT INTO job_steps (namespace, job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
+				SELECT j.namespace, j.id, $3, $4, 'step', 'running', 1, coalesce($5, j.max_attempts), coalesce($6, j.retry_backoff_seconds),
+					coalesce($7::jsonb, 'null'), j.delivery
+				FROM jobs j WHERE j.namespace = $1 AND j.id = $2`,
+				j.ns, p.JobID, p.StepID, d.row.jobSteps+1, p.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input))
 			return err
 		}
 		res = records.StepBeginResult{Execute: true, Attempt: d.Attempt}
 		_, err := tx.Exec(ctx, `
-			UPDATE job_steps s SET status = 'running', attempts = $3, max_attempts = $4,
-				retry_backoff_seconds = coalesce($5, s.retry_backoff_seconds), input = coalesce($6::jsonb, 'null'),
-				`+beginAttemptSQL("s", "$7::uuid")+`,
-				delivery = $7::uuid, began_at = CASE WHEN s.delivery = $7::uuid THEN s.began_at ELSE now() END,
+			UPDATE job_steps s SET status = 'running', attempts = $4, max_attempts = $5,
+				retry_backoff_seconds = coalesce($6, s.retry_backoff_seconds), input = coalesce($7::jsonb, 'null'),
+				`+beginAttemptSQL("s", "$8::uuid")+`,
+				delivery = $8::uuid, began_at = CASE WHEN s.delivery = $8::uuid THEN s.began_at ELSE now() END,
 				completed_at = NULL
-			WHERE s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
-			p.JobID, p.StepID, d.Attempt, d.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
+			WHERE s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND s.status <> 'replaced'`,
+			j.ns, p.JobID, p.StepID, d.Attempt, d.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
 		return err
 	})
 	if err != nil {
@@ -318,14 +330,14 @@ func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output j
 	decide := func(j records.JobNow, r records.StepNow) (records.StepDecision, error) {
 		return s.rules.StepComplete(j, r, p)
 	}
-	fx, err = s.ruledStepCall(ctx, p, nil, decide, func(tx pgx.Tx, _ stepJob, d decidedStep, _ *records.Effects) error {
+	fx, err = s.ruledStepCall(ctx, p, nil, decide, func(tx pgx.Tx, j stepJob, d decidedStep, _ *records.Effects) error {
 		changed = d.Verdict == records.StepCompletes
 		if !changed {
 			return nil
 		}
 		_, err := tx.Exec(ctx, `
-			UPDATE job_steps SET status = 'completed', output = coalesce($3::jsonb, 'null'), completed_at = now()
-			WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID, nullJSON(output))
+			UPDATE job_steps SET status = 'completed', output = coalesce($4::jsonb, 'null'), completed_at = now()
+			WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`, j.ns, p.JobID, p.StepID, nullJSON(output))
 		return err
 	})
 	return fx, changed && err == nil, err
@@ -369,29 +381,31 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE job_steps s SET status = 'failed', errors = s.errors || jsonb_build_array(jsonb_build_object(
-			'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $3::text, 'at', now()))
-		FROM jobs j WHERE j.id = s.job_id AND s.job_id = $1 AND s.step_id = $2 AND s.status <> 'replaced'`,
-		p.JobID, p.StepID, p.Message); err != nil {
+			'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $4::text, 'at', now()))
+		FROM jobs j WHERE j.namespace = s.namespace AND j.id = s.job_id
+		  AND s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND s.status <> 'replaced'`,
+		j.ns, p.JobID, p.StepID, p.Message); err != nil {
 		return err
 	}
 	// The failure counts against the step's attempts, not the job's.
-	if _, err := tx.Exec(ctx, `UPDATE jobs SET step_failures = step_failures + 1 WHERE id = $1`, p.JobID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET step_failures = step_failures + 1 WHERE namespace = $1 AND id = $2`,
+		j.ns, p.JobID); err != nil {
 		return err
 	}
 	var runAt time.Time
 	message := "step " + p.StepID + ": " + p.Message
-	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay, s.ns).Scan(&runAt); err != nil {
+	if err := tx.QueryRow(ctx, failAttemptSQL, p.JobID, message, retry, delay, j.ns).Scan(&runAt); err != nil {
 		return err
 	}
 	fx.Moved = []string{p.JobID}
-	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 	if retry {
 		*res = records.StepFailResult{Retry: true, RetryAt: runAt}
 		fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(runAt)}}
 		return nil
 	}
 	fx.Ended(p.JobID)
-	return finish(ctx, tx, s.ns, p.JobID, records.StatusFailed, nil)
+	return finish(ctx, tx, j.ns, p.JobID, records.StatusFailed, nil)
 }
 
 // StepSleep puts the job to sleep until a wake time it records, as the
@@ -416,7 +430,7 @@ func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res r
 			// The delivery after the sleep carries on.
 			_, err := tx.Exec(ctx, `
 				UPDATE job_steps SET status = 'completed', completed_at = now()
-				WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced'`, p.JobID, p.StepID)
+				WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`, j.ns, p.JobID, p.StepID)
 			return err
 		}
 		changed = true
@@ -431,23 +445,23 @@ func sleep(ctx context.Context, tx pgx.Tx, p records.StepSleepParams, j stepJob,
 	res *records.StepSleepResult, fx *records.Effects) error {
 	var wake time.Time
 	if err := tx.QueryRow(ctx, `
-		INSERT INTO job_steps (job_id, step_id, ord, kind, status, max_attempts, retry_backoff_seconds, delivery, wake_at)
-		SELECT j.id, $2, $3, 'sleep', 'sleeping', j.max_attempts, j.retry_backoff_seconds, j.delivery, now() + $4::interval
-		FROM jobs j WHERE j.id = $1
-		RETURNING wake_at`, p.JobID, p.StepID, ord, p.For).Scan(&wake); err != nil {
+		INSERT INTO job_steps (namespace, job_id, step_id, ord, kind, status, max_attempts, retry_backoff_seconds, delivery, wake_at)
+		SELECT j.namespace, j.id, $3, $4, 'sleep', 'sleeping', j.max_attempts, j.retry_backoff_seconds, j.delivery, now() + $5::interval
+		FROM jobs j WHERE j.namespace = $1 AND j.id = $2
+		RETURNING wake_at`, j.ns, p.JobID, p.StepID, ord, p.For).Scan(&wake); err != nil {
 		return err
 	}
 	// Like a snooze, the attempt is given back and the delivery token
 	// stays until the next delivery, so a re-sent call is recognised.
 	if _, err := tx.Exec(ctx, `
 		UPDATE jobs j SET status = 'scheduled', worker_id = NULL, attempt = greatest(j.attempt - 1, 0),
-			run_at = $2, `+clearDelivery+`, updated_at = now()
-		WHERE j.id = $1`, p.JobID, wake); err != nil {
+			run_at = $3, `+clearDelivery+`, updated_at = now()
+		WHERE j.namespace = $1 AND j.id = $2`, j.ns, p.JobID, wake); err != nil {
 		return err
 	}
 	*res = records.StepSleepResult{Sleeping: true, WakeAt: wake}
 	fx.Moved = []string{p.JobID}
-	fx.Freed.Add(j.queue, j.typ, 1)
+	fx.Freed.AddIn(j.ns, j.queue, j.typ, 1)
 	fx.Ready = []records.ReadyNote{{Queue: j.queue, N: 1, Requires: j.requires, At: dueMillis(wake)}}
 	return nil
 }
@@ -464,9 +478,9 @@ var jobStepsSQL = `
 			s.wait_signal, s.wait_jobs,
 			` + stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
 				THEN 'interrupted' END`) + `
-		FROM job_steps s JOIN jobs j ON j.id = s.job_id
-		WHERE s.job_id = $1 AND s.ord > $2
-		ORDER BY s.ord LIMIT $3`
+		FROM job_steps s JOIN jobs j ON j.namespace = s.namespace AND j.id = s.job_id
+		WHERE s.namespace = $1 AND s.job_id = $2 AND s.ord > $3
+		ORDER BY s.ord LIMIT $4`
 
 // JobSteps reads a page of a job's steps (job_steps_order). A step still
 // running when its delivery ended reads as interrupted. ErrNotHolder when
@@ -476,13 +490,13 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 		return nil, records.ErrNotFound
 	}
 	var worker *string
-	if err := s.Pool.QueryRow(ctx, `SELECT worker_id FROM jobs WHERE id = $1`, p.JobID).Scan(&worker); err != nil {
+	if err := s.Pool.QueryRow(ctx, `SELECT worker_id FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, p.JobID).Scan(&worker); err != nil {
 		return nil, interpretError(err)
 	}
 	if p.Holder != "" && (worker == nil || *worker != p.Holder) {
 		return nil, records.ErrNotHolder
 	}
-	rows, err := s.Pool.Query(ctx, jobStepsSQL, p.JobID, p.After, p.Limit)
+	rows, err := s.Pool.Query(ctx, jobStepsSQL, s.ns, p.JobID, p.After, p.Limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -504,18 +518,18 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 // completed steps are kept.
 var jobRetryStepsSQL = `
 	UPDATE job_steps s SET history = ` + stepHistorySQL("s", `'interrupted'`) + `, attempt_ended = true, attempts = 0
-	WHERE s.job_id = $1 AND s.status NOT IN ('completed', 'replaced') AND s.attempts > 0`
+	WHERE s.namespace = $1 AND s.job_id = $2 AND s.status NOT IN ('completed', 'replaced') AND s.attempts > 0`
 
 // replaceStepsFrom forgets the job's step from and every step begun after
 // it (job_steps_live, then job_steps_order): their rows stay, replaced,
 // each current attempt's entry written in its history. StepNotBegunError
 // when the job has no step from.
-func replaceStepsFrom(ctx context.Context, tx pgx.Tx, jobID, from string) error {
+func replaceStepsFrom(ctx context.Context, tx pgx.Tx, ns, jobID, from string) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE job_steps s SET status = 'replaced', history = `+stepHistorySQL("s", `'interrupted'`)+`,
 			attempt_ended = true
-		FROM (SELECT ord FROM job_steps WHERE job_id = $1 AND step_id = $2 AND status <> 'replaced') f
-		WHERE s.job_id = $1 AND s.ord >= f.ord AND s.status <> 'replaced'`, jobID, from)
+		FROM (SELECT ord FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced') f
+		WHERE s.namespace = $1 AND s.job_id = $2 AND s.ord >= f.ord AND s.status <> 'replaced'`, ns, jobID, from)
 	if err == nil && tag.RowsAffected() == 0 {
 		return &records.StepNotBegunError{StepID: from}
 	}

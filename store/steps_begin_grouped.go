@@ -50,7 +50,7 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 	var maxAttempts []*int32
 	var backoffs []*float64
 	for i, c := range calls {
-		if !sc.add(c.StepParams, i) {
+		if !sc.add(s.stepNamespace(c.StepParams), c.StepParams, i) {
 			continue
 		}
 		var most *int32
@@ -67,7 +67,7 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 	// The jobs are locked first, in a statement of their own, so that the
 	// begins read their steps as the calls that held the locks before left
 	// them (READ COMMITTED takes a snapshot per statement).
-	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.jobIDs}}
+	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.namespaces, sc.jobIDs}}
 	err := s.hotQuery(ctx, false, []*pgx.QueuedQuery{lock}, func(rows pgx.Rows) error {
 		var ord, attempt int32
 		var answered bool
@@ -84,16 +84,18 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 			served[int(ord)] = records.StepBeginResult{Execute: true, Attempt: int(attempt)}
 		}
 		return nil
-	}, beginStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, inputs, maxAttempts, backoffs, sc.ords)
+	}, beginStepsGroupedSQL, sc.namespaces, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, inputs, maxAttempts, backoffs, sc.ords)
 	if err != nil {
 		return map[int]records.StepBeginResult{}, err
 	}
 	return served, nil
 }
 
-// lockStepJobsSQL locks a group's jobs through their key, in id order, as
-// the locked path locks each.
-const lockStepJobsSQL = `SELECT 1 FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+// lockStepJobsSQL locks a group's jobs through their key (namespace $1,
+// id $2, pairwise), in key order, as the locked path locks each.
+const lockStepJobsSQL = `
+	SELECT 1 FROM unnest($1::text[], $2::text[]) AS u(namespace, id) JOIN jobs j ON j.namespace = u.namespace AND j.id = u.id
+	ORDER BY j.namespace, j.id FOR UPDATE OF j`
 
 // stepBeginDecisionSQL is the rules' decision of a STEP.BEGIN held by its
 // caller (records.Rules.StepBegin, engine.DecideStepBegin) in SQL, for the
@@ -132,29 +134,29 @@ var beginStepsGroupedSQL = func() string {
 	v := func(s records.StepVerdict) string { return strconv.Itoa(int(s)) }
 	return `
 	WITH u AS (
-		SELECT *, count(*) OVER (PARTITION BY job_id) AS calls
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::float8[], $8::int[])
-			AS u(job_id, step_id, worker, delivery, input, max_attempts, backoff, ord)
+		SELECT *, count(*) OVER (PARTITION BY namespace, job_id) AS calls
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::float8[], $9::int[])
+			AS u(namespace, job_id, step_id, worker, delivery, input, max_attempts, backoff, ord)
 	), c AS (
 		SELECT u.*, j.delivery AS job_delivery, j.ack_deadline IS NOT NULL AS unacked,
 			coalesce(u.max_attempts, j.max_attempts) AS new_max, coalesce(u.backoff, j.retry_backoff_seconds) AS new_backoff,
 			s.step_id IS NOT NULL AS found, s.kind, s.status, s.attempts, coalesce(u.max_attempts, s.max_attempts) AS step_max,
 			s.input = coalesce(u.input::jsonb, 'null') AS same_input, s.output, s.delivery = j.delivery AS current,
-			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.job_id = u.job_id) AS last_ord
+			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.namespace = u.namespace AND m.job_id = u.job_id) AS last_ord
 		FROM u
-		JOIN jobs j ON j.id = u.job_id
-		LEFT JOIN job_steps s ON s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
+		JOIN jobs j ON j.namespace = u.namespace AND j.id = u.job_id
+		LEFT JOIN job_steps s ON s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 		WHERE u.calls = 1 AND ` + heldBy("u.worker", "", "u.delivery") + `
 	), d AS (
 		SELECT * FROM (SELECT c.*, ` + verdict + ` AS verdict, ` + attempt + ` AS attempt FROM c) c
 		WHERE c.verdict IN (` + v(records.StepBegins) + `, ` + v(records.StepRuns) + `, ` + v(records.StepAnswersOutput) + `)
 	), added AS (
-		INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
-		SELECT d.job_id, d.step_id, d.last_ord + 1, 'step', 'running', 1, d.new_max, d.new_backoff,
+		INSERT INTO job_steps (namespace, job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, input, delivery)
+		SELECT d.namespace, d.job_id, d.step_id, d.last_ord + 1, 'step', 'running', 1, d.new_max, d.new_backoff,
 			coalesce(d.input::jsonb, 'null'), d.job_delivery
 		FROM d WHERE d.verdict = ` + v(records.StepBegins) + `
 		ON CONFLICT DO NOTHING
-		RETURNING job_id
+		RETURNING namespace, job_id
 	), again AS (
 		UPDATE job_steps s SET status = 'running', attempts = d.attempt, max_attempts = d.step_max,
 			retry_backoff_seconds = coalesce(d.backoff, s.retry_backoff_seconds), input = coalesce(d.input::jsonb, 'null'),
@@ -162,13 +164,14 @@ var beginStepsGroupedSQL = func() string {
 			delivery = d.job_delivery, began_at = CASE WHEN s.delivery = d.job_delivery THEN s.began_at ELSE now() END,
 			completed_at = NULL
 		FROM d
-		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.job_id = d.job_id AND s.step_id = d.step_id AND s.status <> 'replaced'
-		RETURNING s.job_id
+		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.namespace = d.namespace AND s.job_id = d.job_id
+		  AND s.step_id = d.step_id AND s.status <> 'replaced'
+		RETURNING s.namespace, s.job_id
 	), acked AS (
 		UPDATE jobs j SET ack_deadline = NULL
-		FROM d WHERE d.unacked AND j.id = d.job_id
+		FROM d WHERE d.unacked AND j.namespace = d.namespace AND j.id = d.job_id
 	)
 	SELECT d.ord, d.verdict = ` + v(records.StepAnswersOutput) + `, d.attempt, d.output FROM d
 	WHERE d.verdict = ` + v(records.StepAnswersOutput) + `
-	   OR d.job_id IN (SELECT job_id FROM added UNION ALL SELECT job_id FROM again)`
+	   OR (d.namespace, d.job_id) IN (SELECT namespace, job_id FROM added UNION ALL SELECT namespace, job_id FROM again)`
 }()

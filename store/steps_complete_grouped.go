@@ -49,7 +49,7 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 	var sc stepCalls
 	var outputs []*string
 	for i, c := range calls {
-		if sc.add(c.StepParams, i) {
+		if sc.add(s.stepNamespace(c.StepParams), c.StepParams, i) {
 			outputs = append(outputs, nullIfEmpty(string(c.Output)))
 		}
 	}
@@ -62,7 +62,7 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 		err := rows.Scan(&ord)
 		done = append(done, ord)
 		return err
-	}, completeStepsGroupedSQL, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, outputs, sc.ords)
+	}, completeStepsGroupedSQL, sc.namespaces, sc.jobIDs, sc.stepIDs, sc.workers, sc.deliveries, outputs, sc.ords)
 	if err != nil {
 		return applied, err
 	}
@@ -78,18 +78,20 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 // named twice is completed by its first call, the other finding it done.
 var completeStepsGroupedSQL = `
 	WITH u AS (
-		SELECT DISTINCT ON (job_id, step_id) *
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
-			AS u(job_id, step_id, worker, delivery, output, ord)
-		ORDER BY job_id, step_id, ord
+		SELECT DISTINCT ON (namespace, job_id, step_id) *
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[])
+			AS u(namespace, job_id, step_id, worker, delivery, output, ord)
+		ORDER BY namespace, job_id, step_id, ord
 	), j AS (
-		SELECT j.id, j.status, j.cancel_requested, j.worker_id, j.delivery FROM jobs j
-		WHERE j.id = ANY($1::text[]) AND j.ack_deadline IS NULL
-		ORDER BY j.id FOR UPDATE
+		SELECT j.namespace, j.id, j.status, j.cancel_requested, j.worker_id, j.delivery
+		FROM unnest($1::text[], $2::text[]) AS k(namespace, id) JOIN jobs j ON j.namespace = k.namespace AND j.id = k.id
+		WHERE j.ack_deadline IS NULL
+		ORDER BY j.namespace, j.id FOR UPDATE OF j
 	)
 	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
 	FROM u, j
-	WHERE j.id = u.job_id AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
+	WHERE j.namespace = u.namespace AND j.id = u.job_id
+	  AND s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
 	  AND ` + heldBy("u.worker", "", "u.delivery") + `
 	  AND ` + stepCompletesSQL("s", "s.delivery = j.delivery") + `
 	RETURNING u.ord`

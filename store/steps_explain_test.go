@@ -35,6 +35,7 @@ func TestStepStatementsUseTheirIndexes(t *testing.T) {
 			t.Fatalf("preparing the data: %v\n%s", err, sql)
 		}
 	}
+	nss := []string{"default", "default"}
 	ids, steps, workers, deliveries := []string{"s11", "s12"}, []string{"step-3", "step-10"}, []string{"", ""}, []*string{nil, nil}
 	ords := []int32{0, 1}
 	for _, c := range []struct {
@@ -43,14 +44,14 @@ func TestStepStatementsUseTheirIndexes(t *testing.T) {
 		indexes   []string // each one of a|b
 
 	}{
-		{"AStepCallReadsItsLiveStep", store.ReadStepSQL, []any{"s11", "step-3", nil}, []string{"job_steps_live"}},
-		{"JobStepsPagesByOrder", store.JobStepsSQL, []any{"s11", 2, 100}, []string{"job_steps_order"}},
+		{"AStepCallReadsItsLiveStep", store.ReadStepSQL, []any{"default", "s11", "step-3", nil}, []string{"job_steps_live"}},
+		{"JobStepsPagesByOrder", store.JobStepsSQL, []any{"default", "s11", 2, 100}, []string{"job_steps_order"}},
 		{"AGroupOfBeginsFindsItsStepsAndTheirJobsLast", store.BeginStepsGroupedSQL,
-			[]any{ids, steps, workers, deliveries, []*string{nil, nil}, []*int32{nil, nil}, []*float64{nil, nil}, ords},
+			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, []*int32{nil, nil}, []*float64{nil, nil}, ords},
 			[]string{"job_steps_live", "job_steps_order"}},
 		{"AGroupOfCompletionsFindsItsSteps", store.CompleteStepsGroupedSQL,
 			// job_steps_open serves it too: a job's running steps are few.
-			[]any{ids, steps, workers, deliveries, []*string{nil, nil}, ords}, []string{"job_steps_live|job_steps_open"}},
+			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, ords}, []string{"job_steps_live|job_steps_open"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rows, err := conn.Query(ctx, "EXPLAIN "+c.sql, c.args...)

@@ -18,14 +18,14 @@ type AttemptTrace struct {
 	StepBeganAt time.Time
 }
 
-// AttemptTraces reads the current deliveries of the running jobs among ids
-// that carry trace context, before a report ends them. Only a node with
-// tracing on asks; by primary key.
+// AttemptTraces reads the current deliveries of the running jobs among ids,
+// jobs of s's namespace, that carry trace context, before a report ends
+// them. Only a node with tracing on asks; by primary key.
 func (s *Store) AttemptTraces(ctx context.Context, ids []string) (map[string]AttemptTrace, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT id, traceparent, coalesce(tracestate, ''), attempt, coalesce(worker_id, ''),
 			coalesce(delivery::text, ''), coalesce(started_at, now())
-		FROM jobs WHERE id = ANY($1::text[]) AND status = 'running' AND traceparent IS NOT NULL`, ids)
+		FROM jobs WHERE namespace = $1 AND id = ANY($2::text[]) AND status = 'running' AND traceparent IS NOT NULL`, s.ns, ids)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -43,13 +43,14 @@ func (s *Store) AttemptTraces(ctx context.Context, ids []string) (map[string]Att
 
 // StepTrace reads a running job's current delivery and when its step
 // began, before a STEP.COMPLETE or STEP.FAIL ends the step; found false
-// when the job carries no trace context. By primary keys.
+// when the job carries no trace context. By primary keys, in s's
+// namespace.
 func (s *Store) StepTrace(ctx context.Context, jobID, stepID string) (AttemptTrace, bool, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT j.id, j.traceparent, coalesce(j.tracestate, ''), j.attempt, coalesce(j.worker_id, ''),
 			coalesce(j.delivery::text, ''), coalesce(j.started_at, now()), s.began_at
-		FROM jobs j JOIN job_steps s ON s.job_id = j.id AND s.step_id = $2 AND s.status <> 'replaced'
-		WHERE j.id = $1 AND j.status = 'running' AND j.traceparent IS NOT NULL`, jobID, stepID)
+		FROM jobs j JOIN job_steps s ON s.namespace = j.namespace AND s.job_id = j.id AND s.step_id = $3 AND s.status <> 'replaced'
+		WHERE j.namespace = $1 AND j.id = $2 AND j.status = 'running' AND j.traceparent IS NOT NULL`, s.ns, jobID, stepID)
 	if err != nil {
 		return AttemptTrace{}, false, interpretError(err)
 	}

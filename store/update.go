@@ -331,7 +331,7 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 			return nil
 		}
 		if from != "" {
-			if err := replaceStepsFrom(ctx, tx, id, from); err != nil {
+			if err := replaceStepsFrom(ctx, tx, s.ns, id, from); err != nil {
 				return err
 			}
 		}
@@ -350,11 +350,11 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 			return err
 		}
 		fx.Moved, fx.Ready = []string{id}, []records.ReadyNote{{Namespace: s.ns, Queue: queue, N: 1, Requires: requires}}
-		if _, err := tx.Exec(ctx, jobRetryStepsSQL, id); err != nil {
+		if _, err := tx.Exec(ctx, jobRetryStepsSQL, s.ns, id); err != nil {
 			return err
 		}
 		if inGraph {
-			pending, err := retryInGraph(ctx, tx, id)
+			pending, err := retryInGraph(ctx, tx, s.ns, id)
 			if pending {
 				fx.Ready = nil
 			}

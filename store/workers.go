@@ -19,7 +19,7 @@ var (
 	ErrWorkerUnknown = errors.New("worker not registered")
 )
 
-const workerColumns = `worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
+const workerColumns = `namespace, worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata,
 	max_concurrent_jobs, stats, registered_at, last_heartbeat_at, state_changed_at, timed_out_jobs, last_timeout_at`
 
 // collectWorkers reads every row of a query of workerColumns.
@@ -33,15 +33,16 @@ func collectWorkers(rows pgx.Rows, err error) ([]records.Worker, error) {
 
 func scanWorker(row pgx.Row) (records.Worker, error) {
 	var w records.Worker
-	err := row.Scan(&w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
+	err := row.Scan(&w.Namespace, &w.ID, &w.Principal, &w.State, &w.Hostname, &w.Platform, &w.AgwVersion, &w.Capabilities,
 		&w.Metadata, &w.MaxConcurrentJobs, &w.Stats, &w.RegisteredAt, &w.LastHeartbeatAt, &w.StateChangedAt,
 		&w.TimedOutJobs, &w.LastTimeoutAt)
 	return w, err
 }
 
-// WorkerRegister registers a worker or lets the same principal take its
-// record over (a reconnect or restart with the same id): it becomes ACTIVE
-// and keeps the jobs it holds, whose leases restart. A worker id belongs to
+// WorkerRegister registers a worker in the store's namespace or lets the
+// same principal take its record over (a reconnect or restart with the same
+// id): it becomes ACTIVE and keeps the jobs it holds, whose leases restart.
+// Worker ids are unique across namespaces, as principals are. A worker id belongs to
 // the principal that first registered it, whatever its state since — except
 // that the principal named like the id (the key minted for that worker)
 // always gets it back, and the jobs another principal held under it go back
@@ -65,9 +66,10 @@ func (s *Store) WorkerRegister(ctx context.Context, w records.Worker, lease time
 
 func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time.Duration, running []string) (ended []string, err error) {
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		var holder string
+		var holder, holderNS string
 		var caps []string
-		err := tx.QueryRow(ctx, `SELECT principal, capabilities FROM workers WHERE worker_id = $1 FOR UPDATE`, w.ID).Scan(&holder, &caps)
+		err := tx.QueryRow(ctx, `SELECT principal, namespace, capabilities FROM workers WHERE worker_id = $1 FOR UPDATE`,
+			w.ID).Scan(&holder, &holderNS, &caps)
 		existed := err == nil
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -76,17 +78,22 @@ func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time
 		case holder != w.Principal && w.ID != w.Principal:
 			return records.ErrWorkerTaken
 		case holder != w.Principal:
-			held, err := s.requeueHeld(ctx, tx, w.ID, false)
+			held, err := s.requeueHeld(ctx, tx, holderNS, w.ID, false)
 			if err != nil {
 				return err
 			}
-			ended = append(ended, held...)
+			if holderNS == s.ns {
+				// Jobs of another namespace that this ended are left
+				// to the leader's sweep to settle.
+				ended = append(ended, held...)
+			}
 		}
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs)
-			VALUES ($1, $2, 'ACTIVE', $3, $4, $5, $6, $7, $8)
+			INSERT INTO workers (worker_id, principal, state, hostname, platform, agw_version, capabilities, metadata, max_concurrent_jobs,
+				namespace)
+			VALUES ($1, $2, 'ACTIVE', $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (worker_id) DO UPDATE SET
-				principal = excluded.principal,
+				principal = excluded.principal, namespace = excluded.namespace,
 				-- A drain outlives reconnects: only UNREGISTER or DEAD ends it.
 				state = CASE WHEN workers.state = 'DRAINING' THEN 'DRAINING' ELSE 'ACTIVE' END,
 				hostname = excluded.hostname,
@@ -97,7 +104,7 @@ func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time
 				state_changed_at = CASE WHEN workers.state = 'ACTIVE' THEN workers.state_changed_at ELSE now() END
 			-- Another principal that registered the id in between wins.
 			WHERE workers.principal = excluded.principal OR excluded.worker_id = excluded.principal`,
-			w.ID, w.Principal, w.Hostname, w.Platform, w.AgwVersion, w.Capabilities, string(w.Metadata), w.MaxConcurrentJobs)
+			w.ID, w.Principal, w.Hostname, w.Platform, w.AgwVersion, w.Capabilities, string(w.Metadata), w.MaxConcurrentJobs, s.ns)
 		if err != nil {
 			return err
 		}
@@ -105,7 +112,7 @@ func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time
 			return records.ErrWorkerTaken
 		}
 		if running != nil {
-			lost, err := s.requeueLost(ctx, tx, w.ID, running)
+			lost, err := s.requeueLost(ctx, tx, s.ns, w.ID, running)
 			if err != nil {
 				return err
 			}
@@ -114,14 +121,14 @@ func (s *Store) workerRegister(ctx context.Context, w records.Worker, lease time
 		if existed && !sameSet(caps, w.Capabilities) {
 			// The worker's pops blocked on any node wait with the old
 			// capabilities: they look again (Moved.Registered).
-			b, _ := json.Marshal(records.Moved{Registered: w.ID})
+			b, _ := json.Marshal(records.Moved{Namespace: s.ns, Registered: w.ID})
 			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelMoved, string(b)); err != nil {
 				return err
 			}
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET lease_expires_at = now() + $2::interval, updated_at = now()
-			WHERE worker_id = $1 AND status = 'running'`, w.ID, lease)
+			WHERE worker_id = $1 AND status = 'running' AND namespace = $3`, w.ID, lease, s.ns)
 		return err
 	})
 	return ended, err
@@ -141,9 +148,10 @@ func againOnDeadlock(ctx context.Context, run func() error) error {
 	}
 }
 
-// WorkerHeartbeat records a heartbeat, stores the stats when given, and
-// extends the lease of every job the worker holds (jobs_running_worker),
-// returning those it must cancel.
+// WorkerHeartbeat records a heartbeat of a worker of the store's
+// namespace, stores the stats when given, and extends the lease of every
+// job the worker holds (jobs_running_worker), returning those it must
+// cancel.
 func (s *Store) WorkerHeartbeat(ctx context.Context, id string, stats json.RawMessage, lease time.Duration) (records.HeartbeatResult, error) {
 	var res records.HeartbeatResult
 	err := againOnDeadlock(ctx, func() error {
@@ -158,8 +166,8 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 		var state string
 		err := tx.QueryRow(ctx, `
 			UPDATE workers SET last_heartbeat_at = now(), stats = coalesce($2::jsonb, stats)
-			WHERE worker_id = $1 AND state IN ('ACTIVE', 'DRAINING')
-			RETURNING state`, id, nullJSON(stats)).Scan(&state)
+			WHERE worker_id = $1 AND namespace = $3 AND state IN ('ACTIVE', 'DRAINING')
+			RETURNING state`, id, nullJSON(stats), s.ns).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrWorkerUnknown
 		}
@@ -171,8 +179,8 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 		// the worker never confirms, it ends cancelled when that runs out.
 		rows, err := tx.Query(ctx, `
 			UPDATE jobs SET lease_expires_at = CASE WHEN cancel_requested THEN lease_expires_at ELSE now() + $2::interval END
-			WHERE worker_id = $1 AND status = 'running'
-			RETURNING id, cancel_requested`, id, lease)
+			WHERE worker_id = $1 AND status = 'running' AND namespace = $3
+			RETURNING id, cancel_requested`, id, lease, s.ns)
 		if err != nil {
 			return err
 		}
@@ -191,7 +199,8 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 	})
 }
 
-// WorkerUnregister ends a worker's registration; jobs it still holds go back
+// WorkerUnregister ends the registration of a worker of the store's
+// namespace; jobs it still holds go back
 // to their queues at once, the attempt not counted (it did not fail them).
 // Unregistering an unregistered worker succeeds. It answers the jobs it
 // ended (held jobs whose cancellation was asked), whose children's
@@ -209,27 +218,28 @@ func (s *Store) workerUnregister(ctx context.Context, id string) (ended []string
 		tag, err := tx.Exec(ctx, `
 			UPDATE workers SET state = 'UNREGISTERED',
 				state_changed_at = CASE WHEN state = 'UNREGISTERED' THEN state_changed_at ELSE now() END
-			WHERE worker_id = $1`, id)
+			WHERE worker_id = $1 AND namespace = $2`, id, s.ns)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrWorkerUnknown
 		}
-		ended, err = s.requeueHeld(ctx, tx, id, false)
+		ended, err = s.requeueHeld(ctx, tx, s.ns, id, false)
 		return err
 	})
 	return ended, err
 }
 
-// requeueHeld puts the running jobs of a worker back in their queues. A job
-// whose cancellation was asked for ends cancelled instead. countAttempt
-// says whether the attempt is spent (the worker died holding it) or not.
-func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, countAttempt bool) (ended []string, err error) {
+// requeueHeld puts the running jobs of a worker of namespace ns back in
+// their queues. A job whose cancellation was asked for ends cancelled
+// instead. countAttempt says whether the attempt is spent (the worker died
+// holding it) or not.
+func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, ns, workerID string, countAttempt bool) (ended []string, err error) {
 	rows, err := tx.Query(ctx, `
-		SELECT `+lostDecideColumns+`, $2 AND NOT j.cancel_requested
-		FROM jobs j WHERE j.worker_id = $1 AND j.status = 'running'
-		ORDER BY j.id FOR UPDATE`, workerID, countAttempt)
+		SELECT j.namespace, `+lostDecideColumns+`, $2 AND NOT j.cancel_requested
+		FROM jobs j WHERE j.worker_id = $1 AND j.status = 'running' AND j.namespace = $3
+		ORDER BY j.id FOR UPDATE`, workerID, countAttempt, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -241,25 +251,27 @@ func (s *Store) requeueHeld(ctx context.Context, tx pgx.Tx, workerID string, cou
 	return endedOf(moved), err
 }
 
-// requeueHeldSQL gives back the jobs of worker $5; $4 says whether their
+// requeueHeldSQL gives back the jobs of worker $6; $5 says whether their
 // attempts count.
 var requeueHeldSQL = `
 	UPDATE jobs j SET
 		status = ` + givenBackStatus + `,
-		attempt = CASE WHEN $4 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
-		step_failures = CASE WHEN $4 AND NOT j.cancel_requested THEN ` + stepFailuresCounted + ` ELSE j.step_failures END,
+		attempt = CASE WHEN $5 THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+		step_failures = CASE WHEN $5 AND NOT j.cancel_requested THEN ` + stepFailuresCounted + ` ELSE j.step_failures END,
 		finished_at = ` + givenBackFinished + `,
-		errors = CASE WHEN $4 THEN ` + withError("'worker ' || j.worker_id || ' was lost while holding the job'") + `
+		errors = CASE WHEN $5 THEN ` + withError("'worker ' || j.worker_id || ' was lost while holding the job'") + `
 		         ELSE j.errors END,
 		worker_id = CASE WHEN j.cancel_requested THEN j.worker_id END,
-		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()` + fromDecided("AND j.worker_id = $5")
+		run_at = ` + retryAt + `, ` + clearRunning + `, updated_at = now()` + fromDecided("AND j.worker_id = $6")
 
-// WorkerGet returns one worker.
+// WorkerGet returns one worker of the store's namespace; one of another
+// namespace is not found.
 func (s *Store) WorkerGet(ctx context.Context, id string) (records.Worker, error) {
 	if !storable(id) {
 		return records.Worker{}, records.ErrNotFound
 	}
-	w, err := scanWorker(s.Pool.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers WHERE worker_id = $1`, id))
+	w, err := scanWorker(s.Pool.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers WHERE worker_id = $1 AND namespace = $2`,
+		id, s.ns))
 	return w, interpretError(err)
 }
 
@@ -271,25 +283,26 @@ func (s *Store) WorkerOfPrincipal(ctx context.Context, principal string) (record
 	}
 	w, err := scanWorker(s.Pool.QueryRow(ctx, `
 		SELECT `+workerColumns+` FROM workers
-		WHERE principal = $1 AND state IN ('ACTIVE', 'DRAINING')
-		ORDER BY registered_at DESC LIMIT 1`, principal))
+		WHERE principal = $1 AND state IN ('ACTIVE', 'DRAINING') AND namespace = $2
+		ORDER BY registered_at DESC LIMIT 1`, principal, s.ns))
 	return w, interpretError(err)
 }
 
-// WorkerList lists workers, optionally of one state, by id.
+// WorkerList lists the workers of the store's namespace, optionally of one
+// state, by id (workers_namespace).
 func (s *Store) WorkerList(ctx context.Context, state string) ([]records.Worker, error) {
 	rows, err := s.Pool.Query(ctx, `
-		SELECT `+workerColumns+` FROM workers WHERE $1 = '' OR state = $1 ORDER BY worker_id`, state)
+		SELECT `+workerColumns+` FROM workers WHERE namespace = $2 AND ($1 = '' OR state = $1) ORDER BY worker_id`, state, s.ns)
 	return collectWorkers(rows, err)
 }
 
-// WorkerDrain marks a live worker DRAINING: it gets no new work and its next
-// heartbeat says drain=true.
+// WorkerDrain marks a live worker of the store's namespace DRAINING: it
+// gets no new work and its next heartbeat says drain=true.
 func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 	tag, err := s.Pool.Exec(ctx, `
 		UPDATE workers SET state = 'DRAINING',
 			state_changed_at = CASE WHEN state = 'DRAINING' THEN state_changed_at ELSE now() END
-		WHERE worker_id = $1 AND state IN ('ACTIVE', 'DRAINING')`, id)
+		WHERE worker_id = $1 AND namespace = $2 AND state IN ('ACTIVE', 'DRAINING')`, id, s.ns)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -299,14 +312,15 @@ func (s *Store) WorkerDrain(ctx context.Context, id string) error {
 	return nil
 }
 
-// requeueLost gives back the acknowledged jobs a re-registering worker holds
-// but no longer runs (jobs_running_worker), the attempt counted.
-func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, running []string) (ended []string, err error) {
+// requeueLost gives back the acknowledged jobs of namespace ns a
+// re-registering worker holds but no longer runs (jobs_running_worker), the
+// attempt counted.
+func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, ns, workerID string, running []string) (ended []string, err error) {
 	rows, err := tx.Query(ctx, `
-		SELECT `+lostDecideColumns+`, NOT j.cancel_requested
+		SELECT j.namespace, `+lostDecideColumns+`, NOT j.cancel_requested
 		FROM jobs j
-		WHERE j.worker_id = $1 AND j.status = 'running' AND j.ack_deadline IS NULL AND j.id <> ALL($2::text[])
-		ORDER BY j.id FOR UPDATE`, workerID, running)
+		WHERE j.worker_id = $1 AND j.status = 'running' AND j.namespace = $3 AND j.ack_deadline IS NULL AND j.id <> ALL($2::text[])
+		ORDER BY j.id FOR UPDATE`, workerID, running, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -314,8 +328,8 @@ func (s *Store) requeueLost(ctx context.Context, tx pgx.Tx, workerID string, run
 	return endedOf(moved), err
 }
 
-// requeueLostSQL gives back jobs worker $4 lost in a restart.
-var requeueLostSQL = lostJobsSQL("'worker ' || j.worker_id || ' restarted without it'", "AND j.worker_id = $4")
+// requeueLostSQL gives back jobs worker $5 lost in a restart.
+var requeueLostSQL = lostJobsSQL("'worker ' || j.worker_id || ' restarted without it'", "AND j.worker_id = $5")
 
 // sameSet reports whether a and b hold the same strings, in any order.
 func sameSet(a, b []string) bool {

@@ -3,8 +3,9 @@
 // queues, workers silent for three heartbeat intervals, or none of whose
 // connections is left for GoneAfter, become DEAD and lose their jobs,
 // running jobs past their lease or timeout have that attempt
-// failed, and finished jobs past their retention are deleted in small
-// batches. Every recovery re-checks the job's state in the same statement,
+// failed, and finished jobs past their retention (their namespace's, or
+// the server's) are deleted in small batches. Its sweeps span namespaces:
+// each job and worker is handled in its own. Every recovery re-checks the job's state in the same statement,
 // so a job that just moved on is left alone. It runs on the leader only.
 package watchdog
 
@@ -40,7 +41,9 @@ type Config struct {
 	// to run; default 5s.
 	NodeSilence time.Duration
 	// RetainCompleted and RetainFailed (also for cancelled jobs) are how
-	// long finished jobs are kept; defaults 7 and 30 days.
+	// long finished jobs are kept, in every namespace that sets no
+	// retention of its own (NAMESPACE.CONFIG RETAINCOMPLETED,
+	// RETAINFAILED); defaults 7 and 30 days.
 	RetainCompleted time.Duration
 	RetainFailed    time.Duration
 	Interval        time.Duration // between sweeps; default 1s

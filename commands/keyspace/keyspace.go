@@ -9,7 +9,8 @@
 //	job:<id>                   string  the job JSON, as JOB.GET
 //	job:<id>:worker            string  the running job's worker; TTL to its deadline
 //
-// Keys come and go with the rows: nothing is stored for them. The package
+// Keys come and go with the rows: nothing is stored for them. They are the
+// rows of one namespace, the reading engine's (Keyspace.In). The package
 // answers GET, STRLEN, TTL, PTTL, EXISTS, TYPE, SMEMBERS, SCARD, KEYS, SCAN
 // and DBSIZE with replies; package commands registers them.
 package keyspace
@@ -30,11 +31,13 @@ import (
 
 var errWrongType = resp.CodeErrorf("WRONGTYPE", "Operation against a key holding the wrong kind of value")
 
-// Reader is what the keyspace asks of the engine: its reads, and the
-// heartbeat interval, which sets how long a worker's keys live.
+// Reader is what the keyspace asks of the engine: its reads, the
+// heartbeat interval, which sets how long a worker's keys live, and the
+// namespace it reads.
 type Reader interface {
 	api.Reads
 	HeartbeatInterval() time.Duration
+	Namespace() string
 }
 
 // Keyspace answers the keyspace commands; it holds the SCAN resume memo.
@@ -48,6 +51,13 @@ type Keyspace struct {
 // it, which GET job:<id> shows too. Nothing is read before a command.
 func New(eng Reader, jobJSON func(records.Job) []byte) *Keyspace {
 	return &Keyspace{eng: eng, jobJSON: jobJSON, resume: newResumeMemo(4096)}
+}
+
+// In is the keyspace read through eng, of eng's namespace: a session's
+// own. It shares the SCAN resume memo, whose cursors are each
+// namespace's.
+func (ks *Keyspace) In(eng Reader) *Keyspace {
+	return &Keyspace{eng: eng, jobJSON: ks.jobJSON, resume: ks.resume}
 }
 
 // GET key

@@ -11,9 +11,10 @@ type resumeMemo struct {
 	last map[resumeKey]string
 }
 
-// resumeKey is a cursor position of a listing: the prefix and the running
-// filter make the listing what it is.
+// resumeKey is a cursor position of a listing: the namespace, the prefix
+// and the running filter make the listing what it is.
 type resumeKey struct {
+	namespace   string
 	pos         int64
 	prefix      string
 	runningOnly bool

@@ -221,7 +221,7 @@ func (ks *Keyspace) Scan(ctx context.Context, a ScanArgs) (resp.Reply, error) {
 // scanPage reads a SCAN's page of a region; in the jobs region it reads
 // from the id remembered for the cursor and remembers the next one.
 func (ks *Keyspace) scanPage(ctx context.Context, q *keyQuery, r keyRegion, pos int64, limit int) (regionPage, error) {
-	resume := resumeKey{pos: pos, prefix: q.namePrefix(regionJobs), runningOnly: !q.possible[kindJob]}
+	resume := resumeKey{namespace: ks.eng.Namespace(), pos: pos, prefix: q.namePrefix(regionJobs), runningOnly: !q.possible[kindJob]}
 	after := ""
 	if r == regionJobs && pos > 0 {
 		after = ks.resume.get(resume)

@@ -1,6 +1,8 @@
 // Package pubsub is agq's pub/sub broker: it keeps this node's subscribers
 // and their channels and patterns, hands each message from the wake-up hub
 // to the subscribers it reaches, and tells the hub what they listen to.
+// Channels are a namespace's own: a subscriber hears the messages of its
+// namespace only, whatever the channel's or the pattern's name.
 //
 // A subscriber's connection has left redcon's loop: messages from any
 // goroutine and the replies to its commands share one write lock. Messages
@@ -12,6 +14,7 @@
 package pubsub
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 
 	"github.com/agq/agq/commands/keyspace"
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 )
 
 // Broker routes messages to this node's subscribers.
@@ -27,18 +31,27 @@ type Broker struct {
 	slow prometheus.Counter
 
 	mu       sync.Mutex
-	channels map[string]map[*Subscriber]struct{}
-	patterns map[*Subscriber]struct{} // subscribers with patterns
-	active   int                      // subscribers with any subscription
+	channels map[channel]map[*Subscriber]struct{}
+	// patterns are the subscribers with patterns, by namespace.
+	patterns map[string]map[*Subscriber]struct{}
+	active   int // subscribers with any subscription
 	// statusSubs counts the subscriptions that may carry jobs' status or
 	// queues' events: the engine builds those only while some node has one.
 	statusSubs int
 }
 
+// channel is a channel of a namespace.
+type channel struct{ namespace, name string }
+
+// namespaceOf is the namespace a message is heard in: its own, or the
+// default one for a message from a node that names none.
+func namespaceOf(m wakeup.Message) string { return cmp.Or(m.Namespace, records.DefaultNamespace) }
+
 // NewBroker returns a broker that tells hub what its subscribers listen to
 // and counts in slow the subscribers it cuts off.
 func NewBroker(hub *wakeup.Hub, slow prometheus.Counter) *Broker {
-	return &Broker{hub: hub, slow: slow, channels: map[string]map[*Subscriber]struct{}{}, patterns: map[*Subscriber]struct{}{}}
+	return &Broker{hub: hub, slow: slow, channels: map[channel]map[*Subscriber]struct{}{},
+		patterns: map[string]map[*Subscriber]struct{}{}}
 }
 
 // interest is what this node's subscribers listen to, under b.mu.
@@ -59,14 +72,15 @@ func (b *Broker) counted(name string, pattern bool, delta int) {
 	}
 }
 
-// Receivers counts this node's subscribers a message on channel reaches.
-func (b *Broker) Receivers(channel string) int {
+// Receivers counts this node's subscribers a message on channel name of
+// namespace ns reaches.
+func (b *Broker) Receivers(ns, name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := len(b.channels[channel])
-	for sub := range b.patterns {
+	n := len(b.channels[channel{ns, name}])
+	for sub := range b.patterns[ns] {
 		for _, g := range sub.patterns {
-			if g.Match(channel) {
+			if g.Match(name) {
 				n++
 			}
 		}
@@ -74,25 +88,28 @@ func (b *Broker) Receivers(channel string) int {
 	return n
 }
 
-// Deliver hands a message from the hub to every subscriber of its channel
-// or of a matching pattern; it never waits for one.
+// Deliver hands a message from the hub to every subscriber of its
+// namespace subscribed to its channel or to a matching pattern; it never
+// waits for one.
 func (b *Broker) Deliver(m wakeup.Message) {
+	ns := namespaceOf(m)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for sub := range b.channels[m.Channel] {
+	for sub := range b.channels[channel{ns, m.Channel}] {
 		sub.push(m)
 	}
-	for sub := range b.patterns {
+	for sub := range b.patterns[ns] {
 		for p, g := range sub.patterns {
 			if g.Match(m.Channel) {
-				sub.push(wakeup.Message{Channel: m.Channel, Payload: m.Payload, Pattern: p})
+				sub.push(wakeup.Message{Namespace: m.Namespace, Channel: m.Channel, Payload: m.Payload, Pattern: p})
 			}
 		}
 	}
 }
 
-// Subscribe adds channels, or patterns, to sub's subscriptions and writes
-// its replies, unflushed: for each name, the kind, the name and sub's count.
+// Subscribe adds channels, or patterns, of sub's namespace to sub's
+// subscriptions and writes its replies, unflushed: for each name, the
+// kind, the name and sub's count.
 func (b *Broker) Subscribe(sub *Subscriber, names []string, pattern bool) {
 	kind := "subscribe"
 	if pattern {
@@ -130,7 +147,10 @@ func (b *Broker) addPatternLocked(sub *Subscriber, name string) {
 		b.counted(name, true, +1)
 	}
 	sub.patterns[name] = keyspace.CompileGlob(name)
-	b.patterns[sub] = struct{}{}
+	if b.patterns[sub.ns] == nil {
+		b.patterns[sub.ns] = map[*Subscriber]struct{}{}
+	}
+	b.patterns[sub.ns][sub] = struct{}{}
 }
 
 func (b *Broker) addChannelLocked(sub *Subscriber, name string) {
@@ -138,10 +158,11 @@ func (b *Broker) addChannelLocked(sub *Subscriber, name string) {
 		b.counted(name, false, +1)
 	}
 	sub.channels[name] = struct{}{}
-	if b.channels[name] == nil {
-		b.channels[name] = map[*Subscriber]struct{}{}
+	ch := channel{sub.ns, name}
+	if b.channels[ch] == nil {
+		b.channels[ch] = map[*Subscriber]struct{}{}
 	}
-	b.channels[name][sub] = struct{}{}
+	b.channels[ch][sub] = struct{}{}
 }
 
 // Unsubscribe removes channels, or patterns, from sub's subscriptions (all
@@ -180,7 +201,16 @@ func (b *Broker) removePatternLocked(sub *Subscriber, name string) {
 	}
 	delete(sub.patterns, name)
 	if len(sub.patterns) == 0 {
-		delete(b.patterns, sub)
+		b.forgetPatternsLocked(sub)
+	}
+}
+
+// forgetPatternsLocked takes sub out of its namespace's subscribers with
+// patterns.
+func (b *Broker) forgetPatternsLocked(sub *Subscriber) {
+	delete(b.patterns[sub.ns], sub)
+	if len(b.patterns[sub.ns]) == 0 {
+		delete(b.patterns, sub.ns)
 	}
 }
 
@@ -189,10 +219,11 @@ func (b *Broker) removeChannelLocked(sub *Subscriber, ch string) {
 		b.counted(ch, false, -1)
 	}
 	delete(sub.channels, ch)
-	if subs := b.channels[ch]; subs != nil {
+	key := channel{sub.ns, ch}
+	if subs := b.channels[key]; subs != nil {
 		delete(subs, sub)
 		if len(subs) == 0 {
-			delete(b.channels, ch)
+			delete(b.channels, key)
 		}
 	}
 }
@@ -208,7 +239,7 @@ func (b *Broker) drop(sub *Subscriber) {
 	for p := range sub.patterns {
 		b.counted(p, true, -1)
 	}
-	delete(b.patterns, sub)
+	b.forgetPatternsLocked(sub)
 	sub.patterns = map[string]*keyspace.Glob{}
 	if had {
 		b.active--

@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/agq/agq/internal/wakeup"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -76,7 +77,7 @@ func TestBrokerDeliversToChannelsAndPatternsAndReportsInterest(t *testing.T) {
 	b, hub, _ := newTestBroker()
 	client, conn, nc := detached(t)
 	r := bufio.NewReader(client)
-	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop())
+	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop(), records.DefaultNamespace)
 	defer sub.Close()
 
 	b.Subscribe(sub, []string{"job.cancel"}, false)
@@ -91,7 +92,7 @@ func TestBrokerDeliversToChannelsAndPatternsAndReportsInterest(t *testing.T) {
 	if !hub.WantedStatus() {
 		t.Fatal("a glob pattern must make jobs' status wanted")
 	}
-	if n := b.Receivers("job.cancel"); n != 2 {
+	if n := b.Receivers(records.DefaultNamespace, "job.cancel"); n != 2 {
 		t.Fatalf("Receivers(job.cancel) = %d, want 2", n)
 	}
 
@@ -103,8 +104,8 @@ func TestBrokerDeliversToChannelsAndPatternsAndReportsInterest(t *testing.T) {
 	readExactly(t, client, r, "*3\r\n$12\r\npunsubscribe\r\n$5\r\njob.*\r\n:1\r\n")
 	sub.Exclusive(func() { b.Unsubscribe(sub, nil, false) })
 	readExactly(t, client, r, "*3\r\n$11\r\nunsubscribe\r\n$10\r\njob.cancel\r\n:0\r\n")
-	if hub.Wanted() || b.Receivers("job.cancel") != 0 || sub.Count() != 0 {
-		t.Fatalf("with nothing subscribed: wanted %v, receivers %d, count %d", hub.Wanted(), b.Receivers("job.cancel"), sub.Count())
+	if hub.Wanted() || b.Receivers(records.DefaultNamespace, "job.cancel") != 0 || sub.Count() != 0 {
+		t.Fatalf("with nothing subscribed: wanted %v, receivers %d, count %d", hub.Wanted(), b.Receivers(records.DefaultNamespace, "job.cancel"), sub.Count())
 	}
 }
 
@@ -113,7 +114,7 @@ func TestSubscriberThatDoesNotReadIsCutOff(t *testing.T) {
 	b, hub, slow := newTestBroker()
 	client, conn, nc := detached(t)
 	r := bufio.NewReader(client)
-	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop())
+	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop(), records.DefaultNamespace)
 	// Not started: nothing takes the messages out of its queue.
 	b.Subscribe(sub, []string{"job.j1.status"}, false)
 	for range queueSize + 2 {
@@ -160,12 +161,75 @@ func TestPatternsMatchWithRedisGlob(t *testing.T) {
 	t.Parallel()
 	b, _, _ := newTestBroker()
 	_, conn, nc := detached(t)
-	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop())
+	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop(), records.DefaultNamespace)
 	defer sub.Close()
 	b.Subscribe(sub, []string{"queue.[ab].events", `job.\*`}, true)
 	for channel, want := range map[string]int{"queue.a.events": 1, "queue.c.events": 0, "job.*": 1, "job.x": 0} {
-		if n := b.Receivers(channel); n != want {
+		if n := b.Receivers(records.DefaultNamespace, channel); n != want {
 			t.Errorf("Receivers(%q) = %d, want %d", channel, n, want)
 		}
+	}
+}
+
+// A subscriber hears its own namespace's messages only, by channel and by
+// pattern; a message naming no namespace is the default one's.
+func TestSubscribersHearTheirNamespaceOnly(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newTestBroker()
+	clientA, connA, ncA := detached(t)
+	clientB, connB, ncB := detached(t)
+	rA, rB := bufio.NewReader(clientA), bufio.NewReader(clientB)
+	subA := b.NewSubscriber(connA, ncA, resp2, zerolog.Nop(), "a")
+	defer subA.Close()
+	subB := b.NewSubscriber(connB, ncB, resp2, zerolog.Nop(), "b")
+	defer subB.Close()
+	for _, sub := range []*Subscriber{subA, subB} {
+		b.Subscribe(sub, []string{"job.j1.status"}, false)
+		b.Subscribe(sub, []string{"job.*"}, true)
+		sub.Start()
+	}
+	subscribed := "*3\r\n$9\r\nsubscribe\r\n$13\r\njob.j1.status\r\n:1\r\n*3\r\n$10\r\npsubscribe\r\n$5\r\njob.*\r\n:2\r\n"
+	readExactly(t, clientA, rA, subscribed)
+	readExactly(t, clientB, rB, subscribed)
+
+	if n := b.Receivers("a", "job.j1.status"); n != 2 {
+		t.Fatalf("Receivers(a, job.j1.status) = %d, want 2", n)
+	}
+	if n := b.Receivers(records.DefaultNamespace, "job.j1.status"); n != 0 {
+		t.Fatalf("Receivers(default, job.j1.status) = %d, want 0", n)
+	}
+	b.Deliver(wakeup.Message{Namespace: "b", Channel: "job.j1.status", Payload: "from-b"})
+	b.Deliver(wakeup.Message{Channel: "job.j1.status", Payload: "from-default"})
+	b.Deliver(wakeup.Message{Namespace: "a", Channel: "job.j1.status", Payload: "from-a"})
+	fromA := "*3\r\n$7\r\nmessage\r\n$13\r\njob.j1.status\r\n$6\r\nfrom-a\r\n" +
+		"*4\r\n$8\r\npmessage\r\n$5\r\njob.*\r\n$13\r\njob.j1.status\r\n$6\r\nfrom-a\r\n"
+	// A's first messages are A's: neither B's nor the default one's came before.
+	readExactly(t, clientA, rA, fromA)
+	fromB := "*3\r\n$7\r\nmessage\r\n$13\r\njob.j1.status\r\n$6\r\nfrom-b\r\n" +
+		"*4\r\n$8\r\npmessage\r\n$5\r\njob.*\r\n$13\r\njob.j1.status\r\n$6\r\nfrom-b\r\n"
+	readExactly(t, clientB, rB, fromB)
+	b.Deliver(wakeup.Message{Namespace: "b", Channel: "job.j2.status", Payload: "end"})
+	// B hears its pattern's message next: nothing of A's came between.
+	readExactly(t, clientB, rB, "*4\r\n$8\r\npmessage\r\n$5\r\njob.*\r\n$13\r\njob.j2.status\r\n$3\r\nend\r\n")
+}
+
+// A subscriber moves to another namespace only with nothing subscribed.
+func TestSubscriberMovesOnlyWhenEmpty(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newTestBroker()
+	_, conn, nc := detached(t)
+	sub := b.NewSubscriber(conn, nc, resp2, zerolog.Nop(), "a")
+	defer sub.Close()
+	b.Subscribe(sub, []string{"job.cancel"}, false)
+	if sub.MoveTo("b") {
+		t.Fatal("a subscriber holding a's channels moved to b")
+	}
+	b.Unsubscribe(sub, nil, false)
+	if !sub.MoveTo("b") {
+		t.Fatal("a subscriber holding nothing did not move to b")
+	}
+	b.Subscribe(sub, []string{"job.cancel"}, false)
+	if b.Receivers("b", "job.cancel") != 1 || b.Receivers("a", "job.cancel") != 0 {
+		t.Fatalf("receivers in b %d, in a %d; want 1, 0", b.Receivers("b", "job.cancel"), b.Receivers("a", "job.cancel"))
 	}
 }

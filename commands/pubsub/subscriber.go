@@ -19,7 +19,10 @@ const queueSize = 4096
 
 // Subscriber is a detached connection in subscribed mode.
 type Subscriber struct {
-	b       *Broker
+	b *Broker
+	// ns is the namespace whose channels it subscribes to (under b.mu):
+	// the connection's when it subscribed with none left.
+	ns      string
 	conn    redcon.DetachedConn
 	netConn net.Conn
 	proto   func() int
@@ -36,16 +39,30 @@ type Subscriber struct {
 }
 
 // NewSubscriber makes a subscriber of a connection detached from redcon's
-// loop. conn takes its messages and replies; netConn is closed to end a
-// write its full socket holds up; proto is the RESP version of its
-// messages, read under the write lock; log names the connection.
-func (b *Broker) NewSubscriber(conn redcon.DetachedConn, netConn net.Conn, proto func() int, log zerolog.Logger) *Subscriber {
-	return &Subscriber{b: b, conn: conn, netConn: netConn, proto: proto, log: log,
+// loop, in namespace ns. conn takes its messages and replies; netConn is
+// closed to end a write its full socket holds up; proto is the RESP
+// version of its messages, read under the write lock; log names the
+// connection.
+func (b *Broker) NewSubscriber(conn redcon.DetachedConn, netConn net.Conn, proto func() int, log zerolog.Logger,
+	ns string) *Subscriber {
+	return &Subscriber{b: b, ns: ns, conn: conn, netConn: netConn, proto: proto, log: log,
 		channels: map[string]struct{}{}, patterns: map[string]*keyspace.Glob{},
 		out: make(chan wakeup.Message, queueSize), gone: make(chan struct{})}
 }
 
 func (sub *Subscriber) count() int { return len(sub.channels) + len(sub.patterns) }
+
+// MoveTo makes ns the namespace of sub's next subscriptions, when it holds
+// none; it reports whether sub now subscribes in ns (a subscriber holds
+// the channels of one namespace at a time).
+func (sub *Subscriber) MoveTo(ns string) bool {
+	sub.b.mu.Lock()
+	defer sub.b.mu.Unlock()
+	if sub.count() == 0 {
+		sub.ns = ns
+	}
+	return sub.ns == ns
+}
 
 // Count is the number of sub's subscriptions, channels and patterns.
 func (sub *Subscriber) Count() int {

@@ -6,10 +6,13 @@ import (
 	"time"
 )
 
-// Message is a pub/sub message: a job's status, a queue's event.
+// Message is a pub/sub message: a job's status, a queue's event. It is
+// heard only by the subscribers of its namespace: channels are scoped by
+// namespace, as everything a tenant sees.
 type Message struct {
-	Channel string `json:"c"`
-	Payload string `json:"p"`
+	Namespace string `json:"n,omitempty"`
+	Channel   string `json:"c"`
+	Payload   string `json:"p"`
 	// Pattern is the subscription that matched, for a subscriber's pmessage.
 	Pattern string `json:"-"`
 }

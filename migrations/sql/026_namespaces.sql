@@ -49,8 +49,13 @@ CREATE INDEX jobs_finished ON jobs (namespace, status, finished_at)
     WHERE status IN ('completed', 'failed', 'cancelled');
 DROP INDEX jobs_cancelled_by;
 CREATE INDEX jobs_cancelled_by ON jobs (namespace, cancelled_by, status) WHERE cancelled_by IS NOT NULL;
--- Unfinished jobs by namespace: the MAXUNFINISHED count and NAMESPACE.DELETE's check.
-CREATE INDEX jobs_unfinished ON jobs (namespace)
+-- Unfinished jobs by namespace and status: the MAXUNFINISHED count
+-- (index-only), NAMESPACE.DELETE's check, a namespace's running jobs. On
+-- the namespace alone it would be a trap for the planner: in a namespace
+-- holding nearly every row its heap order makes a walk of every unfinished
+-- job look cheaper than jobs_waiting's probe of one queue (LLEN), or than
+-- counting the running jobs alone (a claim under a type limit).
+CREATE INDEX jobs_unfinished ON jobs (namespace, status)
     WHERE status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting');
 
 ALTER TABLE job_steps ADD COLUMN namespace text NOT NULL DEFAULT 'default';
@@ -122,14 +127,11 @@ CREATE TABLE namespace_submissions (
     PRIMARY KEY (namespace, second)
 );
 
--- hot path:
--- jobs_unfinished on namespace alone is a trap for the planner: in a
--- namespace holding nearly every row (one namespace, as everywhere until
--- now) its heap order makes a walk of every unfinished job look cheaper
--- than jobs_waiting's probe of one queue (LLEN), or than counting the
--- running jobs alone (a claim under a type limit). With the status second
--- it serves those counts by namespace and status (index-only for
--- MAXUNFINISHED's) and is no cheap way to anything else.
-DROP INDEX jobs_unfinished;
-CREATE INDEX jobs_unfinished ON jobs (namespace, status)
-    WHERE status IN ('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting');
+-- graph:
+-- A parent's end is marked in its own namespace: the children that named
+-- it there are the ones settled.
+CREATE OR REPLACE FUNCTION agq_mark_parent_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO dependency_checks (namespace, job_id) VALUES (NEW.namespace, NEW.id);
+    RETURN NULL;
+END $$;
