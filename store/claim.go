@@ -88,9 +88,9 @@ func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 // rates. Where no limits apply (the usual case) the claim is one lean
 // statement instead, without locks or counts (claimUnlimited).
 //
-// A claim takes jobs of s's namespace only: the queue, its limits and
-// pause and the job types' limits are all the namespace's. The workers
-// named are the namespace's (the engine claims for a worker in its own).
+// A claim takes jobs of s's namespace only, for workers registered there:
+// the queue, its limits and pause, the job types' limits and the workers
+// named are all the namespace's.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
 	key := queueKey{s.ns, p.Queue}
 	if _, limited := s.limitedQueues.Load(key); !limited {
@@ -298,15 +298,15 @@ const claimLocks = `
 	UNION ALL
 	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)`
 
-// claimWorkers reads the claimers (named in $2, to have capabilities $3):
-// the CTEs known, named and w that both claims start with. Worker ids are
-// unique across namespaces; the engine claims for a worker in its own.
+// claimWorkers reads the claimers (named in $2, to have capabilities $3,
+// registered in namespace $6: a worker of another is not registered here):
+// the CTEs known, named and w that both claims start with.
 const claimWorkers = `
 	WITH known AS MATERIALIZED (
 		-- One index scan for all the named workers, however often each
 		-- is named (ordered and limited so that the planner probes
 		-- the primary key rather than reading a small table whole).
-		SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[])
+		SELECT worker_id, state, capabilities FROM workers WHERE worker_id = ANY($2::text[]) AND namespace = $6
 		ORDER BY worker_id LIMIT cardinality($2::text[])
 	), named AS MATERIALIZED (
 		SELECT u.wid, u.ord, coalesce(k.state, 'UNREGISTERED') AS state,

@@ -187,6 +187,11 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 		if out := claimIn(ctx, t, a, "wa", 5); len(out.Claimed) != 0 || len(out.Refused) != 0 {
 			t.Fatalf("a's claim of its empty queue q: %+v", out)
 		}
+		// b's worker named in a claim of a is not registered there.
+		var inactive *store.WorkerNotActiveError
+		if out := claimIn(ctx, t, a, "wb", 1); len(out.Claimed) != 0 || !errors.As(out.Refused["wb"], &inactive) {
+			t.Fatalf("b's worker claiming in a: %+v", out)
+		}
 		if n, err := a.QueueDepth(ctx, "q"); err != nil || n != 0 {
 			t.Fatalf("a's depth of q: %d %v", n, err)
 		}

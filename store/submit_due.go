@@ -273,9 +273,8 @@ var plainDueSQL = `
 
 // handDueSQL is insertDueSQL for a group with jobs to hand over (their
 // workers in $25, empty for the others; the jobs' namespaces in $28, the
-// keys' in $29). The limits, the pause and the jobs ahead are those of the
-// job's namespace; its worker waits in that namespace's pops (the hub
-// offers a job to those only). A job is handed over (h) only
+// keys' in $29). The worker, the limits, the pause and the jobs ahead are
+// those of the job's namespace. A job is handed over (h) only
 // where a claim would have given it to that worker now: the worker ACTIVE
 // with capabilities that cover it, nothing in the queue before it that
 // the worker could claim, no limits on its queue or on its own type (a
@@ -299,7 +298,7 @@ var handDueSQL = `
 			-- generic plan).
 			CROSS JOIN LATERAL (
 				SELECT w.capabilities AS caps FROM workers w
-				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' LIMIT 1) k
+				WHERE w.worker_id = i.hand_to AND w.state = 'ACTIVE' AND w.namespace = i.namespace LIMIT 1) k
 			WHERE i.hand_to <> ''
 			  AND ($13::text[])[i.first:i.last] <@ k.caps
 			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.namespace = i.namespace AND t.name = i.type)
