@@ -91,7 +91,7 @@ func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 // rates. Where no limits apply (the usual case) the claim is one lean
 // statement instead, without locks or counts (claimUnlimited).
 //
-// A claim takes jobs of s's namespace only, for workers of that namespace:
+// A claim takes jobs of s's namespace only, for workers registered there:
 // the queue, its limits and pause, the job types' limits and the workers
 // named are all the namespace's.
 func (s *Store) JobsClaim(ctx context.Context, p JobsClaimParams) (ClaimOutcome, error) {
@@ -312,8 +312,8 @@ const claimLocks = `
 		AND NOT EXISTS (SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL)`
 
 // claimWorkers reads the claimers (named in $2, to have capabilities $3,
-// of namespace $6: a worker of another is not registered here): the CTEs
-// known, named and w that both claims start with.
+// registered in namespace $6: a worker of another is not registered here):
+// the CTEs known, named and w that both claims start with.
 const claimWorkers = `
 	WITH known AS MATERIALIZED (
 		-- One index scan for all the named workers, however often each

@@ -43,7 +43,7 @@ func TestFairShareStatementsStayIndexScansOverAMillionJobs(t *testing.T) {
 				_, _, err := st.JobsSubmit(ctx, []records.NewJob{j})
 				return err
 			},
-			match: "fair_key, n)", index: "jobs_fair_tail", maxScanned: 10,
+			match: "fair_key, namespace, n)", index: "jobs_fair_tail", maxScanned: 10,
 		},
 		{
 			name: "AnIdleKeyStartsAtTheHeadOfJobsWaiting",
@@ -52,7 +52,7 @@ func TestFairShareStatementsStayIndexScansOverAMillionJobs(t *testing.T) {
 				_, _, err := st.JobsSubmit(ctx, []records.NewJob{j})
 				return err
 			},
-			match: "fair_key, n)", index: "jobs_waiting", maxScanned: 10,
+			match: "fair_key, namespace, n)", index: "jobs_waiting", maxScanned: 10,
 		},
 	})
 }

@@ -375,7 +375,8 @@ func TestJobRelease(t *testing.T) {
 			}
 			got = append(got, n.Channel+" "+n.Payload)
 		}
-		moved, _ := json.Marshal(records.Moved{ID: j.ID, Status: records.StatusCancelled, Queue: j.Queue, Type: j.Type, Attempt: 1})
+		moved, _ := json.Marshal(records.Moved{Namespace: records.DefaultNamespace, ID: j.ID, Status: records.StatusCancelled, Queue: j.Queue,
+			Type: j.Type, Attempt: 1})
 		if want := []string{store.ChannelDone + " " + j.ID, store.ChannelMoved + " " + string(moved)}; !slices.Equal(got, want) {
 			t.Fatalf("notifications %q, want %q", got, want)
 		}
