@@ -160,3 +160,36 @@ func TestNamespaceConfigSettingsAndBadInput(t *testing.T) {
 		t.Errorf("after NONE: %v", got)
 	}
 }
+
+// /metrics counts jobs submitted and started by namespace.
+func TestMetricsCountJobsByNamespace(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	producer := a.InNamespace(t, "metered", "producer", "metered-p")
+	for i := range 3 {
+		if err := producer.Do(ctx, "JOB.SUBMIT", `{"job_id":"m-`+string(rune('a'+i))+`","queue":"q"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := producer.Do(ctx, "JOB.SUBMIT", `{"job_id":"m-a","queue":"q"}`).Err(); err != nil {
+		t.Fatal(err) // re-sent: the same job, not counted again
+	}
+	key, err := a.Admin(t).Do(ctx, "KEY.CREATE", "worker", "metered-w", "NAMESPACE", "metered").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := a.Client(t, redis.Options{Username: "metered-w", Password: key})
+	if err := w.Do(ctx, "WORKER.REGISTER", `{"worker_id":"metered-w","hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Do(ctx, "BRPOP", "queue:q", "5").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, a, `agq_jobs_total{event="submitted",namespace="metered"}`); got != 3 {
+		t.Errorf("submitted in metered = %v, want 3", got)
+	}
+	if got := metric(t, a, `agq_jobs_total{event="started",namespace="metered"}`); got != 1 {
+		t.Errorf("started in metered = %v, want 1", got)
+	}
+}

@@ -171,6 +171,8 @@ func (e *Engine) DropIdleConns() { e.store.DropIdleConns() }
 type metrics struct {
 	groupSize *prometheus.HistogramVec
 	handoffs  prometheus.Counter
+	// jobs counts jobs submitted and started, by namespace.
+	jobs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -183,9 +185,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agq_handoffs_total", Help: "Submitted jobs handed straight to a worker waiting in a pop, in the submission's own transaction.",
 		}),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agq_jobs_total", Help: "Jobs submitted (created, not re-sent) and started (delivered to a worker), by namespace, on this node.",
+		}, []string{"namespace", "event"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.groupSize, m.handoffs)
+		reg.MustRegister(m.groupSize, m.handoffs, m.jobs)
 	}
 	return m
 }

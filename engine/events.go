@@ -105,6 +105,7 @@ func (e *Engine) publish(ctx context.Context, fx effects) {
 	}
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.PublishRoom(fx.Freed)
+	e.countJobs(fx)
 	if len(fx.Parents) > 0 {
 		defer e.settle(ctx, fx.Parents)
 	}
@@ -257,4 +258,21 @@ func movedMessages(m records.Moved) []wakeup.Message {
 	}
 	return statusMessages(StatusEvent{Namespace: ns, JobID: m.ID, Queue: m.Queue, Event: event, Status: m.Status, Attempt: m.Attempt},
 		time.Now().UTC())
+}
+
+// countJobs adds a transition's submitted and started jobs to the
+// namespace's counts.
+func (e *Engine) countJobs(fx effects) {
+	submitted := 0
+	for _, ev := range fx.Events {
+		if ev.Event == "submitted" {
+			submitted++
+		}
+	}
+	if submitted > 0 {
+		e.metrics.jobs.WithLabelValues(e.ns, "submitted").Add(float64(submitted))
+	}
+	if len(fx.Started) > 0 {
+		e.metrics.jobs.WithLabelValues(e.ns, "started").Add(float64(len(fx.Started)))
+	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -21,9 +22,9 @@ type limitedPops struct {
 	mu     sync.Mutex
 	queues map[string]time.Time
 	types  map[string]map[string]time.Time // type → queue → when
-	// spaces are the namespaces whose cap on running jobs held pops back:
-	// a job of any queue of theirs leaving running wakes them.
-	spaces map[string]map[string]time.Time // namespace → queue → when
+	// namespaces are the queues whose pops a namespace's cap of running
+	// jobs held: a job of any of its queues leaving running wakes them.
+	namespaces map[string]map[string]time.Time // namespace → queue → when
 }
 
 const limitedMemory = time.Hour
@@ -63,19 +64,20 @@ func (l *limitedPops) sawType(ns, typ, queue string, now time.Time) {
 	}
 }
 
-// sawNamespace records that namespace ns's cap on running jobs held back
-// jobs of the queue.
+// sawNamespace records that the cap of namespace ns held back jobs of the
+// queue.
 func (l *limitedPops) sawNamespace(ns, queue string, now time.Time) {
+	ns, queue = cmp.Or(ns, records.DefaultNamespace), records.RoomKey(ns, queue)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.spaces == nil {
-		l.spaces = map[string]map[string]time.Time{}
+	if l.namespaces == nil {
+		l.namespaces = map[string]map[string]time.Time{}
 	}
-	if l.spaces[ns] == nil {
-		l.spaces[ns] = map[string]time.Time{}
+	if l.namespaces[ns] == nil {
+		l.namespaces[ns] = map[string]time.Time{}
 	}
-	l.spaces[ns][records.RoomKey(ns, queue)] = now
-	forgetOld(l.spaces[ns], now)
+	l.namespaces[ns][queue] = now
+	forgetOld(l.namespaces[ns], now)
 }
 
 // forgetOld drops entries older than limitedMemory once there are many.
@@ -109,20 +111,25 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 		if t, ok := l.queues[q]; ok && now.Sub(t) < limitedMemory {
 			notes = append(notes, note(q, n))
 		}
-		if len(l.spaces) == 0 {
-			continue
-		}
-		ns, _ := records.SplitRoomKey(q)
-		for held, t := range l.spaces[ns] {
-			if now.Sub(t) < limitedMemory {
-				notes = append(notes, note(held, n))
-			}
-		}
 	}
 	for typ, n := range f.Types {
 		for q, t := range l.types[typ] {
 			if now.Sub(t) < limitedMemory {
 				notes = append(notes, note(q, n))
+			}
+		}
+	}
+	if len(l.namespaces) > 0 {
+		freed := map[string]int{} // by namespace
+		for q, n := range f.Queues {
+			ns, _ := records.SplitRoomKey(q)
+			freed[ns] += n
+		}
+		for ns, n := range freed {
+			for q, t := range l.namespaces[ns] {
+				if now.Sub(t) < limitedMemory {
+					notes = append(notes, note(q, n))
+				}
 			}
 		}
 	}

@@ -26,14 +26,14 @@ type JobsClaimParams struct {
 // when its rate held jobs back, the next start it allows, and the limited
 // job types that held jobs back.
 type ClaimOutcome struct {
-	Claimed     []Claimed
-	Refused     map[string]error
-	Limited     bool
-	RateLimited time.Time
-	// NamespaceFull says the namespace's cap on running jobs held jobs
-	// back: a job of any of its queues leaving running makes room.
-	NamespaceFull bool
-	Types       []TypeHold
+	Claimed []Claimed
+	Refused map[string]error
+	Limited bool
+	// NamespaceLimited says the namespace's cap of running jobs applies
+	// (Limited too).
+	NamespaceLimited bool
+	RateLimited      time.Time
+	Types            []TypeHold
 	// Again says the limits' locks held back jobs another claim may take
 	// at once.
 	Again bool
@@ -80,9 +80,11 @@ func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 // flush: a claim lost in a crash is delivered again, and the delivery
 // token tells the two deliveries apart.
 //
-// Limits (QueueConfigure, TypeConfigure) are counted in the claim's own
+// Limits (QueueConfigure, TypeConfigure, and the namespace's cap of
+// running jobs, NAMESPACE.CONFIG MAXRUNNING) are counted in the claim's own
 // transaction. A statement before the claim locks the queue's row when the
-// queue has limits, then the rows of the limited job types among the jobs
+// queue has limits, then the namespace's row when it has a cap, then the
+// rows of the limited job types among the jobs
 // the claim is about to take, in name order: claims that could start jobs
 // of the same limited queue or type take turns on every node, and each
 // counts the running jobs and recent starts the previous one committed.
@@ -183,15 +185,13 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 		}
 		j := &c.Job
 		switch refusal {
-		case "LIMITS":
+		case "LIMITS", "NAMESPACE":
 			out.Limited = true
+			out.NamespaceLimited = out.NamespaceLimited || refusal == "NAMESPACE"
 			out.Again = out.Again || j.Attempt == 1
 			if j.RunAt.Unix() > 0 {
 				out.RateLimited = j.RunAt
 			}
-		case "NAMESPACE":
-			out.Limited, out.NamespaceFull = true, true
-			out.Again = out.Again || j.Attempt == 1
 		case "TYPE":
 			// A locked type that held jobs back: claiming again may take
 			// jobs behind them.
@@ -263,6 +263,11 @@ const claimLocks = `
 	WITH q AS (
 		SELECT 1 FROM queues WHERE namespace = $4 AND name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)
 		FOR NO KEY UPDATE
+	), nsl AS (
+		-- The namespace's row when it caps its running jobs (MAXRUNNING):
+		-- its claims, of every queue, take turns on every node.
+		SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL
+		FOR NO KEY UPDATE
 	), lim AS MATERIALIZED (
 		SELECT name,
 			(max_running IS NULL OR max_running > (
@@ -294,22 +299,16 @@ const claimLocks = `
 		WHERE t.namespace = $4 AND (t.name IN (SELECT type FROM ahead) OR t.name IN (SELECT type FROM past))
 		  AND t.name IN (SELECT name FROM lim WHERE open)
 		ORDER BY t.name FOR NO KEY UPDATE
-	), nsl AS (
-		-- The namespace's row, when it caps its running jobs: locked
-		-- last, after the queue's and the types'.
-		SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL
-		FOR NO KEY UPDATE
 	)
 	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) AS n FROM q) q
 	WHERE set_config('agq.claim_queue', q.n::text, true)
-		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true)
-		|| set_config('agq.claim_namespace', (SELECT count(*) FROM nsl)::text, true) IS NULL
+		|| set_config('agq.claim_namespace', (SELECT count(*) FROM nsl)::text, true)
+		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
 	UNION ALL
 	SELECT name, coalesce(next_start, 'epoch') FROM lim
 	WHERE NOT open AND name IN (SELECT type FROM ahead)
 	UNION ALL
-	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)
-		AND NOT EXISTS (SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL)`
+	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM nsl) AND NOT EXISTS (SELECT 1 FROM lim)`
 
 // claimWorkers reads the claimers (named in $2, to have capabilities $3,
 // registered in namespace $6: a worker of another is not registered here):
@@ -407,13 +406,12 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
 		FROM queues q WHERE q.namespace = $6 AND q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
 	), nsroom AS (
-		-- What the namespace's cap on running jobs leaves room for; none
-		-- when claimLocks did not lock its row (a cap set since).
-		SELECT CASE WHEN coalesce(current_setting('agq.claim_namespace', true), '') = '1'
-				THEN greatest(n.max_running - (
-					SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.status = 'running'), 0)
-				ELSE 0 END AS n,
-			coalesce(current_setting('agq.claim_namespace', true), '') = '1' AS locked
+		-- What the namespace's cap of running jobs leaves room for (no
+		-- row: no cap); none when claimLocks did not lock its row (a cap
+		-- set since). Counted through jobs_unfinished (namespace, status).
+		SELECT coalesce(current_setting('agq.claim_namespace', true), '') = '1' AS locked,
+			CASE WHEN coalesce(current_setting('agq.claim_namespace', true), '') <> '1' THEN 0 ELSE greatest(n.max_running - (
+				SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.status = 'running'), 0) END AS n
 		FROM namespaces n WHERE n.name = $6 AND n.max_running IS NOT NULL
 	), keyroom AS MATERIALIZED (
 		-- What the queue's cap of running jobs per named key leaves room
@@ -497,6 +495,12 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
 	FROM room
 	UNION ALL
+	-- The namespace caps its running jobs; attempt 1 when its row was not
+	-- locked (claim again).
+	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'NAMESPACE'
+	FROM nsroom
+	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
 	-- room), or full although claimLocks saw room (its jobs skipped, and
 	-- other locked jobs perhaps with them). Either way another claim may
@@ -504,12 +508,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	SELECT '', '', 0::bigint, '', r.name, '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
 		0, 0, 0, coalesce(r.next_start, 'epoch'), '', NULL::text[], '', '', '', 0::bigint, 'TYPE'
 	FROM typeroom r
-	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)
-	UNION ALL
-	-- The namespace's cap held jobs back (or was set since: claim again).
-	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'NAMESPACE'
-	FROM nsroom WHERE n < (SELECT cardinality(wids) FROM w)`
+	WHERE r.n = 0 OR r.n < (SELECT count(*) FROM picked p WHERE p.type = r.name)`
 
 // JobRelease gives back a just-claimed job whose delivery could not happen
 // (the client left): queued again, the attempt not counted. Only that
