@@ -77,9 +77,11 @@ func (e *WorkerNotActiveError) Error() string { return "worker is " + e.State }
 // flush: a claim lost in a crash is delivered again, and the delivery
 // token tells the two deliveries apart.
 //
-// Limits (QueueConfigure, TypeConfigure) are counted in the claim's own
+// Limits (QueueConfigure, TypeConfigure, and the namespace's cap of
+// running jobs, NAMESPACE.CONFIG MAXRUNNING) are counted in the claim's own
 // transaction. A statement before the claim locks the queue's row when the
-// queue has limits, then the rows of the limited job types among the jobs
+// queue has limits, then the namespace's row when it has a cap, then the
+// rows of the limited job types among the jobs
 // the claim is about to take, in name order: claims that could start jobs
 // of the same limited queue or type take turns on every node, and each
 // counts the running jobs and recent starts the previous one committed.
@@ -257,6 +259,11 @@ const claimLocks = `
 	WITH q AS (
 		SELECT 1 FROM queues WHERE namespace = $4 AND name = $1 AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)
 		FOR NO KEY UPDATE
+	), nsl AS (
+		-- The namespace's row when it caps its running jobs (MAXRUNNING):
+		-- its claims, of every queue, take turns on every node.
+		SELECT 1 FROM namespaces WHERE name = $4 AND max_running IS NOT NULL
+		FOR NO KEY UPDATE
 	), lim AS MATERIALIZED (
 		SELECT name,
 			(max_running IS NULL OR max_running > (
@@ -291,12 +298,13 @@ const claimLocks = `
 	)
 	SELECT '', 'epoch'::timestamptz FROM (SELECT count(*) AS n FROM q) q
 	WHERE set_config('agq.claim_queue', q.n::text, true)
+		|| set_config('agq.claim_namespace', (SELECT count(*) FROM nsl)::text, true)
 		|| set_config('agq.claim_types', (SELECT coalesce(array_agg(name), '{}') FROM locked)::text, true) IS NULL
 	UNION ALL
 	SELECT name, coalesce(next_start, 'epoch') FROM lim
 	WHERE NOT open AND name IN (SELECT type FROM ahead)
 	UNION ALL
-	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM lim)`
+	SELECT '', 'epoch' WHERE NOT EXISTS (SELECT 1 FROM q) AND NOT EXISTS (SELECT 1 FROM nsl) AND NOT EXISTS (SELECT 1 FROM lim)`
 
 // claimWorkers reads the claimers (named in $2, to have capabilities $3,
 // registered in namespace $6: a worker of another is not registered here):
@@ -353,7 +361,8 @@ const claimRefusals = `
 const claimJobsUnlimited = claimWorkers + `, free AS (
 		SELECT NOT EXISTS (SELECT 1 FROM job_types WHERE namespace = $6)
 			AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1
-			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL)) AS yes
+			                AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL))
+			AND NOT EXISTS (SELECT 1 FROM namespaces WHERE name = $6 AND max_running IS NOT NULL) AS yes
 	), fits AS (
 		SELECT id, row_number() OVER () AS rn FROM (
 			SELECT j.id FROM jobs j
@@ -392,6 +401,14 @@ const claimJobs = claimWorkers + `, qlocked AS (
 				SELECT count(*) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period), 0) END AS by_rate,
 			(SELECT min(t) FROM unnest(q.rate_starts) t WHERE t > statement_timestamp() - q.rate_period) + q.rate_period AS next_start
 		FROM queues q WHERE q.namespace = $6 AND q.name = $1 AND (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL OR q.max_running_per_key IS NOT NULL)
+	), nsroom AS (
+		-- What the namespace's cap of running jobs leaves room for (no
+		-- row: no cap); none when claimLocks did not lock its row (a cap
+		-- set since). Counted through jobs_unfinished (namespace, status).
+		SELECT coalesce(current_setting('agq.claim_namespace', true), '') = '1' AS locked,
+			CASE WHEN coalesce(current_setting('agq.claim_namespace', true), '') <> '1' THEN 0 ELSE greatest(n.max_running - (
+				SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.status = 'running'), 0) END AS n
+		FROM namespaces n WHERE n.name = $6 AND n.max_running IS NOT NULL
 	), keyroom AS MATERIALIZED (
 		-- What the queue's cap of running jobs per named key leaves room
 		-- for, for the keys running any (a key running none has the whole
@@ -434,7 +451,8 @@ const claimJobs = claimWorkers + `, qlocked AS (
 			  AND (CASE WHEN j.fair_key = ANY((SELECT full_keys FROM keycap)::text[]) THEN NULL ELSE 1 END) IS NOT NULL
 			  AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $6 AND name = $1 AND paused)
 			ORDER BY j.priority DESC, j.fair_pass, j.run_at, j.seq
-			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room))
+			LIMIT least((SELECT cardinality(wids) FROM w), (SELECT by_running FROM room), (SELECT by_rate FROM room),
+				(SELECT n FROM nsroom))
 			FOR UPDATE OF j SKIP LOCKED
 		) p
 	), fits AS (
@@ -472,6 +490,12 @@ const claimJobs = claimWorkers + `, qlocked AS (
 		0, 0, CASE WHEN locked AND by_rate < (SELECT cardinality(wids) FROM w) AND next_start IS NOT NULL
 			THEN next_start ELSE 'epoch' END, '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
 	FROM room
+	UNION ALL
+	-- The namespace caps its running jobs; attempt 1 when its row was not
+	-- locked (claim again).
+	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
+		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
+	FROM nsroom
 	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
 	-- room), or full although claimLocks saw room (its jobs skipped, and
