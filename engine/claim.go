@@ -100,6 +100,9 @@ func (e *Engine) claimQueue(ctx context.Context, q string, caps []string, reqs [
 	if outcome.Limited {
 		e.limited.sawQueue(e.ns, q, e.clock.Now())
 	}
+	if outcome.NamespaceLimited {
+		e.limited.sawNamespace(e.ns, q, e.clock.Now())
+	}
 	held := len(workers) - len(claimed)
 	fx := effects{Started: claimed}
 	if !outcome.RateLimited.IsZero() {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -21,6 +22,9 @@ type limitedPops struct {
 	mu     sync.Mutex
 	queues map[string]time.Time
 	types  map[string]map[string]time.Time // type → queue → when
+	// namespaces are the queues whose pops a namespace's cap of running
+	// jobs held: a job of any of its queues leaving running wakes them.
+	namespaces map[string]map[string]time.Time // namespace → queue → when
 }
 
 const limitedMemory = time.Hour
@@ -60,6 +64,22 @@ func (l *limitedPops) sawType(ns, typ, queue string, now time.Time) {
 	}
 }
 
+// sawNamespace records that the cap of namespace ns held back jobs of the
+// queue.
+func (l *limitedPops) sawNamespace(ns, queue string, now time.Time) {
+	ns, queue = cmp.Or(ns, records.DefaultNamespace), records.RoomKey(ns, queue)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.namespaces == nil {
+		l.namespaces = map[string]map[string]time.Time{}
+	}
+	if l.namespaces[ns] == nil {
+		l.namespaces[ns] = map[string]time.Time{}
+	}
+	l.namespaces[ns][queue] = now
+	forgetOld(l.namespaces[ns], now)
+}
+
 // forgetOld drops entries older than limitedMemory once there are many.
 func forgetOld(seen map[string]time.Time, now time.Time) {
 	if len(seen) <= 1000 {
@@ -96,6 +116,20 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 		for q, t := range l.types[typ] {
 			if now.Sub(t) < limitedMemory {
 				notes = append(notes, note(q, n))
+			}
+		}
+	}
+	if len(l.namespaces) > 0 {
+		freed := map[string]int{} // by namespace
+		for q, n := range f.Queues {
+			ns, _ := records.SplitRoomKey(q)
+			freed[ns] += n
+		}
+		for ns, n := range freed {
+			for q, t := range l.namespaces[ns] {
+				if now.Sub(t) < limitedMemory {
+					notes = append(notes, note(q, n))
+				}
 			}
 		}
 	}

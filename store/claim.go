@@ -26,11 +26,14 @@ type JobsClaimParams struct {
 // when its rate held jobs back, the next start it allows, and the limited
 // job types that held jobs back.
 type ClaimOutcome struct {
-	Claimed     []Claimed
-	Refused     map[string]error
-	Limited     bool
-	RateLimited time.Time
-	Types       []TypeHold
+	Claimed []Claimed
+	Refused map[string]error
+	Limited bool
+	// NamespaceLimited says the namespace's cap of running jobs applies
+	// (Limited too).
+	NamespaceLimited bool
+	RateLimited      time.Time
+	Types            []TypeHold
 	// Again says the limits' locks held back jobs another claim may take
 	// at once.
 	Again bool
@@ -182,8 +185,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobsClaimParams) (ClaimOutco
 		}
 		j := &c.Job
 		switch refusal {
-		case "LIMITS":
+		case "LIMITS", "NAMESPACE":
 			out.Limited = true
+			out.NamespaceLimited = out.NamespaceLimited || refusal == "NAMESPACE"
 			out.Again = out.Again || j.Attempt == 1
 			if j.RunAt.Unix() > 0 {
 				out.RateLimited = j.RunAt
@@ -494,7 +498,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	-- The namespace caps its running jobs; attempt 1 when its row was not
 	-- locked (claim again).
 	SELECT '', '', 0::bigint, '', '', '{}'::text[], NULL::jsonb, NULL::jsonb, NULL::jsonb, 0,
-		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'LIMITS'
+		CASE WHEN locked THEN 0 ELSE 1 END, 0, 0, 'epoch', '', NULL::text[], '', '', '', 0::bigint, 'NAMESPACE'
 	FROM nsroom
 	UNION ALL
 	-- A locked type that held jobs back: trimmed (jobs picked past its
