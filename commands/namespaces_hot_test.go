@@ -276,3 +276,55 @@ func replyMap(v any) map[string]any {
 	}
 	return out
 }
+
+// NAMESPACE.CONFIG MAXRUNNING caps one namespace's running jobs, across
+// its queues: a pop past it waits, and is woken when a job of any queue of
+// the namespace leaves running; another namespace pops on.
+func TestANamespacesMaxRunningHoldsItsOwnPops(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := ctxT(t)
+	ta, tb := newTenant(t, a, "capped"), newTenant(t, a, "free")
+	if err := a.Admin(t).Do(ctx, "NAMESPACE.CONFIG", "capped", "MAXRUNNING", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []tenant{ta, tb} {
+		submit(t, tn.producer, nsJob("", "first", 1))
+		submit(t, tn.producer, nsJob("", "second", 2))
+	}
+	_, running, ok := ta.worker.pop(t, "1", "first")
+	if !ok {
+		t.Fatal("the capped namespace's first pop got nothing")
+	}
+	// b has no cap: both its jobs go.
+	for _, q := range []string{"first", "second"} {
+		if _, _, ok := tb.worker.pop(t, "1", q); !ok {
+			t.Fatalf("the free namespace's pop of %s got nothing", q)
+		}
+	}
+	got := make(chan bool, 1)
+	go func() {
+		_, _, ok := ta.worker.pop(t, "5", "second")
+		got <- ok
+	}()
+	select {
+	case <-got:
+		t.Fatal("a pop past the namespace's MAXRUNNING 1 got a job")
+	case <-time.After(500 * time.Millisecond):
+	}
+	start := time.Now()
+	if err := ta.worker.update(ctx, running.JobID, map[string]any{"status": "completed", "delivery": running.Delivery}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("the held pop timed out after the running job ended")
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Fatalf("the held pop was woken %v after the job of another queue ended", waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held pop was not woken")
+	}
+}

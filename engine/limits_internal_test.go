@@ -57,6 +57,25 @@ func TestRoomIsForTheNamespaceWhoseLimitsHeldPops(t *testing.T) {
 	}
 }
 
+// A namespace's cap wakes the pops it held when a job of any of its queues
+// leaves running, and only then.
+func TestRoomInANamespaceWakesThePopsItsCapHeld(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var l limitedPops
+	l.sawNamespace("a", "held", start)
+	var other records.Room
+	other.AddIn("b", "held", "", 1)
+	if notes := l.room(other, start.Add(time.Minute)); len(notes) != 0 {
+		t.Fatalf("room in namespace b woke %+v", notes)
+	}
+	var freed records.Room
+	freed.AddIn("a", "elsewhere", "", 2)
+	notes := l.room(freed, start.Add(time.Minute))
+	if len(notes) != 1 || notes[0].Namespace != "a" || notes[0].Queue != "held" || notes[0].N != 2 {
+		t.Fatalf("room in a's queue elsewhere woke %+v, want 2 of a's queue held", notes)
+	}
+}
+
 // Entries are forgotten once many are old, so that the memory of limits
 // stays bounded.
 func TestOldLimitsAreForgottenOnceMany(t *testing.T) {

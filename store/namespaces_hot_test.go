@@ -235,6 +235,37 @@ func TestNamespacesOfTheHotPath(t *testing.T) {
 		}
 	})
 
+	t.Run("ANamespacesCapOfRunningJobsHoldsItsClaimsOnly", func(t *testing.T) {
+		ctx, st := hotBundle(t)
+		a, b := st.In("a"), st.In("b")
+		for _, s := range []*store.Store{a, b} {
+			if _, _, err := s.JobsSubmit(ctx, []records.NewJob{nsJob("1", `{}`), nsJob("2", `{}`), nsJob("3", `{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.Pool.Exec(ctx, `UPDATE namespaces SET max_running = 2 WHERE name = 'a'`); err != nil {
+			t.Fatal(err)
+		}
+		if out := claimIn(ctx, t, a, "wa", 1); len(out.Claimed) != 1 || !out.Limited {
+			t.Fatalf("a's first claim under its cap of 2: %+v", out)
+		}
+		if out := claimIn(ctx, t, a, "wa", 3); len(out.Claimed) != 1 {
+			t.Fatalf("a's claim of 3 with room for 1: %+v", out)
+		}
+		if out := claimIn(ctx, t, a, "wa", 1); len(out.Claimed) != 0 {
+			t.Fatalf("a's claim past its cap: %+v", out)
+		}
+		if out := claimIn(ctx, t, b, "wb", 3); len(out.Claimed) != 3 || out.Limited {
+			t.Fatalf("b's claim, without a cap: %+v", out)
+		}
+		// Hand-offs wait for the cap as claims do.
+		j := nsJob("4", `{}`)
+		j.Hand = &records.Handoff{Worker: "wa", AckTimeout: time.Minute, Lease: time.Minute}
+		if res, errs, _ := a.JobsSubmitEach(ctx, []records.NewJob{j}); errs[0] != nil || res[0].Delivered != nil {
+			t.Fatalf("a job offered past a's cap: %+v %v", res[0], errs[0])
+		}
+	})
+
 	t.Run("LimitsAndPausesArePerNamespace", func(t *testing.T) {
 		ctx, st := hotBundle(t)
 		a, b := st.In("a"), st.In("b")

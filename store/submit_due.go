@@ -302,6 +302,7 @@ var handDueSQL = `
 			WHERE i.hand_to <> ''
 			  AND ($13::text[])[i.first:i.last] <@ k.caps
 			  AND NOT EXISTS (SELECT 1 FROM job_types t WHERE t.namespace = i.namespace AND t.name = i.type)
+			  AND NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.name = i.namespace AND n.max_running IS NOT NULL)
 			  AND NOT EXISTS (SELECT 1 FROM queues l WHERE l.namespace = i.namespace AND l.name = i.queue
 			                  AND (l.paused OR l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL
 			                       OR l.max_running_per_key IS NOT NULL))
