@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/agq/agq/internal/auth"
+	"github.com/agq/agq/records"
 	"github.com/agq/agq/resp"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) cmdKeyCreate(ctx context.Context, sess *Session, args [][]byte)
 		return nil, err
 	}
 	key, err := s.keys.Create(ctx, role, name, ns)
-	var foreign *auth.ForeignPrincipalError
+	var foreign *records.ForeignPrincipalError
 	if errors.As(err, &foreign) {
 		return nil, foreignPrincipal(name, foreign)
 	}

@@ -287,7 +287,7 @@ func (s *Server) keyNamespace(ctx context.Context, sess *Session, args [][]byte)
 
 // foreignPrincipal is KEY.CREATE's refusal of another namespace's
 // principal.
-func foreignPrincipal(name string, err *auth.ForeignPrincipalError) error {
+func foreignPrincipal(name string, err *records.ForeignPrincipalError) error {
 	if err.Namespace == "" {
 		return resp.Errorf("principal %s is a key of every namespace", name)
 	}

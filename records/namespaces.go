@@ -78,3 +78,15 @@ func (e *QuotaError) Error() string {
 type NoNamespaceError struct{ Name string }
 
 func (e *NoNamespaceError) Error() string { return "no such namespace " + e.Name }
+
+// ForeignPrincipalError refuses a key for a principal of another
+// namespace: principals are unique across namespaces. Namespace is "" for
+// a key of every namespace.
+type ForeignPrincipalError struct{ Namespace string }
+
+func (e *ForeignPrincipalError) Error() string {
+	if e.Namespace == "" {
+		return "principal is a key of every namespace"
+	}
+	return "principal belongs to namespace " + e.Namespace
+}

@@ -13,7 +13,7 @@ import (
 // rotation); the old key stops working in the same statement, and every
 // node is told to drop sessions holding it. A principal of another
 // namespace (a cluster key being one of no namespace) is not replaced:
-// *ForeignPrincipalError says whose it is.
+// *records.ForeignPrincipalError says whose it is.
 func (s *Store) PrincipalPut(ctx context.Context, p records.Key) error {
 	var put bool
 	var holder *string
@@ -35,20 +35,9 @@ func (s *Store) PrincipalPut(ctx context.Context, p records.Key) error {
 		return interpretError(err)
 	}
 	if !put {
-		return &ForeignPrincipalError{Namespace: deref(holder)}
+		return &records.ForeignPrincipalError{Namespace: deref(holder)}
 	}
 	return nil
-}
-
-// ForeignPrincipalError refuses to mint a key for a principal of another
-// namespace; Namespace is "" for a cluster key.
-type ForeignPrincipalError struct{ Namespace string }
-
-func (e *ForeignPrincipalError) Error() string {
-	if e.Namespace == "" {
-		return "principal belongs to no namespace"
-	}
-	return "principal belongs to namespace " + e.Namespace
 }
 
 // PrincipalPutIfAbsent creates the principal only when no principal of that

@@ -65,18 +65,6 @@ func (p Principal) Home() string {
 	return p.Namespace
 }
 
-// ForeignPrincipalError refuses a key for a principal of another
-// namespace: principals are unique across namespaces. Namespace is "" for
-// a key of every namespace.
-type ForeignPrincipalError struct{ Namespace string }
-
-func (e *ForeignPrincipalError) Error() string {
-	if e.Namespace == "" {
-		return "principal is a key of every namespace"
-	}
-	return "principal belongs to namespace " + e.Namespace
-}
-
 // Entry is one row of KEY.LIST.
 type Entry struct {
 	Principal

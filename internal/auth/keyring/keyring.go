@@ -133,10 +133,6 @@ func (k *Keyring) Create(ctx context.Context, role, name, namespace string) (str
 		namespace = records.DefaultNamespace
 	}
 	err := k.store.PrincipalPut(ctx, records.Key{Name: name, Role: role, KeyDigest: d[:], Source: "minted", Namespace: namespace})
-	var foreign *store.ForeignPrincipalError
-	if errors.As(err, &foreign) {
-		return "", &auth.ForeignPrincipalError{Namespace: foreign.Namespace}
-	}
 	if err != nil {
 		return "", fmt.Errorf("storing key: %w", err)
 	}
