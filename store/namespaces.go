@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,36 +163,61 @@ func (s *Store) NamespaceDeleteBegin(ctx context.Context, name string) error {
 // tables never waits long behind it.
 const namespaceBatch = 1000
 
+// namespaceTables are the tables that hold a namespace's rows, each with
+// the columns that pick one of its rows; a job's steps, logs and signals
+// go with the job (ON DELETE CASCADE).
+var namespaceTables = []struct{ table, key string }{
+	{"jobs", "(namespace, id)"},
+	{"job_waits", "(namespace, parent_id, child_id)"},
+	{"graph_walks", "id"},
+	{"dependency_checks", "id"},
+	{"schedules", "(namespace, name)"},
+	{"queues", "(namespace, name)"},
+	{"job_types", "(namespace, name)"},
+	{"workers", "worker_id"},
+	{"namespace_submissions", "(namespace, second)"},
+	{"principals", "name"},
+}
+
 // NamespaceDeleteStep removes one bounded batch of what a namespace being
 // deleted holds, and the namespace itself once nothing is left; it
-// reports whether it is gone. Safe to run on any node, at any time, again.
+// reports whether it is gone. Safe to run on several nodes at once, and
+// again: each statement deletes only while the namespace is being
+// deleted, and its row goes only when no row of it is left, so a
+// namespace created again under the name is never touched.
 func (s *Store) NamespaceDeleteStep(ctx context.Context, name string) (gone bool, err error) {
-	steps := []string{
-		// A job's steps, logs and signals go with it (ON DELETE CASCADE).
-		`DELETE FROM jobs WHERE (namespace, id) IN (SELECT namespace, id FROM jobs WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM job_waits WHERE (namespace, parent_id, child_id) IN (SELECT namespace, parent_id, child_id FROM job_waits WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM graph_walks WHERE id IN (SELECT id FROM graph_walks WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM dependency_checks WHERE id IN (SELECT id FROM dependency_checks WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM schedules WHERE (namespace, name) IN (SELECT namespace, name FROM schedules WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM queues WHERE (namespace, name) IN (SELECT namespace, name FROM queues WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM job_types WHERE (namespace, name) IN (SELECT namespace, name FROM job_types WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM workers WHERE worker_id IN (SELECT worker_id FROM workers WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM namespace_submissions WHERE (namespace, second) IN (SELECT namespace, second FROM namespace_submissions WHERE namespace = $1 LIMIT $2)`,
-		`DELETE FROM principals WHERE name IN (SELECT name FROM principals WHERE namespace = $1 LIMIT $2)`,
-	}
-	for _, sql := range steps {
-		tag, err := s.Pool.Exec(ctx, sql, name, namespaceBatch)
+	const deleting = `EXISTS (SELECT 1 FROM namespaces WHERE name = $1 AND deleting)`
+	var left []string
+	for _, t := range namespaceTables {
+		tag, err := s.Pool.Exec(ctx, `
+			DELETE FROM `+t.table+` WHERE `+t.key+` IN (
+				SELECT `+strings.Trim(t.key, "()")+` FROM `+t.table+` WHERE namespace = $1 AND `+deleting+` LIMIT $2)`, name, namespaceBatch)
 		if err != nil {
 			return false, interpretError(err)
 		}
 		if tag.RowsAffected() > 0 {
 			return false, nil
 		}
+		left = append(left, `NOT EXISTS (SELECT 1 FROM `+t.table+` WHERE namespace = $1)`)
 	}
-	_, err = s.Pool.Exec(ctx, `
-		WITH gone AS (DELETE FROM namespaces WHERE name = $1 AND deleting RETURNING name)
+	tag, err := s.Pool.Exec(ctx, `
+		WITH gone AS (
+			DELETE FROM namespaces WHERE name = $1 AND deleting AND `+strings.Join(left, " AND ")+`
+			RETURNING name
+		)
 		SELECT pg_notify($2, name) FROM gone`, name, ChannelNamespaces)
-	return err == nil, interpretError(err)
+	if err != nil {
+		return false, interpretError(err)
+	}
+	// Nothing deleted: gone already, or rows another node is deleting
+	// now (it finishes the namespace).
+	var exists bool
+	if tag.RowsAffected() == 0 {
+		if err := s.Pool.QueryRow(ctx, `SELECT `+deleting, name).Scan(&exists); err != nil {
+			return false, interpretError(err)
+		}
+	}
+	return !exists, nil
 }
 
 // NamespacesDeleting lists the namespaces whose deletion is under way.

@@ -56,6 +56,10 @@ type Config struct {
 	// ExpireWaits ends the step waits whose deadline passed
 	// (engine.ExpireWaits), publishing the jobs it woke; optional.
 	ExpireWaits func(ctx context.Context, limit int) (int, error)
+	// DeleteNamespaces carries on deleting the namespaces whose deletion
+	// a crash left half done, up to limit batches
+	// (engine.ContinueNamespaceDeletions); optional.
+	DeleteNamespaces func(ctx context.Context, limit int) (int, error)
 	// Recovered counts recoveries by kind; optional.
 	Recovered *prometheus.CounterVec
 	// Clock times the grace windows and retention passes, and the sweeps;
@@ -151,7 +155,13 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
 				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
 			})
-		}}, step{"forgotten_node", func() (int, error) { return w.cfg.Store.NodesForget(ctx, forgetNodesAfter) }})
+		}}, step{"forgotten_node", func() (int, error) { return w.cfg.Store.NodesForget(ctx, forgetNodesAfter) }},
+			step{"submission_counts", func() (int, error) { return 0, w.cfg.Store.SubmissionsSweep(ctx) }})
+	}
+	if w.cfg.DeleteNamespaces != nil {
+		// A few batches a sweep, every sweep: the recoveries never wait
+		// long behind a large namespace's rows.
+		steps = append(steps, step{"namespace_delete", func() (int, error) { return w.cfg.DeleteNamespaces(ctx, 5) }})
 	}
 	return w.run(steps)
 }

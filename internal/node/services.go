@@ -48,6 +48,7 @@ func (n *Node) newElector() {
 				Recovered:         recovered,
 				Settle:            n.engine.SettleDependencies,
 				ExpireWaits:       n.engine.ExpireWaits,
+				DeleteNamespaces:  n.engine.ContinueNamespaceDeletions,
 			})
 			leading := []service.Service{wd, sched}
 			if err := service.StartAll(ctx, leading...); err != nil {
