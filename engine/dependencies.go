@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agq/agq/records"
@@ -75,7 +76,10 @@ func (e *Engine) settle(ctx context.Context, ids []string) {
 func (e *Engine) SettleDependencies(ctx context.Context, limit int) (int, error) {
 	st, err := e.store.DependenciesSettle(ctx, nil, limit)
 	if err != nil {
-		return 0, err
+		// The walks do not wait for the settling: a mark that fails
+		// must not hold a restore or a cascade up.
+		walked, werr := e.sweepWalks(ctx, limit)
+		return walked, errors.Join(err, werr)
 	}
 	in := e.in(cmp.Or(st.Namespace, e.ns))
 	in.publish(ctx, settledEffects(st))

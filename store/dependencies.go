@@ -646,7 +646,8 @@ func retryInGraph(ctx context.Context, tx pgx.Tx, ns, id string) (pending bool, 
 	})
 	// jobs_cancelled_by: is anything to restore?
 	b.Queue(`INSERT INTO graph_walks (namespace, job_id, kind)
-		SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM jobs WHERE namespace = $1 AND cancelled_by = $2 AND status = 'cancelled')`,
+		SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM (
+			SELECT status FROM jobs WHERE namespace = $1 AND cancelled_by = $2 OFFSET 0) k WHERE k.status = 'cancelled')`,
 		ns, id, WalkRestore)
 	return pending, tx.SendBatch(ctx, b).Close()
 }

@@ -12,12 +12,20 @@ import (
 // jobs $2, and down the graph those cancelled because of them, up to $3:
 // one probe of jobs_cancelled_by a job reached. OFFSET 0 keeps the step a
 // nested loop over that index.
+//
+// The status is checked past a fence (OFFSET 0): a status = 'cancelled'
+// beside the namespace would let the planner read the namespace's every
+// cancelled job through jobs_finished for each job of a chain, where
+// jobs_cancelled_by finds its few.
 const restoreWalkSQL = `
 	WITH RECURSIVE r(id) AS (
-		SELECT c.id FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) AND c.status = 'cancelled'
+		SELECT k.id FROM (
+			SELECT c.id, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) OFFSET 0) k
+		WHERE k.status = 'cancelled'
 	  UNION
 		SELECT k.id FROM r CROSS JOIN LATERAL (
-			SELECT c.id FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = r.id AND c.status = 'cancelled' OFFSET 0) k
+			SELECT c.id, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = r.id OFFSET 0) k
+		WHERE k.status = 'cancelled'
 	)
 	SELECT id FROM r LIMIT $3`
 
@@ -69,8 +77,9 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walk
 	b := &pgx.Batch{}
 	// Where the walk stopped: jobs reached (or marked) of which some job
 	// cancelled because of them is left (jobs_cancelled_by).
-	b.Queue(`SELECT DISTINCT c.cancelled_by FROM unnest($2::text[]) AS w(id)
-		JOIN jobs c ON c.namespace = $1 AND c.cancelled_by = w.id AND c.status = 'cancelled'`,
+	b.Queue(`SELECT DISTINCT k.cancelled_by FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
+			SELECT c.cancelled_by, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = w.id OFFSET 0) k
+		WHERE k.status = 'cancelled'`,
 		ns, append(from, out.Restored...)).Query(func(rows pgx.Rows) error {
 		out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
@@ -107,12 +116,13 @@ func waitAgain(ctx context.Context, tx pgx.Tx, ns string, waiting []string, chil
 			WHERE p.status NOT IN ('completed', 'failed', 'cancelled')
 			UNION
 			-- The children through jobs_children, a probe a job, the
-			-- namespace filtered past the fence (as childrenOf does).
+			-- namespace and the status filtered past the fence (as
+			-- childrenOf does): status = 'pending' inside would have the
+			-- probe intersect jobs_unfinished's every pending job.
 			SELECT $1, w.id, k.id FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
-				SELECT c.namespace, c.id FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL
-				  AND c.status = 'pending'
+				SELECT c.namespace, c.id, c.status FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL
 				OFFSET 0) k
-			WHERE k.namespace = $1
+			WHERE k.namespace = $1 AND k.status = 'pending'
 			ON CONFLICT DO NOTHING
 			RETURNING parent_id
 		)
