@@ -136,6 +136,12 @@ func (s *Server) cmdNamespaceDelete(ctx context.Context, sess *Session, args [][
 	case err != nil:
 		return nil, err
 	}
+	// Its keys stop working here at once (other nodes hear it).
+	for _, other := range s.sessionList() {
+		if other.principal().Namespace == name {
+			other.revoke()
+		}
+	}
 	s.log.Info().Int64("conn", sess.ID).Str("by", sess.principal().Name).Str("namespace", name).Msg("namespace deleted; its rows go in batches")
 	return resp.OK, nil
 }
