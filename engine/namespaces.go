@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,36 +30,60 @@ type namespaceSnapshot struct {
 }
 
 // namespaceOf reads namespace name from the cache; ok is false when it
-// does not exist or is being deleted.
+// does not exist or is being deleted. A name the cache misses is looked
+// up: it may have been created on another node since.
 func (e *Engine) namespaceOf(ctx context.Context, name string) (records.Namespace, bool, error) {
+	snap, err := e.namespaceSnapshot(ctx)
+	if err != nil {
+		return records.Namespace{}, false, err
+	}
+	if n, ok := snap.byName[name]; ok {
+		return n, !n.Deleting, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.CommandTimeout)
+	defer cancel()
+	got, err := e.root.NamespaceGet(rctx, name)
+	if errors.Is(err, records.ErrNotFound) {
+		return records.Namespace{}, false, nil
+	}
+	if err != nil {
+		return records.Namespace{}, false, err
+	}
+	e.forgetNamespaces()
+	return got, !got.Deleting, nil
+}
+
+// namespaceSnapshot is the cache, read again when older than
+// namespaceTTL: by one caller, the others going on with what they have
+// unless they have nothing.
+func (e *Engine) namespaceSnapshot(ctx context.Context) (*namespaceSnapshot, error) {
 	c := &e.namespaces
 	snap := c.now.Load()
-	if now := e.clock.Now(); snap == nil || now.Sub(snap.at) > namespaceTTL {
-		// One reads them again; the others go on with what they have,
-		// unless they have nothing.
-		if snap == nil {
-			c.reading.Lock()
-		} else if !c.reading.TryLock() {
-			n, ok := snap.byName[name]
-			return n, ok && !n.Deleting, nil
-		}
-		defer c.reading.Unlock()
-		if fresh := c.now.Load(); fresh != nil && now.Sub(fresh.at) <= namespaceTTL {
-			snap = fresh
-		} else {
-			all, err := e.root.Namespaces(ctx)
-			if err != nil {
-				return records.Namespace{}, false, err
-			}
-			snap = &namespaceSnapshot{at: now, byName: make(map[string]records.Namespace, len(all))}
-			for _, n := range all {
-				snap.byName[n.Name] = n
-			}
-			c.now.Store(snap)
-		}
+	now := e.clock.Now()
+	if snap != nil && now.Sub(snap.at) <= namespaceTTL {
+		return snap, nil
 	}
-	n, ok := snap.byName[name]
-	return n, ok && !n.Deleting, nil
+	if snap == nil {
+		c.reading.Lock()
+	} else if !c.reading.TryLock() {
+		return snap, nil
+	}
+	defer c.reading.Unlock()
+	if fresh := c.now.Load(); fresh != nil && now.Sub(fresh.at) <= namespaceTTL {
+		return fresh, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.CommandTimeout)
+	defer cancel()
+	all, err := e.root.Namespaces(rctx)
+	if err != nil {
+		return nil, err
+	}
+	snap = &namespaceSnapshot{at: now, byName: make(map[string]records.Namespace, len(all))}
+	for _, n := range all {
+		snap.byName[n.Name] = n
+	}
+	c.now.Store(snap)
+	return snap, nil
 }
 
 // forgetNamespaces makes the next look at the namespaces read them again.
