@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -66,18 +67,10 @@ func (s *Server) cmdNamespace(ctx context.Context, sess *Session, args [][]byte)
 		return resp.OK, nil
 	}
 	if ok, err := sess.eng.NamespaceExists(ctx, name); err != nil || !ok {
-		return nil, cmpErr(err, noSuchNamespace(name))
+		return nil, cmp.Or(err, noSuchNamespace(name))
 	}
 	sess.eng = s.eng.In(name)
 	return resp.OK, nil
-}
-
-// cmpErr is err, or otherwise when err is nil.
-func cmpErr(err, otherwise error) error {
-	if err != nil {
-		return err
-	}
-	return otherwise
 }
 
 // NAMESPACE.CREATE name
@@ -286,7 +279,7 @@ func (s *Server) keyNamespace(ctx context.Context, sess *Session, args [][]byte)
 		return "", nil
 	}
 	if ok, err := sess.eng.NamespaceExists(ctx, named); err != nil || !ok {
-		return "", cmpErr(err, noSuchNamespace(named))
+		return "", cmp.Or(err, noSuchNamespace(named))
 	}
 	return named, nil
 }

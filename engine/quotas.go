@@ -20,24 +20,12 @@ func (e *Engine) counted(ctx context.Context) (records.Namespace, bool, error) {
 	return ns, ns.HasQuota(), nil
 }
 
-// submitCounted stores jobs of a namespace with a quota, one transaction
-// that locks the namespace, so that its submissions on every node are
-// counted in turn: a batch (all or none), or one job.
+// submitCounted stores jobs of a namespace with a quota (jobs of e's
+// namespace), one transaction that locks the namespace, so that its
+// submissions on every node are counted in turn: a batch (all or none),
+// or one job.
 func (e *Engine) submitCounted(ctx context.Context, ns records.Namespace, jobs []records.NewJob, batch bool) ([]records.SubmitResult, error) {
-	for i := range jobs {
-		jobs[i].Namespace = e.ns
-	}
-	spans := e.startSubmissions(jobs)
-	var res []records.SubmitResult
-	err := e.transition(ctx, func() (effects, error) {
-		var notes []records.ReadyNote
-		var err error
-		res, notes, err = e.store.JobsSubmitCounted(ctx, ns, jobs, batch)
-		endSubmissions(spans, res, nil, err)
-		if err != nil {
-			return effects{}, err
-		}
-		return effects{Effects: records.Effects{Ready: notes}, Events: submittedEvents(jobs, res, nil)}, nil
+	return e.submitWith(ctx, jobs, func(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
+		return e.store.JobsSubmitCounted(ctx, ns, jobs, batch)
 	})
-	return res, err
 }

@@ -60,12 +60,19 @@ func (e *Engine) SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]reco
 		}
 		return e.submitCounted(ctx, ns, jobs, true)
 	}
+	return e.submitWith(ctx, jobs, e.store.JobsSubmit)
+}
+
+// submitWith stores jobs, of e's namespace, by insert in a transition of
+// their own: traced, and announced once committed.
+func (e *Engine) submitWith(ctx context.Context, jobs []records.NewJob,
+	insert func(context.Context, []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error)) ([]records.SubmitResult, error) {
 	spans := e.startSubmissions(jobs)
 	var res []records.SubmitResult
 	err := e.transition(ctx, func() (effects, error) {
 		var notes []records.ReadyNote
 		var err error
-		res, notes, err = e.store.JobsSubmit(ctx, jobs)
+		res, notes, err = insert(ctx, jobs)
 		endSubmissions(spans, res, nil, err)
 		if err != nil {
 			return effects{}, err
