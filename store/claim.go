@@ -247,7 +247,7 @@ func (out *ClaimOutcome) sort() {
 }
 
 // A limited type's running jobs are counted among the namespace's running
-// ones (jobs_unfinished: namespace, status).
+// ones, all read through jobs_running.
 //
 // claimLocks locks what the claim that follows counts on, in namespace $4:
 // the queue's row
@@ -408,7 +408,7 @@ const claimJobs = claimWorkers + `, qlocked AS (
 	), nsroom AS (
 		-- What the namespace's cap of running jobs leaves room for (no
 		-- row: no cap); none when claimLocks did not lock its row (a cap
-		-- set since). Counted through jobs_unfinished (namespace, status).
+		-- set since). Counted among all running jobs (jobs_running).
 		SELECT coalesce(current_setting('agq.claim_namespace', true), '') = '1' AS locked,
 			CASE WHEN coalesce(current_setting('agq.claim_namespace', true), '') <> '1' THEN 0 ELSE greatest(n.max_running - (
 				SELECT count(*) FROM jobs r WHERE r.namespace = $6 AND r.status = 'running'), 0) END AS n

@@ -141,6 +141,18 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "j.namespace = f.ns AND j.id = f.id", index: "jobs_pkey", maxScanned: 10,
 		},
 		{
+			// A group of completions updates each job through its key,
+			// never through its worker's running jobs (jobs_running).
+			name: "ACompletionGroupUpdatesThroughThePrimaryKey",
+			run: func(ctx context.Context, st *store.Store) error {
+				st.JobsFinish(ctx, []records.Report{
+					{ID: "j00999999", WorkerID: "worker-1", Status: records.StatusCompleted},
+					{ID: "j00999998", WorkerID: "worker-2", Status: records.StatusCompleted}})
+				return nil
+			},
+			match: "DISTINCT ON (ns, id)", index: "jobs_pkey", maxScanned: 10,
+		},
+		{
 			// A group of acknowledgements and progress updates each job
 			// through its key.
 			name: "AnAcknowledgementGroupUpdatesThroughThePrimaryKey",
@@ -276,6 +288,24 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 				return submitTwice(ctx, st, submission("old-job-1", "uk-999993"), submission("new-job-1", "uk-999993"))
 			},
 			match: "INSERT INTO jobs", index: "jobs_unique_key", maxScanned: 26,
+		},
+		{
+			// A namespace with MAXUNFINISHED counts its unfinished jobs
+			// (31,000 here, under a quota of 100,000) on each submission:
+			// its waiting, running, and pending or awaiting jobs, each
+			// through the partial index that holds them, never its
+			// finished ones.
+			name: "CountingUnfinishedJobsUsesTheirPartialIndexes",
+			run: func(ctx context.Context, st *store.Store) error {
+				most := int64(100000)
+				ns, err := st.NamespaceConfigure(ctx, records.DefaultNamespace, records.NamespaceChange{MaxUnfinished: &most})
+				if err != nil {
+					return err
+				}
+				_, _, err = st.JobsSubmitCounted(ctx, ns, []records.NewJob{submission("counted-1", "")}, false)
+				return err
+			},
+			match: "UNION ALL", index: "jobs_running", maxScanned: 31000,
 		},
 		{
 			// A job offered to a waiting worker: the worker's row by its

@@ -16,8 +16,8 @@ const maxCascade = 10000
 // pendingChild is job id (a SQL expression) of namespace $1 when it is
 // pending and does not run on a parent's failure: a probe of jobs_pkey.
 // The statuses are tested past the fence, so that no plan takes the
-// probe through jobs_unfinished, whose predicate they would imply, and
-// reads every unfinished job of the namespace for each child.
+// probe through jobs_parked, whose predicate they would imply, and
+// reads every pending job of the namespace for each child.
 func pendingChild(id string) string {
 	return `SELECT k.id FROM (SELECT k.id, k.status, k.on_parent_failure FROM jobs k
 		WHERE k.namespace = $1 AND k.id = ` + id + ` OFFSET 0) k

@@ -118,7 +118,7 @@ func waitAgain(ctx context.Context, tx pgx.Tx, ns string, waiting []string, chil
 			-- The children through jobs_children, a probe a job, the
 			-- namespace and the status filtered past the fence (as
 			-- childrenOf does): status = 'pending' inside would have the
-			-- probe intersect jobs_unfinished's every pending job.
+			-- probe intersect jobs_parked's every pending job.
 			SELECT $1, w.id, k.id FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
 				SELECT c.namespace, c.id, c.status FROM jobs c WHERE $3 AND c.after @> ARRAY[w.id] AND c.after IS NOT NULL
 				OFFSET 0) k

@@ -42,9 +42,7 @@ const (
 
 // runningByIndex names the running jobs so that jobs_running (worker_id)
 // WHERE status = 'running' serves a statement that finds them across
-// namespaces: a running job always has its worker, and without the
-// worker_id condition the planner prefers reading jobs_unfinished
-// (namespace), three times as large, whole.
+// namespaces: a running job always has its worker.
 const runningByIndex = `j.status = 'running' AND j.worker_id IS NOT NULL`
 
 // movedColumns is what notifyMoved reads of each job a statement moved out

@@ -14,9 +14,18 @@ import (
 // existence, so that each node's cache of them follows.
 const ChannelNamespaces = "agq_namespaces"
 
-// unfinishedStatuses are the statuses of jobs not yet ended, as the
-// jobs_unfinished index lists them.
-const unfinishedStatuses = `('pending', 'queued', 'scheduled', 'running', 'retrying', 'awaiting')`
+// unfinishedJobs is a row per unfinished job of namespace $1, read
+// through the three partial indexes that together hold every one:
+// jobs_waiting (queued, scheduled, retrying) and jobs_parked (pending,
+// awaiting), each led by the namespace, and jobs_running, every running
+// job of every namespace: they are as few as the workers run at once. A
+// LIMIT over it stops reading at its count.
+const unfinishedJobs = `
+	SELECT 1 FROM jobs WHERE namespace = $1 AND status IN ('queued', 'scheduled', 'retrying')
+	UNION ALL
+	SELECT 1 FROM jobs WHERE namespace = $1 AND status = 'running'
+	UNION ALL
+	SELECT 1 FROM jobs WHERE namespace = $1 AND status IN ('pending', 'awaiting')`
 
 const namespaceColumns = `name, coalesce(max_unfinished, 0), coalesce(submit_rate, 0), coalesce(submit_period, 0),
 	coalesce(max_running, 0), coalesce(extract(epoch FROM retain_completed), 0)::bigint,
@@ -119,8 +128,8 @@ func (s *Store) NamespaceCounts(ctx context.Context, name string) (records.Names
 	var c records.NamespaceCounts
 	err := s.Pool.QueryRow(ctx, `
 		SELECT
-			(SELECT count(*) FROM jobs WHERE namespace = $1 AND status IN `+unfinishedStatuses+`),
-			(SELECT count(*) FROM jobs WHERE namespace = $1 AND status IN `+unfinishedStatuses+` AND status = 'running'),
+			(SELECT count(*) FROM (`+unfinishedJobs+`) u),
+			(SELECT count(*) FROM jobs WHERE namespace = $1 AND status = 'running'),
 			(SELECT coalesce(sum(n), 0) FROM namespace_submissions
 			 WHERE namespace = $1 AND second > extract(epoch FROM now())::bigint - 60)`, name).
 		Scan(&c.Unfinished, &c.Running, &c.SubmittedLastMinute)
@@ -140,7 +149,7 @@ func (s *Store) NamespaceDeleteBegin(ctx context.Context, name string) error {
 			return err
 		}
 		var n int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE namespace = $1 AND status IN `+unfinishedStatuses, name).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (`+unfinishedJobs+`) u`, name).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {

@@ -60,9 +60,7 @@ func countSubmissions(ctx context.Context, tx pgx.Tx, ns records.Namespace, crea
 		// Counted up to one past the most: the count stops there.
 		var n int64
 		if err := tx.QueryRow(ctx, `
-			SELECT count(*) FROM (
-				SELECT 1 FROM jobs WHERE namespace = $1 AND status IN `+unfinishedStatuses+` LIMIT $2
-			) held`, ns.Name, ns.MaxUnfinished+1).Scan(&n); err != nil {
+			SELECT count(*) FROM (`+unfinishedJobs+` LIMIT $2) held`, ns.Name, ns.MaxUnfinished+1).Scan(&n); err != nil {
 			return err
 		}
 		if n > ns.MaxUnfinished {
