@@ -16,36 +16,44 @@ import (
 // with a client package worker of its own.
 const spreadNamespaces = 100
 
-// namespaceRows measures namespaces on the hot path: the client package's
-// burn-down in the default namespace, in a namespace of its own, and
-// spread over 100 namespaces with a worker each (as many slots in all),
-// in turn in the same run.
+// namespaceRows measures namespaces on the hot path, in turn in the same
+// run: the client package's burn-down in the default namespace and in a
+// namespace of its own; and 100 client package workers, each on a queue of
+// its own with a hundredth of the slots, all in one namespace, then each
+// in a namespace of its own. The spread's figure to match is the one of
+// the same workers in one namespace: many small workers pop and report
+// in smaller batches than one large one, whatever their namespaces.
 func (e *scenarioEnv) namespaceRows(ctx context.Context, r *report) error {
-	var plain, own, spread []measure
+	var plain, own, together, spread []measure
 	for i := range max(e.o.repeat, 1) {
-		e.say("burn-down of %d jobs by the client package: default namespace, one namespace, %d namespaces (run %d of %d)",
-			e.o.jobs, spreadNamespaces, i+1, max(e.o.repeat, 1))
+		e.say("burn-down of %d jobs by the client package: default namespace, one namespace, %d workers in one namespace and in %d (run %d of %d)",
+			e.o.jobs, spreadNamespaces, spreadNamespaces, i+1, max(e.o.repeat, 1))
 		p, err := agqBurnDownClient(ctx, e.cl, e.s, e.o.jobs, 200+i)
 		if err != nil {
 			return fmt.Errorf("client burn-down: %w", err)
 		}
-		o, err := agqBurnDownSpread(ctx, e.cl, e.s, e.o.jobs, 200+i, 1)
+		o, err := agqBurnDownSpread(ctx, e.cl, e.s, e.o.jobs, 200+i, 1, 1)
 		if err != nil {
 			return fmt.Errorf("client burn-down in a namespace: %w", err)
 		}
-		s, err := agqBurnDownSpread(ctx, e.cl, e.s, e.o.jobs, 200+i, spreadNamespaces)
+		t, err := agqBurnDownSpread(ctx, e.cl, e.s, e.o.jobs, 200+i, spreadNamespaces, 1)
+		if err != nil {
+			return fmt.Errorf("client burn-down of %d workers in a namespace: %w", spreadNamespaces, err)
+		}
+		s, err := agqBurnDownSpread(ctx, e.cl, e.s, e.o.jobs, 200+i, spreadNamespaces, spreadNamespaces)
 		if err != nil {
 			return fmt.Errorf("client burn-down over %d namespaces: %w", spreadNamespaces, err)
 		}
-		e.say("jobs/s: default %.0f, own namespace %.0f (%.2f×), %d namespaces %.0f (%.2f×)",
-			p.rate(), o.rate(), o.rate()/p.rate(), spreadNamespaces, s.rate(), s.rate()/p.rate())
-		plain, own, spread = append(plain, p), append(own, o), append(spread, s)
+		e.say("jobs/s: default %.0f, own namespace %.0f (%.2f×); %d workers: in one namespace %.0f, in %d %.0f (%.2f×)",
+			p.rate(), o.rate(), o.rate()/p.rate(), spreadNamespaces, t.rate(), spreadNamespaces, s.rate(), s.rate()/t.rate())
+		plain, own, together, spread = append(plain, p), append(own, o), append(together, t), append(spread, s)
 	}
-	p, o, s := median(plain), median(own), median(spread)
+	p, o, t, s := median(plain), median(own), median(together), median(spread)
 	r.add(fmt.Sprintf("burn-down, client package worker, a namespace of its own, %d jobs (agq column: default namespace, same run)", e.o.jobs),
 		perSecond(o.rate()), perSecond(p.rate())+" (default)", fmt.Sprintf("%.2f of default", o.rate()/p.rate()))
-	r.add(fmt.Sprintf("burn-down, %d namespaces with a client package worker each, %d jobs in all (same run)", spreadNamespaces, e.o.jobs),
-		perSecond(s.rate()), perSecond(p.rate())+" (default)", fmt.Sprintf("%.2f of default", s.rate()/p.rate()))
+	r.add(fmt.Sprintf("burn-down, %d namespaces with a client package worker each, %d jobs in all (agq column: the same workers in one namespace, same run)",
+		spreadNamespaces, e.o.jobs),
+		perSecond(s.rate()), perSecond(t.rate())+" (one namespace)", fmt.Sprintf("%.2f of one namespace", s.rate()/t.rate()))
 	return nil
 }
 
@@ -56,35 +64,38 @@ func (s *agqServer) inNamespace(ns string, poolSize int) *redis.Client {
 }
 
 // agqBurnDownSpread is the client package's burn-down of n jobs spread
-// evenly over spaces fresh namespaces, each with its own worker holding
-// its share of clientSlots.
-func agqBurnDownSpread(ctx context.Context, cl *cluster, s *agqServer, n, run, spaces int) (measure, error) {
-	const queue = "burn-spread"
+// evenly over nworkers workers, each on a queue of its own with its share of
+// clientSlots, the workers spread evenly over spaces fresh namespaces.
+func agqBurnDownSpread(ctx context.Context, cl *cluster, s *agqServer, n, run, nworkers, spaces int) (measure, error) {
 	var workers []*client.Worker
-	var admins []*redis.Client
+	admins := map[string]*redis.Client{}
 	defer func() {
 		for _, c := range admins {
 			c.Close()
 		}
 	}()
-	for k := range spaces {
-		ns := fmt.Sprintf("bench-%d-%d-%d", run, spaces, k)
-		if err := s.admin.Do(ctx, "NAMESPACE.CREATE", ns).Err(); err != nil {
-			return measure{}, err
+	for k := range nworkers {
+		ns := fmt.Sprintf("bench-%d-%d-%d-%d", run, nworkers, spaces, k%spaces)
+		admin, ok := admins[ns]
+		if !ok {
+			if err := s.admin.Do(ctx, "NAMESPACE.CREATE", ns).Err(); err != nil {
+				return measure{}, err
+			}
+			admin = s.inNamespace(ns, 2)
+			admins[ns] = admin
 		}
-		admin := s.inNamespace(ns, 2)
-		admins = append(admins, admin)
-		share := n/spaces + btoi(k < n%spaces)
+		queue := fmt.Sprintf("burn-spread-%d", k)
+		share := n/nworkers + btoi(k < n%nworkers)
 		if err := submitDocsWith(ctx, admin, share, 1000, func(int) string { return jobDoc(queue, 0) }); err != nil {
 			return measure{}, err
 		}
-		id := "w-" + ns
+		id := fmt.Sprintf("w-%s-%d", ns, k)
 		key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", ns).Text()
 		if err != nil {
 			return measure{}, err
 		}
 		w, err := client.NewWorker(client.WorkerOptions{Addr: s.addr, WorkerID: id, Key: key, Queues: []string{queue},
-			Concurrency: max(clientSlots/spaces, 1), PopTimeout: time.Second})
+			Concurrency: max(clientSlots/nworkers, 1), PopTimeout: time.Second})
 		if err != nil {
 			return measure{}, err
 		}

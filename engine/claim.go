@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agq/agq/internal/group"
 	"github.com/agq/agq/records"
 	"github.com/agq/agq/store"
 )
@@ -33,6 +34,11 @@ type claimResult struct {
 // same queues and capabilities share one statement per queue, in the order
 // the queues were given, the longest-waiting pop first; each takes from
 // the first queue that has a job for it.
+//
+// Kinds of pops that share no queue run side by side, so that many small
+// workers on queues of their own are not served one after another. Those
+// sharing a queue run one after the other, in arrival order: two claims of
+// one queue at once would each skip, row by row, what the other locked.
 func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResult {
 	out := make([]claimResult, len(reqs))
 	kinds := map[string][]int{}
@@ -44,30 +50,87 @@ func (e *Engine) runClaims(ctx context.Context, reqs []claimRequest) []claimResu
 		}
 		kinds[k] = append(kinds[k], i)
 	}
-	for _, k := range order {
-		idx := kinds[k]
-		first := reqs[idx[0]]
-		in := e.in(first.ns)
-		waiting := idx
-		for _, q := range first.queues {
-			// A claim whose limits' locks held back jobs another claim may
-			// take goes again at once. Past the bound, the pops still
-			// waiting are woken to try again.
-			for round := 0; len(waiting) > 0; round++ {
-				var again bool
-				if waiting, again = in.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
-					break
-				}
-				if round == maxClaimRounds-1 {
-					in.publish(ctx, effects{Effects: records.Effects{Ready: []records.ReadyNote{{Namespace: in.ns, Queue: q,
-						N: len(waiting)}}}})
-					break
-				}
+	lanes := claimLanes(len(order), func(n int) (string, []string) {
+		first := reqs[kinds[order[n]][0]]
+		return first.ns, first.queues
+	})
+	group.Each(len(lanes), parallelClaims, func(l int) {
+		for _, n := range lanes[l] {
+			idx := kinds[order[n]]
+			first := reqs[idx[0]]
+			e.in(first.ns).claimKind(ctx, first, reqs, idx, out)
+		}
+	})
+	return out
+}
+
+// claimKind claims, queue after queue, for the pops idx of one kind (those
+// of first's namespace, queues and capabilities).
+func (e *Engine) claimKind(ctx context.Context, first claimRequest, reqs []claimRequest, idx []int, out []claimResult) {
+	waiting := idx
+	for _, q := range first.queues {
+		// A claim whose limits' locks held back jobs another claim may
+		// take goes again at once. Past the bound, the pops still
+		// waiting are woken to try again.
+		for round := 0; len(waiting) > 0; round++ {
+			var again bool
+			if waiting, again = e.claimQueue(ctx, q, first.caps, reqs, waiting, out); !again {
+				break
+			}
+			if round == maxClaimRounds-1 {
+				e.publish(ctx, effects{Effects: records.Effects{Ready: []records.ReadyNote{{Namespace: e.ns, Queue: q,
+					N: len(waiting)}}}})
+				break
 			}
 		}
 	}
-	return out
 }
+
+// claimLanes splits kinds 0 to n-1 (each naming its namespace and queues)
+// into lanes, each in kind order, such that kinds sharing a queue of a
+// namespace are in one lane.
+func claimLanes(n int, queuesOf func(int) (string, []string)) [][]int {
+	lane := make([]int, n) // a union-find over the kinds
+	for i := range lane {
+		lane[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		if lane[i] != i {
+			lane[i] = find(lane[i])
+		}
+		return lane[i]
+	}
+	first := map[[2]string]int{} // the first kind naming a queue
+	for i := range n {
+		ns, queues := queuesOf(i)
+		for _, q := range queues {
+			key := [2]string{ns, q}
+			if j, ok := first[key]; ok {
+				a, b := find(i), find(j)
+				lane[max(a, b)] = min(a, b)
+			} else {
+				first[key] = i
+			}
+		}
+	}
+	at := map[int]int{}
+	var lanes [][]int
+	for i := range n {
+		root := find(i)
+		l, ok := at[root]
+		if !ok {
+			l = len(lanes)
+			at[root] = l
+			lanes = append(lanes, nil)
+		}
+		lanes[l] = append(lanes[l], i)
+	}
+	return lanes
+}
+
+// parallelClaims bounds the claims of one group of pops run at once.
+const parallelClaims = 4
 
 // maxClaimRounds bounds the claims of one queue for one group of pops.
 const maxClaimRounds = 16

@@ -107,8 +107,11 @@ func byNamespace[Req, Res any](e *Engine, reqs []Req, nsOf func(Req) string, run
 		}
 		at[ns] = append(at[ns], i)
 	}
+	// Each part is a transaction of its own: they run side by side, so
+	// that a group spread over many namespaces shares its commits' waits.
 	out := make([]Res, len(reqs))
-	for _, ns := range order {
+	group.Each(len(order), parallelParts, func(n int) {
+		ns := order[n]
 		part := make([]Req, len(at[ns]))
 		for k, i := range at[ns] {
 			part[k] = reqs[i]
@@ -116,9 +119,12 @@ func byNamespace[Req, Res any](e *Engine, reqs []Req, nsOf func(Req) string, run
 		for k, res := range run(e.in(ns), part) {
 			out[at[ns][k]] = res
 		}
-	}
+	})
 	return out
 }
+
+// parallelParts bounds the namespaces' parts of one group run at once.
+const parallelParts = 4
 
 func reportNamespace(p records.Report) string { return p.Namespace }
 

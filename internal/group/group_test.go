@@ -3,7 +3,9 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,4 +253,42 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 5s")
 		}
 	}
+}
+
+// Each calls f once for every index, no more than parallel at once, and
+// raises a panic of any in the caller after all returned.
+func TestEach(t *testing.T) {
+	var mu sync.Mutex
+	var running, most int
+	seen := make([]int, 50)
+	Each(len(seen), 4, func(i int) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		seen[i]++
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("index %d called %d times", i, n)
+		}
+	}
+	if most > 4 || most < 2 {
+		t.Fatalf("%d ran at once, want 2 to 4", most)
+	}
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "boom") {
+			t.Fatalf("recovered %v, want the panic of index 7", p)
+		}
+	}()
+	Each(10, 3, func(i int) {
+		if i == 7 {
+			panic("boom")
+		}
+	})
+	t.Fatal("Each returned after a panic")
 }
