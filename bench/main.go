@@ -53,7 +53,7 @@ func main() {
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
 	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),python,continuous,submit,batches,latency,idle,dashboard,workflows,wake,fair,namespaces (default all; submit includes batches)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark process's CPU profile of the workers rows to this file")
-	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs (pg_stat_statements)")
+	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs and of the three-step one (pg_stat_statements)")
 	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
 	flag.IntVar(&o.fairFlood, "fair-flood", 100000, "jobs queued under one fair key while a quiet key's pickup is timed")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "agq's pool through PgBouncer in transaction mode (LISTEN and the leader's lock straight to PostgreSQL)")

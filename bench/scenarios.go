@@ -145,9 +145,19 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 	}
 	r.add(fmt.Sprintf("fan-in of %s: last parent's completion to the child's pickup", thousands(o.fanIn)), millis(d), "—", "")
 	say("burn-down of %d three-step jobs, and of %d plain ones beside it", o.jobs, o.jobs)
+	if o.statements {
+		if err := cl.statementsReset(ctx, "agq"); err != nil {
+			return err
+		}
+	}
 	st, err := agqBurnDownSteps(ctx, cl, s, ws, o.jobs)
 	if err != nil {
 		return fmt.Errorf("agq three-step burn-down: %w", err)
+	}
+	if o.statements {
+		if err := cl.statementsPrint(ctx, "agq", o.jobs, e.progress); err != nil {
+			return err
+		}
 	}
 	p, err := agqBurnDown(ctx, cl, s, ws, o.jobs, false, false)
 	if err != nil {

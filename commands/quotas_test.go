@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agq/agq/internal/agqtest"
 )
 
 // MAXUNFINISHED holds across two nodes: concurrent submissions to both
@@ -192,4 +194,57 @@ func TestNamespaceMaxRunningHoldsAcrossNodes(t *testing.T) {
 		time.Now().Add(60*time.Second))
 	capHeld(t, stop, len(done), 24, 3)
 	freeDone.Wait()
+}
+
+// Loosening a namespace's MAXRUNNING wakes, on every node, the pops the
+// cap held back: the held pop gets its job at once.
+func TestLooseningMaxRunningWakesHeldPops(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	producer := a.InNamespace(t, "loose", "producer", "loose-p")
+	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "loose", "MAXRUNNING", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	worker := func(node *agqtest.Agq, id string) *testWorker {
+		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", "loose").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := node.Client(t, redis.Options{Username: id, Password: key})
+		doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, id)
+		if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return &testWorker{id: id, c: c}
+	}
+	holder, held := worker(a, "loose-w1"), worker(b, "loose-w2")
+	for range 2 {
+		if err := producer.Do(ctx, "JOB.SUBMIT", `{"queue":"lq"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, ok := holder.pop(t, "2", "lq"); !ok {
+		t.Fatal("the first job was not delivered")
+	}
+	popped := make(chan error, 1)
+	go func() {
+		// Blocked for 3 s, of which 2 after the cap is loosened: a
+		// fraction of the 15 s between the rechecks that would find
+		// the job anyway.
+		_, err := held.c.Do(ctx, "BRPOP", "queue:lq", "3").StringSlice()
+		popped <- err
+	}()
+	select {
+	case err := <-popped:
+		t.Fatalf("the second pop returned under the cap: %v", err)
+	case <-time.After(time.Second):
+	}
+	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "loose", "MAXRUNNING", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-popped; err != nil {
+		t.Fatalf("the held pop once the cap was loosened: %v", err)
+	}
 }

@@ -125,6 +125,9 @@ func (l *limitedPops) room(f records.Room, now time.Time) []records.ReadyNote {
 			ns, _ := records.SplitRoomKey(q)
 			freed[ns] += n
 		}
+		for ns, n := range f.Namespaces {
+			freed[ns] += n
+		}
 		for ns, n := range freed {
 			for q, t := range l.namespaces[ns] {
 				if now.Sub(t) < limitedMemory {

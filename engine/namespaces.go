@@ -127,6 +127,13 @@ func (e *Engine) NamespaceConfig(ctx context.Context, name string, change *recor
 	} else {
 		n, err = e.root.NamespaceConfigure(ctx, name, *change)
 		e.forgetNamespaces()
+		if err == nil && change.MaxRunning != nil {
+			// A loosened cap may leave room at once: wake, on every
+			// node, the pops it held back.
+			var room records.Room
+			room.AddNamespace(name, 1_000_000)
+			e.hub.PublishRoom(room)
+		}
 	}
 	if err != nil {
 		return n, records.NamespaceCounts{}, err

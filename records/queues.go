@@ -87,6 +87,17 @@ type ReadyNote struct {
 type Room struct {
 	Queues map[string]int `json:"q,omitempty"`
 	Types  map[string]int `json:"t,omitempty"`
+	// Namespaces counts room made in a namespace as a whole, by name: a
+	// loosened MAXRUNNING.
+	Namespaces map[string]int `json:"n,omitempty"`
+}
+
+// AddNamespace counts n jobs' room in namespace ns as a whole.
+func (f *Room) AddNamespace(ns string, n int) {
+	if f.Namespaces == nil {
+		f.Namespaces = map[string]int{}
+	}
+	f.Namespaces[ns] += n
 }
 
 // Add counts n jobs of queue and of type typ (either may be empty).
@@ -136,10 +147,13 @@ func (f *Room) Merge(o Room) {
 	for t, n := range o.Types {
 		f.Add("", t, n)
 	}
+	for ns, n := range o.Namespaces {
+		f.AddNamespace(ns, n)
+	}
 }
 
 // Empty reports whether f counts nothing.
-func (f Room) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 }
+func (f Room) Empty() bool { return len(f.Queues) == 0 && len(f.Types) == 0 && len(f.Namespaces) == 0 }
 
 // Schedule is a cron schedule.
 type Schedule struct {

@@ -138,6 +138,7 @@ func TestWakeUps(t *testing.T) {
 		for i := range 2000 {
 			freed.Add("q", fmt.Sprintf("type-%d", i), 1)
 		}
+		freed.AddNamespace("team-a", 5) // a loosened MAXRUNNING
 		payloads := a.eventPayloads(nil, nil, freed, nil, NoInterest)
 		if len(payloads) < 2 {
 			t.Fatalf("2,000 types went in %d notice(s)", len(payloads))
@@ -149,13 +150,15 @@ func TestWakeUps(t *testing.T) {
 			}
 			b.receiveEvent(p)
 		}
+		spaces := 0
 		for _, f := range asked {
 			for _, n := range f.Types {
 				total += n
 			}
+			spaces += f.Namespaces["team-a"]
 		}
-		if total != 2000 {
-			t.Fatalf("node b heard of %d of 2,000 jobs", total)
+		if total != 2000 || spaces != 5 {
+			t.Fatalf("node b heard of %d of 2,000 jobs and room for %d of 5 in team-a", total, spaces)
 		}
 		if n, ok := received(w); !ok || n.Queue != "held" {
 			t.Fatalf("the held pop was not woken: %+v %v", n, ok)

@@ -194,6 +194,16 @@ func (h *Hub) eventPayloads(ready []records.ReadyNote, done []string, freed reco
 	for t, n := range freed.Types {
 		addFreed("", t, n)
 	}
+	for ns, n := range freed.Namespaces {
+		if size+len(ns)+16 > maxEventBytes {
+			flush()
+		}
+		if cur.Freed == nil {
+			cur.Freed = &records.Room{}
+		}
+		cur.Freed.AddNamespace(ns, n)
+		size += len(ns) + 16
+	}
 	for _, m := range msgs {
 		n := len(mustJSON(m))
 		if n > maxEventBytes {
