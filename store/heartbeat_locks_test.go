@@ -10,7 +10,8 @@ import (
 // sweeps lock jobs before their workers' rows, so a heartbeat waiting
 // there while holding its worker's row would deadlock with them until
 // PostgreSQL's deadlock_timeout broke it. The held job keeps its lease
-// until the next heartbeat, which extends it.
+// until the next heartbeat, which extends it. A job only key-share locked
+// (as inserting its logs, steps or signals does) is extended at once.
 func TestAHeartbeatSkipsAJobAnotherTransactionHolds(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t)
@@ -32,6 +33,9 @@ func TestAHeartbeatSkipsAJobAnotherTransactionHolds(t *testing.T) {
 	}
 	defer tx.Rollback(b.ctx)
 	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM jobs WHERE id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM jobs WHERE id = 'free' FOR KEY SHARE`); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)

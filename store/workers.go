@@ -177,14 +177,19 @@ func (s *Store) workerHeartbeat(ctx context.Context, id string, stats json.RawMe
 		res.Drain = state == records.WorkerDraining
 		// A job whose cancellation was asked for keeps its old lease: if
 		// the worker never confirms, it ends cancelled when that runs out.
-		// Jobs another transaction holds are left to the next heartbeat:
-		// that one is ending or moving them, and the sweeps lock jobs
-		// before their workers' rows, which this one already holds —
-		// waiting here would deadlock them for deadlock_timeout.
+		// Jobs another transaction updates are left to the next
+		// heartbeat: that one is ending or moving them, and the sweeps
+		// lock jobs before their workers' rows, which this one already
+		// holds — waiting here would deadlock them for deadlock_timeout.
+		// The lock is an UPDATE's own (NO KEY), which the key-share locks
+		// of rows inserted for the job (its logs, steps, signals) leave
+		// free: a job streaming its logs is extended as ever. A
+		// cancellation the skipped transaction asks is told at the next
+		// heartbeat.
 		rows, err := tx.Query(ctx, `
 			UPDATE jobs j SET lease_expires_at = CASE WHEN j.cancel_requested THEN j.lease_expires_at ELSE now() + $2::interval END
 			FROM (SELECT id FROM jobs WHERE worker_id = $1 AND status = 'running' AND namespace = $3
-			      FOR UPDATE SKIP LOCKED) h
+			      FOR NO KEY UPDATE SKIP LOCKED) h
 			WHERE j.namespace = $3 AND j.id = h.id
 			RETURNING j.id, j.cancel_requested`, id, lease, s.ns)
 		if err != nil {
