@@ -354,6 +354,29 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			},
 			match: "qlocked AS (", index: "jobs_waiting", maxScanned: 100,
 		},
+		{
+			// Under the namespace's MAXRUNNING, the claim counts the
+			// namespace's running jobs among all running ones (10,000
+			// here, through jobs_running), never through its finished
+			// ones. The cap is set last: the claims above run without it.
+			name: "ClaimUnderANamespaceCapCountsThroughJobsRunning",
+			run: func(ctx context.Context, st *store.Store) error {
+				// As claimLocks leaves it having locked the namespace's
+				// row, for the statements explained after this one too.
+				if _, err := full.Exec(ctx, `UPDATE namespaces SET max_running = 50000 WHERE name = 'default';
+					SELECT set_config('agq.claim_namespace', '1', false)`); err != nil {
+					return err
+				}
+				most := 50000
+				if _, err := st.NamespaceConfigure(ctx, records.DefaultNamespace, records.NamespaceChange{MaxRunning: &most}); err != nil {
+					return err
+				}
+				_, err := st.JobsClaim(ctx, store.JobsClaimParams{Queue: "ready", Workers: []string{"worker-1", "worker-3"},
+					Capabilities: everything, AckTimeout: 30 * time.Second, Lease: 90 * time.Second})
+				return err
+			},
+			match: "nsroom AS (", index: "jobs_running", maxScanned: 11000,
+		},
 	}
 	tests = append(tests, dependencyStatements()...)
 	tests = append(tests, dashboardStatements()...)
