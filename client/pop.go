@@ -56,8 +56,13 @@ func (w *Worker) popLoop(p *popper) {
 			continue
 		case outcomeNil:
 			b.Reset()
-			if !p.blocking && !w.waitPopped() {
-				return
+			if !p.blocking {
+				// A full batch signalled before this pop found nothing
+				// is stale: wait for the next one.
+				w.drainPopped()
+				if !w.waitPopped() {
+					return
+				}
 			}
 			continue
 		case outcomeNoPerm:
@@ -83,6 +88,14 @@ func (w *Worker) popLoop(p *popper) {
 func (w *Worker) signalPopped() {
 	select {
 	case w.popped <- struct{}{}:
+	default:
+	}
+}
+
+// drainPopped forgets a full batch signalled and not yet waited for.
+func (w *Worker) drainPopped() {
+	select {
+	case <-w.popped:
 	default:
 	}
 }
