@@ -161,7 +161,7 @@ func TestNamespaceConfigSettingsAndBadInput(t *testing.T) {
 	}
 }
 
-// /metrics counts jobs submitted and started by namespace.
+// /metrics counts jobs submitted, started and recovered by namespace.
 func TestMetricsCountJobsByNamespace(t *testing.T) {
 	t.Parallel()
 	a := agqtest.Start(t)
@@ -191,5 +191,13 @@ func TestMetricsCountJobsByNamespace(t *testing.T) {
 	}
 	if got := metric(t, a, `agq_jobs_total{event="started",namespace="metered"}`); got != 1 {
 		t.Errorf("started in metered = %v, want 1", got)
+	}
+	// The worker leaves holding its job: the job goes back, counted as
+	// recovered in its namespace.
+	if err := w.Do(ctx, "WORKER.UNREGISTER", "metered-w").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, a, `agq_jobs_recovered_total{namespace="metered",reason="worker_left"}`); got != 1 {
+		t.Errorf("recovered in metered = %v, want 1", got)
 	}
 }

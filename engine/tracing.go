@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agq/agq/internal/tracing"
 	"github.com/agq/agq/records"
@@ -112,16 +115,26 @@ func (e *Engine) stepTrace(ctx context.Context, p records.StepParams) (store.Att
 	return t, found
 }
 
-// RecoveryTracer is what the store tells of jobs recoveries took out of
-// running (store.Config.Recovered): their attempts' spans end there, with
-// the recovery as a span of its own. Nil when tracing is off.
-func RecoveryTracer(t *tracing.Tracer) func(reason string, jobs []store.RecoveredJob) {
-	if t == nil {
-		return nil
+// Recoveries is what the store tells of jobs recoveries took out of
+// running (store.Config.Recovered): each is counted in
+// agq_jobs_recovered_total by namespace and reason, registered with reg;
+// with tracing on (t), the attempts' spans of those carrying trace
+// context end there, with the recovery as a span of its own.
+func Recoveries(t *tracing.Tracer, reg prometheus.Registerer) func(reason string, jobs []store.RecoveredJob) {
+	recovered := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agq_jobs_recovered_total",
+		Help: "Running jobs a recovery took back (the watchdog's, or a worker's registration or departure), by namespace and reason, on this node.",
+	}, []string{"namespace", "reason"})
+	if reg != nil {
+		reg.MustRegister(recovered)
 	}
 	return func(reason string, jobs []store.RecoveredJob) {
 		now := time.Now()
 		for _, j := range jobs {
+			recovered.WithLabelValues(cmp.Or(j.Namespace, records.DefaultNamespace), reason).Inc()
+			if t == nil || j.TraceParent == "" {
+				continue
+			}
 			a := tracing.Attempt{JobID: j.JobID, TraceParent: j.TraceParent, TraceState: j.TraceState, Delivery: j.Delivery,
 				Attempt: j.Attempt}
 			t.Recovered(a, reason, j.Status, j.StartedAt, now)

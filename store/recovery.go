@@ -130,20 +130,20 @@ func (s *Store) notifyMoved(ctx context.Context, tx pgx.Tx, reason string, rows 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	var traced []RecoveredJob
+	var told []RecoveredJob
 	for _, m := range all {
 		if err := tellMoved(ctx, tx, m); err != nil {
 			return nil, err
 		}
-		if m.trace.TraceParent != "" && s.recovered != nil {
-			traced = append(traced, m.trace)
+		if s.recovered != nil {
+			told = append(told, m.trace)
 		}
 	}
-	if len(traced) > 0 {
-		// Recorded as the move is about to commit: a commit failing now
-		// leaves a span of a recovery that did not happen, which only
-		// a lost connection causes.
-		s.recovered(reason, traced)
+	if len(told) > 0 {
+		// Told as the move is about to commit: a commit failing now
+		// leaves a recovery counted and traced that did not happen,
+		// which only a lost connection causes.
+		s.recovered(reason, told)
 	}
 	return all, nil
 }

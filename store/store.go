@@ -79,10 +79,11 @@ type Config struct {
 	// prepared statements, unless URL's default_query_exec_mode says
 	// otherwise.
 	Pooled bool
-	// Recovered, when set, hears of the jobs with trace context that a
-	// recovery (the watchdog's, a worker's registration or departure)
-	// took out of running, and why: "unacked_delivery", "expired_lease",
-	// "timed_out_job", "dead_worker", "worker_left", "worker_restarted".
+	// Recovered, when set, hears of the jobs that a recovery (the
+	// watchdog's, a worker's registration or departure) took out of
+	// running, with their trace context when they carry one, and why:
+	// "unacked_delivery", "expired_lease", "timed_out_job",
+	// "dead_worker", "worker_left", "worker_restarted".
 	Recovered func(reason string, jobs []RecoveredJob)
 }
 

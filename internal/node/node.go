@@ -244,7 +244,7 @@ func (n *Node) openStore(ctx context.Context) error {
 		n.log.Info().Msg("tracing: exporting spans over OTLP as the OTEL_* variables say")
 	}
 	n.store, err = store.Open(ctx, store.Config{URL: db.url, Pooled: db.pooled, Rules: engine.Decisions{},
-		Recovered: engine.RecoveryTracer(n.tracer)})
+		Recovered: engine.Recoveries(n.tracer, n.registry)})
 	if err != nil {
 		return err
 	}
