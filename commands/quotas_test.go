@@ -155,17 +155,7 @@ func TestNamespaceMaxRunningHoldsAcrossNodes(t *testing.T) {
 		if i%2 == 1 {
 			node = b
 		}
-		id := fmt.Sprintf("narrow-w%d", i)
-		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", "narrow").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := node.Client(t, redis.Options{Username: id, Password: key})
-		doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, id)
-		if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
-			t.Fatal(err)
-		}
-		workers = append(workers, &testWorker{id: id, c: c})
+		workers = append(workers, namespaceWorker(t, node, admin, "narrow", fmt.Sprintf("narrow-w%d", i)))
 	}
 	for i := range 24 {
 		queue := []string{"left", "right"}[i%2]
@@ -207,19 +197,7 @@ func TestLooseningMaxRunningWakesHeldPops(t *testing.T) {
 	if err := admin.Do(ctx, "NAMESPACE.CONFIG", "loose", "MAXRUNNING", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	worker := func(node *agqtest.Agq, id string) *testWorker {
-		key, err := admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", "loose").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := node.Client(t, redis.Options{Username: id, Password: key})
-		doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, id)
-		if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
-			t.Fatal(err)
-		}
-		return &testWorker{id: id, c: c}
-	}
-	holder, held := worker(a, "loose-w1"), worker(b, "loose-w2")
+	holder, held := namespaceWorker(t, a, admin, "loose", "loose-w1"), namespaceWorker(t, b, admin, "loose", "loose-w2")
 	for range 2 {
 		if err := producer.Do(ctx, "JOB.SUBMIT", `{"queue":"lq"}`).Err(); err != nil {
 			t.Fatal(err)
@@ -247,4 +225,21 @@ func TestLooseningMaxRunningWakesHeldPops(t *testing.T) {
 	if err := <-popped; err != nil {
 		t.Fatalf("the held pop once the cap was loosened: %v", err)
 	}
+}
+
+// namespaceWorker is worker id, with a worker key of namespace ns minted
+// by admin, connected to node and registered there.
+func namespaceWorker(t *testing.T, node *agqtest.Agq, admin *redis.Client, ns, id string) *testWorker {
+	t.Helper()
+	ctx := context.Background()
+	key, err := admin.Do(ctx, "KEY.CREATE", "worker", id, "NAMESPACE", ns).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := node.Client(t, redis.Options{Username: id, Password: key})
+	doc := fmt.Sprintf(`{"worker_id":%q,"hostname":"h","agw_version":"1","capabilities":{"tools":[]}}`, id)
+	if err := c.Do(ctx, "WORKER.REGISTER", doc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &testWorker{id: id, c: c}
 }
