@@ -179,23 +179,23 @@ func TestNamespacesChannelsAreTheirOwn(t *testing.T) {
 	if err := prodB.Do(ctx, "JOB.SUBMIT", `{"job_id":"evt","type":"t","queue":"q"}`).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var ev struct{ Event, Namespace string }
-	if m := nextMessage(t, chB); json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Event != "submitted" || ev.Namespace != "team-b" {
-		t.Fatalf("b's status message: %+v", m)
+	// The next message on ch and on pat is ns's job's submission.
+	heardSubmitted := func(ns string, ch, pat *redis.PubSub) {
+		t.Helper()
+		var ev struct{ Event, Namespace string }
+		if m := nextMessage(t, ch); json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Event != "submitted" || ev.Namespace != ns {
+			t.Fatalf("%s's status message: %+v", ns, m)
+		}
+		if m := nextMessage(t, pat); m.Channel != "queue.q.events" || !strings.Contains(m.Payload, `"event":"submitted"`) {
+			t.Fatalf("%s's pattern message: %+v", ns, m)
+		}
 	}
-	if m := nextMessage(t, patB); m.Channel != "queue.q.events" || !strings.Contains(m.Payload, `"event":"submitted"`) {
-		t.Fatalf("b's pattern message: %+v", m)
-	}
+	heardSubmitted("team-b", chB, patB)
 	if err := prodA.Do(ctx, "JOB.SUBMIT", `{"job_id":"evt","type":"t","queue":"q"}`).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// A's first messages are its own job's: b's never came to a.
-	if m := nextMessage(t, chA); json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Event != "submitted" || ev.Namespace != "team-a" {
-		t.Fatalf("a's first status message: %+v", m)
-	}
-	if m := nextMessage(t, patA); m.Channel != "queue.q.events" || !strings.Contains(m.Payload, `"event":"submitted"`) {
-		t.Fatalf("a's first pattern message: %+v", m)
-	}
+	heardSubmitted("team-a", chA, patA)
 	// Nor did a's come to b.
 	for name, s := range map[string]*redis.PubSub{"channel": chB, "pattern": patB} {
 		if raw, heard := messageWithin(s, 500*time.Millisecond); heard {

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,14 +39,7 @@ func (s *Store) updateAlone(ctx context.Context) func(records.Report) (noResult,
 
 // reportsIn is reports each naming its namespace: its own, else s's.
 func (s *Store) reportsIn(reports []records.Report) []records.Report {
-	if !slices.ContainsFunc(reports, func(p records.Report) bool { return p.Namespace == "" }) {
-		return reports
-	}
-	reports = slices.Clone(reports)
-	for i := range reports {
-		reports[i].Namespace = cmp.Or(reports[i].Namespace, s.ns)
-	}
-	return reports
+	return namedIn(reports, s.ns, func(p *records.Report) *string { return &p.Namespace })
 }
 
 // finishGrouped is the grouped statement of JobsFinish. A group without failures

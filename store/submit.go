@@ -91,14 +91,21 @@ func (s *Store) JobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]re
 // placedIn is jobs each naming its namespace: its own (NewJob.Namespace),
 // else s's. A job's id, unique key, queue and parents are its namespace's.
 func (s *Store) placedIn(jobs []records.NewJob) []records.NewJob {
-	if !slices.ContainsFunc(jobs, func(j records.NewJob) bool { return j.Namespace == "" }) {
-		return jobs
+	return namedIn(jobs, s.ns, func(j *records.NewJob) *string { return &j.Namespace })
+}
+
+// namedIn is items each naming its namespace (the field field points at):
+// its own, else ns. The items are copied only when some name none.
+func namedIn[T any](items []T, ns string, field func(*T) *string) []T {
+	if !slices.ContainsFunc(items, func(it T) bool { return *field(&it) == "" }) {
+		return items
 	}
-	jobs = slices.Clone(jobs)
-	for i := range jobs {
-		jobs[i].Namespace = cmp.Or(jobs[i].Namespace, s.ns)
+	items = slices.Clone(items)
+	for i := range items {
+		f := field(&items[i])
+		*f = cmp.Or(*f, ns)
 	}
-	return jobs
+	return items
 }
 
 // submitEachCarefully is JobsSubmitEach by the statement that sorts out
