@@ -56,7 +56,7 @@ func statusesOf(t *testing.T, a *agqtest.Agq, queue string) map[string]int {
 		t.Fatal(err)
 	}
 	defer db.Close(ctx)
-	rows, err := db.Query(ctx, `SELECT status, count(*) FROM jobs WHERE queue = $1 GROUP BY status`, queue)
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM jobs_all WHERE queue = $1 GROUP BY status`, queue)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func TestNamespaceDeleteLeavesOthersWorking(t *testing.T) {
 			return fmt.Errorf("still listed: %v", names)
 		}
 		var n int
-		if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs WHERE namespace = 'gone') + (SELECT count(*) FROM job_logs WHERE namespace = 'gone') + (SELECT count(*) FROM namespaces WHERE name = 'gone')`).Scan(&n); err != nil {
+		if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs_all WHERE namespace = 'gone') + (SELECT count(*) FROM job_logs_all WHERE namespace = 'gone') + (SELECT count(*) FROM namespaces WHERE name = 'gone')`).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {

@@ -89,7 +89,7 @@ func (g *nsGraph) put(ns, id, status, worker string, after ...string) {
 func (g *nsGraph) status(ns, id string) string {
 	g.t.Helper()
 	var st string
-	if err := g.db.QueryRow(g.ctx, `SELECT status FROM jobs WHERE namespace = $1 AND id = $2`, ns, id).Scan(&st); err != nil {
+	if err := g.db.QueryRow(g.ctx, `SELECT status FROM jobs_all WHERE namespace = $1 AND id = $2`, ns, id).Scan(&st); err != nil {
 		g.t.Fatalf("%s's job %s: %v", ns, id, err)
 	}
 	return st

@@ -53,7 +53,7 @@ func (r JobRules) NewJob(spec records.JobSpec, defaultQueue string) (records.New
 		if err != nil {
 			return records.NewJob{}, err
 		}
-		j.ID = id.String()
+		j.ID, j.GeneratedID = id.String(), true
 	} else if !names.JobID(j.ID) {
 		return records.NewJob{}, fmt.Errorf("job_id must be %s", names.Rule)
 	}

@@ -131,8 +131,11 @@ const (
 type NewJob struct {
 	// Namespace is the namespace the job is submitted in (the engine's to
 	// set, from the submitting key's).
-	Namespace           string
-	ID                  string
+	Namespace string
+	ID        string
+	// GeneratedID is set when agq made ID up (a UUIDv7): no job can hold
+	// it already, so its submission looks for none in history.
+	GeneratedID         bool
 	Queue               string
 	Type                string
 	Requires            []string

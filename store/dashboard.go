@@ -31,7 +31,7 @@ func (s *Store) QueueSummaries(ctx context.Context, maxQueues, countCap int) ([]
 		CROSS JOIN unnest($2::text[]) AS st(status)
 		CROSS JOIN LATERAL (
 			SELECT count(*) AS n FROM (
-				SELECT 1 FROM jobs WHERE namespace = $4 AND queue = q.name AND status = st.status LIMIT $3
+				SELECT 1 FROM jobs_all WHERE namespace = $4 AND queue = q.name AND status = st.status LIMIT $3
 			) capped
 		) c
 		ORDER BY q.name`, maxQueues, SummaryStatuses, countCap, s.ns)
@@ -65,10 +65,10 @@ func (s *Store) FinishedPerMinute(ctx context.Context, since time.Time, countCap
 	rows, err := s.Pool.Query(ctx, `
 		SELECT m,
 			(SELECT count(*) FROM (
-				SELECT 1 FROM jobs WHERE namespace = $3 AND status = 'completed' AND finished_at >= m AND finished_at < m + interval '1 minute'
+				SELECT 1 FROM jobs_all WHERE namespace = $3 AND status = 'completed' AND finished_at >= m AND finished_at < m + interval '1 minute'
 				LIMIT $2) c),
 			(SELECT count(*) FROM (
-				SELECT 1 FROM jobs WHERE namespace = $3 AND status = 'failed' AND finished_at >= m AND finished_at < m + interval '1 minute'
+				SELECT 1 FROM jobs_all WHERE namespace = $3 AND status = 'failed' AND finished_at >= m AND finished_at < m + interval '1 minute'
 				LIMIT $2) f)
 		FROM generate_series(date_trunc('minute', $1::timestamptz), date_trunc('minute', now()), interval '1 minute') AS m
 		ORDER BY m`, since, countCap, s.ns)
@@ -87,11 +87,11 @@ func (s *Store) QueueJobs(ctx context.Context, p records.QueueJobsParams) ([]rec
 	}
 	// Planned for its arguments (an unnamed statement), as JobList is.
 	if p.Before == "" {
-		return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_all
 			WHERE namespace = $4 AND queue = $1 AND status = $2 ORDER BY id DESC LIMIT $3`,
 			pgx.QueryExecModeExec, p.Queue, p.Status, p.Limit, s.ns))
 	}
-	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_all
 		WHERE namespace = $5 AND queue = $1 AND status = $2 AND id < $3 ORDER BY id DESC LIMIT $4`,
 		pgx.QueryExecModeExec, p.Queue, p.Status, p.Before, p.Limit, s.ns))
 }
@@ -108,7 +108,7 @@ func (s *Store) FailedJobs(ctx context.Context, p records.FailedJobsParams) ([]r
 	if p.BeforeFinished.IsZero() {
 		before = "infinity"
 	}
-	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+	return collectJobs(s.Pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_all
 		WHERE namespace = $4 AND status = 'failed' AND finished_at <= $1::timestamptz AND (finished_at < $1::timestamptz OR id < $2)
 		ORDER BY finished_at DESC, id DESC LIMIT $3`, before, p.BeforeID, p.Limit, s.ns))
 }

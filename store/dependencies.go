@@ -137,7 +137,8 @@ func parentsNamed(jobs []records.NewJob, res []records.SubmitResult) []string {
 
 // lockParents reads the statuses of the parents, jobs of namespace ns,
 // locking them against ending meanwhile (they may not be deleted either);
-// a parent missing, or of another namespace, is absent.
+// a parent in history is ended, and read there; a parent missing, or of
+// another namespace, is absent.
 func lockParents(ctx context.Context, tx pgx.Tx, ns string, parents []string) (map[string]string, error) {
 	status := make(map[string]string, len(parents))
 	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE namespace = $1 AND id = ANY($2::text[]) ORDER BY id FOR NO KEY UPDATE`,
@@ -153,7 +154,13 @@ func lockParents(ctx context.Context, tx pgx.Tx, ns string, parents []string) (m
 		}
 		status[id] = st
 	}
-	return status, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if missing := missingFrom(parents, status); len(missing) > 0 {
+		return status, historyStatuses(ctx, tx, ns, missing, status)
+	}
+	return status, nil
 }
 
 // links are the rows linkParents writes: the waits of children on parents
@@ -495,11 +502,11 @@ func (s *Store) JobChildren(ctx context.Context, id, cursor string, limit int) (
 	// entry of jobs_pkey in the namespace past the cursor.
 	rows, err := s.Pool.Query(ctx, `
 		WITH c AS MATERIALIZED (
-			SELECT namespace, id, queue, status, attempt, worker_id FROM jobs
+			SELECT namespace, id, queue, status, attempt, worker_id FROM jobs_all
 			WHERE after @> ARRAY[$2::text] AND after IS NOT NULL AND id > $3
 		)
 		SELECT k.id, k.queue, k.status, k.attempt, k.worker_id
-		FROM jobs p LEFT JOIN LATERAL (SELECT * FROM c WHERE c.namespace = $1 ORDER BY c.id LIMIT $4) k ON true
+		FROM (SELECT * FROM jobs_all WHERE namespace = $1 AND id = $2 LIMIT 1) p LEFT JOIN LATERAL (SELECT * FROM c WHERE c.namespace = $1 ORDER BY c.id LIMIT $4) k ON true
 		WHERE p.namespace = $1 AND p.id = $2`, s.ns, id, cursor, limit)
 	if err != nil {
 		return nil, interpretError(err)
@@ -546,7 +553,7 @@ func (s *Store) submitEachWithParents(ctx context.Context, jobs []records.NewJob
 	}
 	var notes []records.ReadyNote
 	if len(plain) > 0 {
-		res, perr, n := s.JobsSubmitEach(ctx, plain)
+		res, perr, n := s.jobsSubmitEach(ctx, plain)
 		for k, i := range at {
 			results[i], errs[i] = res[k], perr[k]
 		}
@@ -575,7 +582,7 @@ func (s *Store) submitEachWithParents(ctx context.Context, jobs []records.NewJob
 func (s *Store) JobParentsOf(ctx context.Context, ns string, after []string, budget int64) (map[string]records.ParentState, bool, error) {
 	// jobs_pkey, one probe a parent.
 	rows, err := s.Pool.Query(ctx, `
-		WITH p AS (SELECT id, status, result FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])),
+		WITH p AS (SELECT id, status, result FROM jobs_all WHERE namespace = $1 AND id = ANY($2::text[])),
 		t AS (SELECT coalesce(sum(octet_length(result::text)), 0) AS total FROM p)
 		SELECT p.id, p.status, CASE WHEN t.total <= $3 THEN p.result END, t.total > $3 FROM p, t`, ns, after, budget)
 	if err != nil {
@@ -610,7 +617,7 @@ func (s *Store) JobParentsPage(ctx context.Context, id, cursor string, limit int
 	// The child by jobs_pkey, each parent likewise.
 	rows, err := s.Pool.Query(ctx, `
 		SELECT j.id, j.status, j.result
-		FROM jobs c CROSS JOIN LATERAL unnest(c.after) AS p(id) JOIN jobs j ON j.namespace = c.namespace AND j.id = p.id
+		FROM jobs_all c CROSS JOIN LATERAL unnest(c.after) AS p(id) JOIN jobs_all j ON j.namespace = c.namespace AND j.id = p.id
 		WHERE c.namespace = $1 AND c.id = $2 AND p.id > $3
 		ORDER BY p.id LIMIT $4`, s.ns, id, cursor, limit)
 	if err != nil {
@@ -644,10 +651,10 @@ func retryInGraph(ctx context.Context, tx pgx.Tx, ns, id string) (pending bool, 
 		}
 		return err
 	})
-	// jobs_cancelled_by: is anything to restore?
+	// jobs_cancelled_by (and its history's): is anything to restore?
 	b.Queue(`INSERT INTO graph_walks (namespace, job_id, kind)
 		SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM (
-			SELECT status FROM jobs WHERE namespace = $1 AND cancelled_by = $2 OFFSET 0) k WHERE k.status = 'cancelled')`,
+			SELECT status FROM jobs_all WHERE namespace = $1 AND cancelled_by = $2 OFFSET 0) k WHERE k.status = 'cancelled')`,
 		ns, id, WalkRestore)
 	return pending, tx.SendBatch(ctx, b).Close()
 }

@@ -2,15 +2,12 @@ package store_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/agq/agq/records"
-	"github.com/agq/agq/store"
 )
 
 // A parent's end leaves a mark the sweep settles even when no caller
-// settled it at once (a crash right after the commit), and retention keeps
-// a finished parent while a child of it is unfinished.
+// settled it at once (a crash right after the commit).
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	b := newTrBundle(t)
@@ -39,20 +36,4 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
-	t.Run("RetentionKeepsAParentWhileAChildIsUnfinished", func(t *testing.T) {
-		if _, err := b.st.Pool.Exec(b.ctx, `UPDATE jobs SET finished_at = now() - interval '1 day' WHERE id = $1`, parent.ID); err != nil {
-			t.Fatal(err)
-		}
-		keep := store.RetentionParams{Completed: time.Hour, Failed: time.Hour, Limit: 100}
-		if _, err := b.st.JobsDeleteExpired(b.ctx, keep); err != nil {
-			t.Fatal(err)
-		}
-		b.get(t, parent.ID)
-		if _, err := b.st.JobCancel(b.ctx, child.ID); err != nil {
-			t.Fatal(err)
-		}
-		if n, err := b.st.JobsDeleteExpired(b.ctx, keep); err != nil || n != 1 {
-			t.Fatalf("deleted %d, %v; want the parent", n, err)
-		}
-	})
 }

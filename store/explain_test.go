@@ -202,17 +202,6 @@ func TestHotStatementsUseTheirIndexes(t *testing.T) {
 			match: "ELSE 'queued' END", index: "jobs_pkey|jobs_running", maxScanned: 100,
 		},
 		{
-			// Three weeks of completed jobs are past a week's retention.
-			// The first is a parent: its 10,000 children, all ended, are
-			// read through jobs_children.
-			name: "RetentionUsesJobsFinished",
-			run: func(ctx context.Context, st *store.Store) error {
-				_, err := st.JobsDeleteExpired(ctx, store.RetentionParams{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour, Limit: 500})
-				return err
-			},
-			match: "DELETE FROM jobs", index: "jobs_finished", maxScanned: 13000,
-		},
-		{
 			name: "HeartbeatLeaseExtensionUsesJobsRunning",
 			run: func(ctx context.Context, st *store.Store) error {
 				w := records.Worker{ID: "worker-17", Principal: "w", Hostname: "h", AgwVersion: "1",

@@ -1,5 +1,10 @@
 package store
 
+import (
+	"context"
+	"time"
+)
+
 // HeldBy is heldBy, for the test that holds it to the rule it stands for.
 var HeldBy = heldBy
 
@@ -20,3 +25,20 @@ var (
 	BeginStepsGroupedSQL    = beginStepsGroupedSQL
 	CompleteStepsGroupedSQL = completeStepsGroupedSQL
 )
+
+// PeriodCreate creates the history period [lo, hi) with the given
+// suffix, for tests that place jobs in a period already past.
+func (s *Store) PeriodCreate(ctx context.Context, lo, hi time.Time, suffix string) error {
+	return s.periodCreate(ctx, period{lo: lo, hi: hi, suffix: suffix})
+}
+
+// PeriodFor is periodFor, for its unit test: the period's bounds and
+// suffix, and whether it exists among have (pairs of bounds).
+func PeriodFor(t, now time.Time, have [][2]time.Time) (lo, hi time.Time, suffix string, exists bool) {
+	var ps []period
+	for _, h := range have {
+		ps = append(ps, period{lo: h[0], hi: h[1]})
+	}
+	p, exists := periodFor(t, now, ps)
+	return p.lo, p.hi, p.suffix, exists
+}

@@ -20,26 +20,26 @@ func (s *Store) JobGraph(ctx context.Context, id string, limit int) (records.Job
 	}
 	rows, err := s.Pool.Query(ctx, `
 		WITH RECURSIVE up(id) AS (
-			SELECT unnest(after) FROM jobs WHERE namespace = $1 AND id = $2
+			SELECT unnest(after) FROM jobs_all WHERE namespace = $1 AND id = $2
 			UNION
-			SELECT unnest(j.after) FROM up JOIN jobs j ON j.namespace = $1 AND j.id = up.id
+			SELECT unnest(j.after) FROM up JOIN jobs_all j ON j.namespace = $1 AND j.id = up.id
 		), down(id) AS (
 			SELECT $2::text
 			UNION
 			-- jobs_children, the namespace filtered past the fence (as
 			-- childrenOf does).
 			SELECT c.id FROM down d CROSS JOIN LATERAL (
-				SELECT c.namespace, c.id FROM jobs c WHERE c.after @> ARRAY[d.id] AND c.after IS NOT NULL OFFSET 0) c
+				SELECT c.namespace, c.id FROM jobs_all c WHERE c.after @> ARRAY[d.id] AND c.after IS NOT NULL OFFSET 0) c
 			WHERE c.namespace = $1
 		), side AS (
 			SELECT id, -1 AS dir, row_number() OVER () AS n FROM (SELECT id FROM up LIMIT $3 + 1) u
 			UNION ALL
 			SELECT id, 1, row_number() OVER () FROM (SELECT id FROM down OFFSET 1 LIMIT $3 + 1) d
 		)
-		SELECT id, queue, status, after, 0 FROM jobs WHERE namespace = $1 AND id = $2
+		SELECT id, queue, status, after, 0 FROM jobs_all WHERE namespace = $1 AND id = $2
 		UNION ALL
 		(SELECT side.id, coalesce(j.queue, ''), coalesce(j.status, ''), j.after, side.dir
-		 FROM side LEFT JOIN jobs j ON j.namespace = $1 AND j.id = side.id ORDER BY side.dir, side.n)`, s.ns, id, limit)
+		 FROM side LEFT JOIN jobs_all j ON j.namespace = $1 AND j.id = side.id ORDER BY side.dir, side.n)`, s.ns, id, limit)
 	if err != nil {
 		return g, interpretError(err)
 	}

@@ -55,6 +55,9 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walk
 	if len(from) == 0 {
 		return out, nil
 	}
+	if err := recallCancelledBy(ctx, tx, ns, from, maxCascade); err != nil {
+		return out, err
+	}
 	rows, err := tx.Query(ctx, restoreWalkSQL, ns, from, maxCascade)
 	if err != nil {
 		return out, err
@@ -76,9 +79,10 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walk
 	}
 	b := &pgx.Batch{}
 	// Where the walk stopped: jobs reached (or marked) of which some job
-	// cancelled because of them is left (jobs_cancelled_by).
+	// cancelled because of them is left (jobs_cancelled_by, in jobs or
+	// history).
 	b.Queue(`SELECT DISTINCT k.cancelled_by FROM unnest($2::text[]) AS w(id) CROSS JOIN LATERAL (
-			SELECT c.cancelled_by, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = w.id OFFSET 0) k
+			SELECT c.cancelled_by, c.status FROM jobs_all c WHERE c.namespace = $1 AND c.cancelled_by = w.id OFFSET 0) k
 		WHERE k.status = 'cancelled'`,
 		ns, append(from, out.Restored...)).Query(func(rows pgx.Rows) error {
 		out.Next, err = pgx.CollectRows(rows, pgx.RowTo[string])

@@ -109,8 +109,8 @@ func (s *Store) JobGet(ctx context.Context, id string) (records.Job, error) {
 	var steps int
 	var submittedBy string
 	j, err := scanJob(s.Pool.QueryRow(ctx, `SELECT `+jobColumns+`,
-		(SELECT coalesce(max(ord), 0) FROM job_steps WHERE namespace = $1 AND job_id = $2), coalesce(submitted_by, '')
-		FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id), &steps, &submittedBy)
+		(SELECT coalesce(max(ord), 0) FROM job_steps_all WHERE namespace = $1 AND job_id = $2), coalesce(submitted_by, '')
+		FROM jobs_all WHERE namespace = $1 AND id = $2 LIMIT 1`, s.ns, id), &steps, &submittedBy)
 	j.Steps, j.SubmittedBy = steps, submittedBy
 	if err == nil && j.After != nil {
 		j.PendingParents, err = s.PendingParents(ctx, id)
@@ -132,7 +132,7 @@ func (s *Store) JobStates(ctx context.Context, ids []string) ([]records.JobState
 	rows, err := s.Pool.Query(ctx, `
 		SELECT namespace, id, queue, CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END,
 			attempt, worker_id
-		FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])`, s.ns, ids)
+		FROM jobs_all WHERE namespace = $1 AND id = ANY($2::text[])`, s.ns, ids)
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -131,7 +131,7 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) 
 		offset = 0
 	}
 	sql := `
-		SELECT ` + keyspaceJobColumns + ` FROM jobs
+		SELECT ` + keyspaceJobColumns + ` FROM jobs_all
 		WHERE namespace = $5 AND id LIKE $1 AND id > $2
 		ORDER BY id OFFSET $3 LIMIT $4`
 	if p.RunningOnly {
@@ -149,7 +149,7 @@ func (s *Store) KeyspaceJobs(ctx context.Context, p records.KeyspaceJobsParams) 
 // KeyspaceJobProbe returns one job's id and holder without its documents,
 // found by its primary key; ErrNotFound when there is no such job.
 func (s *Store) KeyspaceJobProbe(ctx context.Context, id string) (records.KeyspaceJob, error) {
-	j, err := scanKeyspaceJob(s.Pool.QueryRow(ctx, `SELECT `+keyspaceJobColumns+` FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id))
+	j, err := scanKeyspaceJob(s.Pool.QueryRow(ctx, `SELECT `+keyspaceJobColumns+` FROM jobs_all WHERE namespace = $1 AND id = $2`, s.ns, id))
 	return j, interpretError(err)
 }
 
@@ -160,7 +160,7 @@ func (s *Store) KeyspaceJobProbe(ctx context.Context, id string) (records.Keyspa
 func (s *Store) KeyspaceJobCounts(ctx context.Context) (jobs, held int64, err error) {
 	err = s.Pool.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE status = 'running' AND (deadline_at IS NULL OR deadline_at > now()))
-		FROM jobs WHERE namespace = $1`, s.ns).Scan(&jobs, &held)
+		FROM jobs_all WHERE namespace = $1`, s.ns).Scan(&jobs, &held)
 	return jobs, held, interpretError(err)
 }
 

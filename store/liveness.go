@@ -144,15 +144,6 @@ type RetentionParams struct {
 	Limit     int
 }
 
-// unfinishedChild is true of a job (jobs.namespace, jobs.id) any of whose
-// children is not finished: a parent is kept while its results may still
-// be delivered. jobs_children finds the children; only parents pay for it.
-// A count, not EXISTS: after has no statistics, and for EXISTS the planner
-// guesses a sequential scan finds a child within a few hundred rows, when
-// it reads the whole table for a parent whose children all ended.
-const unfinishedChild = `0 < (SELECT count(*) FROM jobs c WHERE c.after @> ARRAY[jobs.id] AND c.after IS NOT NULL
-	AND c.namespace = jobs.namespace AND c.status NOT IN ('completed', 'failed', 'cancelled'))`
-
 // NamespaceRetention is how long one namespace keeps its finished jobs.
 type NamespaceRetention struct {
 	Namespace         string
@@ -174,53 +165,4 @@ func (s *Store) RetentionByNamespace(ctx context.Context, p RetentionParams) ([]
 		r.Failed = time.Duration(failed * float64(time.Second))
 		return r, err
 	})
-}
-
-// JobsDeleteExpired deletes, in every namespace, finished jobs past the
-// namespace's retention (RetentionByNamespace): up to Limit in all per
-// call, each namespace's in statements of their own (deleteExpiredIn). It
-// answers how many it deleted.
-func (s *Store) JobsDeleteExpired(ctx context.Context, p RetentionParams) (int, error) {
-	spans, err := s.RetentionByNamespace(ctx, p)
-	if err != nil {
-		return 0, err
-	}
-	deleted := 0
-	for _, r := range spans {
-		if deleted >= p.Limit {
-			break
-		}
-		n, err := s.deleteExpiredIn(ctx, r, p.Limit-deleted)
-		deleted += n
-		if err != nil {
-			return deleted, err
-		}
-	}
-	return deleted, nil
-}
-
-// deleteExpiredIn deletes up to limit completed and up to limit failed or
-// cancelled jobs of one namespace past its retention, oldest first, in one
-// short statement, so the table stays small without long locks. Each kind
-// is picked on its own (jobs_finished: namespace, status, finished_at), so
-// retained failures never stall the deletion of expired completions.
-// Waiting and running jobs are never touched, and the row locks keep a
-// concurrent JOB.RETRY from being deleted under it.
-func (s *Store) deleteExpiredIn(ctx context.Context, r NamespaceRetention, limit int) (int, error) {
-	tag, err := s.Pool.Exec(ctx, `
-		WITH completed AS (
-			SELECT id FROM jobs WHERE namespace = $4 AND status = 'completed' AND finished_at < now() - $1::interval
-			  AND NOT (has_children AND `+unfinishedChild+`)
-			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
-		), failed AS (
-			SELECT id FROM jobs WHERE namespace = $4 AND status IN ('failed', 'cancelled') AND finished_at < now() - $2::interval
-			  AND NOT (has_children AND `+unfinishedChild+`)
-			ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED
-		)
-		DELETE FROM jobs WHERE namespace = $4 AND id IN (SELECT id FROM completed UNION ALL SELECT id FROM failed)`,
-		r.Completed, r.Failed, limit, r.Namespace)
-	if err != nil {
-		return 0, interpretError(err)
-	}
-	return int(tag.RowsAffected()), nil
 }

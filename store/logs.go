@@ -52,7 +52,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 	var lines []string
 	var current *int
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT attempt FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, id).Scan(&current); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT attempt FROM jobs_all WHERE namespace = $1 AND id = $2 LIMIT 1`, s.ns, id).Scan(&current); err != nil {
 			return err
 		}
 		if attempt == 0 {
@@ -60,7 +60,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, attempt int) ([]string, 
 		}
 		rows, err := tx.Query(ctx, `
 			SELECT line FROM (
-				SELECT seq, line FROM job_logs WHERE namespace = $1 AND job_id = $2 AND attempt = $3 ORDER BY seq DESC LIMIT $4
+				SELECT seq, line FROM job_logs_all WHERE namespace = $1 AND job_id = $2 AND attempt = $3 ORDER BY seq DESC LIMIT $4
 			) newest ORDER BY seq`, s.ns, id, attempt, records.MaxLogLines)
 		if err != nil {
 			return err

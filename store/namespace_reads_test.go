@@ -250,7 +250,8 @@ func TestSweepsMoveEachJobInItsNamespace(t *testing.T) {
 }
 
 // Retention keeps a namespace's finished jobs as long as the namespace
-// says, the server's setting where it says nothing.
+// says, the server's setting where it says nothing: a job moved into
+// history expires by its namespace's.
 func TestRetentionIsEachNamespaces(t *testing.T) {
 	t.Parallel()
 	b := newReadsBundle(t)
@@ -260,16 +261,37 @@ func TestRetentionIsEachNamespaces(t *testing.T) {
 	for _, ns := range []string{"a", "b", records.DefaultNamespace} {
 		b.insert(t, ns, "old", "q", records.StatusCompleted, "finished_at = now() - interval '2 hours'")
 	}
-	n, err := b.st.JobsDeleteExpired(b.ctx, store.RetentionParams{Completed: 24 * time.Hour, Failed: 24 * time.Hour, Limit: 100})
-	if err != nil || n != 1 {
-		t.Fatalf("deleted %d: %v", n, err)
+	n, err := b.st.HistoryMove(b.ctx, store.HistoryParams{RetentionParams: store.RetentionParams{
+		Completed: 24 * time.Hour, Failed: 24 * time.Hour, Limit: 100}})
+	if err != nil || n != 3 {
+		t.Fatalf("moved %d: %v", n, err)
 	}
-	if _, err := b.a.JobGet(b.ctx, "old"); !errors.Is(err, records.ErrNotFound) {
-		t.Errorf("a keeps its job past its own retention: %v", err)
+	// Past its retention, a's job expires with the period of now; the
+	// others 22 hours on.
+	rows, err := b.st.Pool.Query(b.ctx, `SELECT namespace, extract(epoch FROM expires_at - now()) FROM jobs_history`)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, st := range []*store.Store{b.b, b.st} {
+	left := map[string]float64{}
+	for rows.Next() {
+		var ns string
+		var s float64
+		if err := rows.Scan(&ns, &s); err != nil {
+			t.Fatal(err)
+		}
+		left[ns] = s
+	}
+	if a := left["a"]; a > 60 {
+		t.Errorf("a's job expires in %.0f s, want now (past its own retention)", a)
+	}
+	for _, ns := range []string{"b", records.DefaultNamespace} {
+		if l := left[ns]; l < 21*3600 || l > 23*3600 {
+			t.Errorf("%s's job expires in %.0f s, want 22 hours (the server's retention)", ns, l)
+		}
+	}
+	for _, st := range []*store.Store{b.a, b.b, b.st} {
 		if _, err := st.JobGet(b.ctx, "old"); err != nil {
-			t.Errorf("%s lost its job within the server's retention: %v", st.Namespace(), err)
+			t.Errorf("%s cannot read its job in history: %v", st.Namespace(), err)
 		}
 	}
 }

@@ -173,10 +173,16 @@ func (s *Store) NamespaceDeleteBegin(ctx context.Context, name string) error {
 const namespaceBatch = 1000
 
 // namespaceTables are the tables that hold a namespace's rows, each with
-// the columns that pick one of its rows; a job's steps, logs and signals
-// go with the job (ON DELETE CASCADE).
+// the columns that pick one of its rows.
 var namespaceTables = []struct{ table, key string }{
 	{"jobs", "(namespace, id)"},
+	{"job_steps", "(namespace, job_id, ord)"},
+	{"job_logs", "(namespace, job_id, attempt, seq)"},
+	{"job_signals", "(namespace, job_id, seq)"},
+	{"jobs_history", "(namespace, id, expires_at)"},
+	{"job_steps_history", "(namespace, job_id, ord, expires_at)"},
+	{"job_logs_history", "(namespace, job_id, attempt, seq)"},
+	{"job_signals_history", "(namespace, job_id, seq)"},
 	{"job_waits", "(namespace, parent_id, child_id)"},
 	{"graph_walks", "id"},
 	{"dependency_checks", "id"},

@@ -55,7 +55,7 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 		LEFT JOIN LATERAL (
 			SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status,
 			       count(*) AS n
-			FROM jobs WHERE namespace = q.namespace AND queue = q.name GROUP BY 1
+			FROM jobs_all WHERE namespace = q.namespace AND queue = q.name GROUP BY 1
 		) c ON true
 		LEFT JOIN LATERAL (
 			SELECT extract(epoch FROM now() - min(run_at))::float8 AS age,
@@ -135,7 +135,7 @@ func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records
 	// Planned for its arguments every time (an unnamed statement): a
 	// cached generic plan walks the primary key for a rare queue.
 	args = append([]any{pgx.QueryExecModeExec}, args...)
-	return collectJobs(s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM jobs WHERE %s ORDER BY id LIMIT $%d`,
+	return collectJobs(s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM jobs_all WHERE %s ORDER BY id LIMIT $%d`,
 		jobColumns, strings.Join(where, " AND "), len(args)-1), args...))
 }
 
@@ -185,7 +185,7 @@ func ClaimableNotes(ctx context.Context, q Querier, namespaces, queues []string,
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `
 		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
-		FROM jobs WHERE namespace = $1 GROUP BY 1`)
+		FROM jobs_all WHERE namespace = $1 GROUP BY 1`)
 }
 
 // WorkerCounts counts the namespace's workers by state.

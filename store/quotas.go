@@ -17,6 +17,12 @@ import (
 // (*records.QuotaError); jobs already stored answer as always and count
 // for nothing.
 func (s *Store) JobsSubmitCounted(ctx context.Context, ns records.Namespace, jobs []records.NewJob, batch bool) ([]records.SubmitResult, []records.ReadyNote, error) {
+	return s.submitAroundHistory(ctx, s.placedIn(jobs), batch, func(jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
+		return s.jobsSubmitCounted(ctx, ns, jobs, batch)
+	})
+}
+
+func (s *Store) jobsSubmitCounted(ctx context.Context, ns records.Namespace, jobs []records.NewJob, batch bool) ([]records.SubmitResult, []records.ReadyNote, error) {
 	var res []records.SubmitResult
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		// The settings as they are now, under the lock.

@@ -55,12 +55,10 @@ func (r stepRow) now(j stepJob) records.StepNow {
 // lockStepJob reads and locks the job of a step call, through its key.
 func lockStepJob(ctx context.Context, tx pgx.Tx, ns, id string) (stepJob, error) {
 	j := stepJob{ns: ns}
-	err := tx.QueryRow(ctx, `
-		SELECT status, worker_id, delivery::text, cancel_requested, ack_deadline IS NOT NULL, attempt,
-			queue, type, requires, run_at
-		FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`, ns, id).
-		Scan(&j.status, &j.worker, &j.delivery, &j.cancelRequested, &j.unacked, &j.attempt,
-			&j.queue, &j.typ, &j.requires, &j.runAt)
+	err := lockJob(ctx, tx, ns, id, `status, worker_id, delivery::text, cancel_requested, ack_deadline IS NOT NULL, attempt,
+			queue, type, requires, run_at`,
+		&j.status, &j.worker, &j.delivery, &j.cancelRequested, &j.unacked, &j.attempt,
+		&j.queue, &j.typ, &j.requires, &j.runAt)
 	return j, err
 }
 
@@ -478,7 +476,7 @@ var jobStepsSQL = `
 			s.wait_signal, s.wait_jobs,
 			` + stepHistorySQL("s", `CASE WHEN j.status <> 'running' OR j.delivery IS DISTINCT FROM s.delivery
 				THEN 'interrupted' END`) + `
-		FROM job_steps s JOIN jobs j ON j.namespace = s.namespace AND j.id = s.job_id
+		FROM job_steps_all s JOIN jobs_all j ON j.namespace = s.namespace AND j.id = s.job_id
 		WHERE s.namespace = $1 AND s.job_id = $2 AND s.ord > $3
 		ORDER BY s.ord LIMIT $4`
 
@@ -490,7 +488,7 @@ func (s *Store) JobSteps(ctx context.Context, p records.JobStepsParams) ([]recor
 		return nil, records.ErrNotFound
 	}
 	var worker *string
-	if err := s.Pool.QueryRow(ctx, `SELECT worker_id FROM jobs WHERE namespace = $1 AND id = $2`, s.ns, p.JobID).Scan(&worker); err != nil {
+	if err := s.Pool.QueryRow(ctx, `SELECT worker_id FROM jobs_all WHERE namespace = $1 AND id = $2 LIMIT 1`, s.ns, p.JobID).Scan(&worker); err != nil {
 		return nil, interpretError(err)
 	}
 	if p.Holder != "" && (worker == nil || *worker != p.Holder) {

@@ -28,7 +28,12 @@ import (
 // less for any number): when an id or unique_key is held already, the COPY
 // fails whole and the statement below sorts the jobs out.
 func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
-	jobs = s.placedIn(jobs)
+	return s.submitAroundHistory(ctx, s.placedIn(jobs), true, func(jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
+		return s.jobsSubmit(ctx, jobs)
+	})
+}
+
+func (s *Store) jobsSubmit(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []records.ReadyNote, error) {
 	if withParents(jobs) {
 		res, err := s.submitWithParents(ctx, jobs, true)
 		if err != nil {
@@ -65,7 +70,12 @@ func (s *Store) JobsSubmit(ctx context.Context, jobs []records.NewJob) ([]record
 // may be handed over by the lean statement of a small group; the other
 // ways in insert every job as usual.
 func (s *Store) JobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
-	jobs = s.placedIn(jobs)
+	return s.submitEachAroundHistory(ctx, s.placedIn(jobs), func(jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
+		return s.jobsSubmitEach(ctx, jobs)
+	})
+}
+
+func (s *Store) jobsSubmitEach(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, []error, []records.ReadyNote) {
 	if withParents(jobs) {
 		return s.submitEachWithParents(ctx, jobs)
 	}

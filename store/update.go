@@ -56,12 +56,10 @@ type reportedJob struct {
 func lockReportedJob(ctx context.Context, tx pgx.Tx, ns, id string) (reportedJob, error) {
 	var j reportedJob
 	var worker, delivery *string
-	err := tx.QueryRow(ctx, `
-		SELECT status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures,
-			retry_backoff_seconds, queue, type, requires, errors
-		FROM jobs WHERE namespace = $2 AND id = $1 FOR UPDATE`, id, ns).
-		Scan(&j.now.Status, &j.now.Snoozes, &worker, &delivery, &j.now.CancelRequested, &j.now.Attempt, &j.max,
-			&j.stepFailures, &j.backoff, &j.queue, &j.typ, &j.requires, &j.now.Errors)
+	err := lockJob(ctx, tx, ns, id, `status, snoozes, worker_id, delivery::text, cancel_requested, attempt, max_attempts, step_failures,
+			retry_backoff_seconds, queue, type, requires, errors`,
+		&j.now.Status, &j.now.Snoozes, &worker, &delivery, &j.now.CancelRequested, &j.now.Attempt, &j.max,
+		&j.stepFailures, &j.backoff, &j.queue, &j.typ, &j.requires, &j.now.Errors)
 	if worker != nil {
 		j.now.Worker = *worker
 	}
@@ -254,8 +252,7 @@ func cancelIn(ctx context.Context, tx pgx.Tx, ns, id string, cascade bool) (reco
 	var fx records.Effects
 	var status string
 	var asked bool
-	if err := tx.QueryRow(ctx, `SELECT status, cancel_requested FROM jobs WHERE namespace = $2 AND id = $1 FOR UPDATE`,
-		id, ns).Scan(&status, &asked); err != nil {
+	if err := lockJob(ctx, tx, ns, id, `status, cancel_requested`, &status, &asked); err != nil {
 		return fx, err
 	}
 	if cascade {
@@ -313,6 +310,10 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		var status, queue string
 		var requires []string
 		var inGraph bool
+		// A job in history comes back among the unfinished first.
+		if _, err := recall(ctx, tx, s.ns, []string{id}); err != nil {
+			return err
+		}
 		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs
 			WHERE namespace = $2 AND id = $1 FOR UPDATE`,
 			id, s.ns).Scan(&status, &queue, &requires, &inGraph); err != nil {

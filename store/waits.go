@@ -53,8 +53,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		res, fx = records.SignalResult{}, records.Effects{}
 		// The job's row lock orders signals and waits of one job.
 		var status string
-		if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`,
-			s.ns, p.JobID).Scan(&status); err != nil {
+		if err := lockJob(ctx, tx, s.ns, p.JobID, `status`, &status); err != nil {
 			return err
 		}
 		if p.Token != "" {
@@ -91,7 +90,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		// name. Read without a row lock, then changed by its key: the
 		// settling of JOBS waits locks their rows before their jobs', and
 		// this transaction holds the job's.
-		err := tx.QueryRow(ctx, `
+		err = tx.QueryRow(ctx, `
 			SELECT step_id FROM job_steps WHERE namespace = $1 AND job_id = $2 AND status = 'awaiting' AND wait_signal = $3`,
 			s.ns, p.JobID, p.Name).Scan(&res.Woke)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -370,7 +369,7 @@ func (s *Store) jobsOutput(ctx context.Context, tx pgx.Tx, ns string, ids []stri
 	var out json.RawMessage
 	// jobs_pkey, one probe a job.
 	err := tx.QueryRow(ctx, `
-		WITH a AS (SELECT id, status, result FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])),
+		WITH a AS (SELECT id, status, result FROM jobs_all WHERE namespace = $1 AND id = ANY($2::text[])),
 		t AS (SELECT coalesce(sum(octet_length(result::text)), 0) AS total FROM a)
 		SELECT CASE WHEN t.total <= $3 THEN
 				jsonb_build_object('jobs', coalesce((SELECT jsonb_object_agg(id, jsonb_build_object('status', status, 'result', result)) FROM a), '{}'))
@@ -407,7 +406,7 @@ func (s *Store) JobSignals(ctx context.Context, id string, limit int) ([]records
 		return nil, records.ErrNotFound
 	}
 	rows, err := s.Pool.Query(ctx, `
-		SELECT name, payload, taken_by, created_at FROM job_signals WHERE namespace = $1 AND job_id = $2 ORDER BY seq LIMIT $3`,
+		SELECT name, payload, taken_by, created_at FROM job_signals_all WHERE namespace = $1 AND job_id = $2 ORDER BY seq LIMIT $3`,
 		s.ns, id, limit)
 	if err != nil {
 		return nil, interpretError(err)

@@ -3,8 +3,9 @@
 // queues, workers silent for three heartbeat intervals, or none of whose
 // connections is left for GoneAfter, become DEAD and lose their jobs,
 // running jobs past their lease or timeout have that attempt
-// failed, and finished jobs past their retention (their namespace's, or
-// the server's) are deleted in small batches. Its sweeps span namespaces:
+// failed. Finished jobs move into history a few seconds after they end,
+// in batches, and history drops its periods once they expire (their
+// namespace's retention, or the server's). Its sweeps span namespaces:
 // each job and worker is handled in its own. Every recovery re-checks the job's state in the same statement,
 // so a job that just moved on is left alone. It runs on the leader only.
 package watchdog
@@ -49,6 +50,12 @@ type Config struct {
 	Interval        time.Duration // between sweeps; default 1s
 	RetentionEvery  time.Duration // between retention passes; default 1m
 	Batch           int           // rows per statement; default 500
+	// HistoryAfter is how long a finished job stays among the unfinished
+	// before it moves into history; default 5s.
+	HistoryAfter time.Duration
+	// HistoryBatch is how many finished jobs one statement moves; default
+	// 5,000.
+	HistoryBatch int
 	// Settle settles up to limit marks of jobs after other jobs that a
 	// crash or a path without settling left (engine.SettleDependencies),
 	// publishing what it released; optional.
@@ -106,6 +113,8 @@ func New(cfg Config) *Watchdog {
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
 	cfg.RetentionEvery = cmp.Or(cfg.RetentionEvery, time.Minute)
 	cfg.Batch = cmp.Or(cfg.Batch, 500)
+	cfg.HistoryAfter = cmp.Or(cfg.HistoryAfter, 5*time.Second)
+	cfg.HistoryBatch = cmp.Or(cfg.HistoryBatch, 5000)
 	if cfg.Recovered == nil {
 		cfg.Recovered = NewRecoveredCounter()
 	}
@@ -131,58 +140,67 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 	heard := now.Sub(w.heardSince)
 	var steps []step
 	if heard >= w.cfg.AckTimeout {
-		steps = append(steps, step{"unacked_delivery", func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }})
+		steps = append(steps, step{kind: "unacked_delivery", run: func() (int, error) { return w.cfg.Store.JobsRequeueUnacked(ctx, w.cfg.Batch) }})
 	}
 	if w.cfg.GoneAfter > 0 && heard >= w.cfg.GoneAfter {
-		steps = append(steps, step{"gone_worker", func() (int, error) { return w.markGone(ctx) }})
+		steps = append(steps, step{kind: "gone_worker", run: func() (int, error) { return w.markGone(ctx) }})
 	}
 	if heard >= 3*w.cfg.HeartbeatInterval {
 		steps = append(steps, w.livenessSteps(ctx)...)
 	}
-	steps = append(steps, step{"timed_out_job", func() (int, error) {
+	steps = append(steps, step{kind: "timed_out_job", run: func() (int, error) {
 		return w.cfg.Store.JobsFailTimedOut(ctx, w.cfg.HeartbeatInterval, w.cfg.Batch)
 	}})
 	// Settling comes after the recoveries: parents they ended release
 	// their children in the same sweep.
 	if w.cfg.Settle != nil {
-		steps = append(steps, step{"dependency_check", func() (int, error) { return w.cfg.Settle(ctx, w.cfg.Batch) }})
+		steps = append(steps, step{kind: "dependency_check", run: func() (int, error) { return w.cfg.Settle(ctx, w.cfg.Batch) }})
 	}
 	if w.cfg.ExpireWaits != nil {
-		steps = append(steps, step{"wait_deadline", func() (int, error) { return w.cfg.ExpireWaits(ctx, w.cfg.Batch) }})
+		steps = append(steps, step{kind: "wait_deadline", run: func() (int, error) { return w.cfg.ExpireWaits(ctx, w.cfg.Batch) }})
 	}
+	steps = append(steps, step{kind: "history_move", batch: w.cfg.HistoryBatch, run: func() (int, error) {
+		return w.cfg.Store.HistoryMove(ctx, store.HistoryParams{After: w.cfg.HistoryAfter, RetentionParams: store.RetentionParams{
+			Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.HistoryBatch,
+		}})
+	}})
 	if now.Sub(w.lastRetention) >= w.cfg.RetentionEvery {
-		steps = append(steps, step{"retention_delete", func() (int, error) {
-			return w.cfg.Store.JobsDeleteExpired(ctx, store.RetentionParams{
-				Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.Batch,
-			})
-		}}, step{"forgotten_node", func() (int, error) { return w.cfg.Store.NodesForget(ctx, forgetNodesAfter) }},
-			step{"submission_counts", func() (int, error) { return 0, w.cfg.Store.SubmissionsSweep(ctx) }})
+		steps = append(steps, step{kind: "retention_expire", batch: historyPeriodsAtOnce, run: func() (int, error) {
+			return w.cfg.Store.HistoryExpire(ctx, historyPeriodsAtOnce)
+		}}, step{kind: "forgotten_node", run: func() (int, error) { return w.cfg.Store.NodesForget(ctx, forgetNodesAfter) }},
+			step{kind: "submission_counts", run: func() (int, error) { return 0, w.cfg.Store.SubmissionsSweep(ctx) }})
 	}
 	if w.cfg.DeleteNamespaces != nil {
 		// A few batches a sweep, every sweep: the recoveries never wait
 		// long behind a large namespace's rows.
-		steps = append(steps, step{"namespace_delete", func() (int, error) { return w.cfg.DeleteNamespaces(ctx, 5) }})
+		steps = append(steps, step{kind: "namespace_delete", run: func() (int, error) { return w.cfg.DeleteNamespaces(ctx, 5) }})
 	}
 	return w.run(steps)
 }
 
-// step is one recovery: it returns how many rows it handled.
+// step is one recovery: it returns how many rows it handled, a full batch
+// (batch, or Config.Batch) when there may be more.
 type step struct {
-	kind string
-	run  func() (int, error)
+	kind  string
+	run   func() (int, error)
+	batch int
 }
+
+// historyPeriodsAtOnce is how many expired history periods one retention
+// pass drops.
+const historyPeriodsAtOnce = 10
 
 // livenessSteps declare silent workers dead and take back expired leases.
 func (w *Watchdog) livenessSteps(ctx context.Context) []step {
 	return []step{
-		{"dead_worker", func() (int, error) {
+		{kind: "dead_worker", run: func() (int, error) {
 			dead, err := w.cfg.Store.WorkersMarkDead(ctx, 3*w.cfg.HeartbeatInterval, w.cfg.Batch)
 			for _, id := range dead {
 				w.cfg.Logger.Warn().Str("worker", id).Msg("worker missed three heartbeats: DEAD, its jobs re-queued")
 			}
 			return len(dead), err
 		}},
-		{"expired_lease", func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
+		{kind: "expired_lease", run: func() (int, error) { return w.cfg.Store.JobsRecoverExpiredLeases(ctx, w.cfg.Batch) }},
 	}
 }
 
@@ -217,11 +235,11 @@ func (w *Watchdog) run(steps []step) error {
 				w.cfg.Recovered.WithLabelValues(step.kind).Add(float64(n))
 				w.cfg.Logger.Info().Str("kind", step.kind).Int("count", n).Msg("watchdog")
 			}
-			if full = n >= w.cfg.Batch; !full {
+			if full = n >= cmp.Or(step.batch, w.cfg.Batch); !full {
 				break
 			}
 		}
-		if step.kind == "retention_delete" && !full {
+		if step.kind == "retention_expire" && !full {
 			// Still behind after 100 batches: go on at the next sweep
 			// rather than in a minute.
 			w.lastRetention = w.cfg.Clock.Now()

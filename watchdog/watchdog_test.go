@@ -2,6 +2,7 @@ package watchdog_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func arrange(t *testing.T, st *store.Store, id, set string) {
 func status(t *testing.T, st *store.Store, id string) string {
 	t.Helper()
 	var s string
-	err := st.Pool.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM jobs WHERE id = $1), 'deleted')`, id).Scan(&s)
+	err := st.Pool.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM jobs_all WHERE id = $1 LIMIT 1), 'deleted')`, id).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,15 +86,36 @@ func TestUnackedDeliveriesWaitForAFullWindowAfterStart(t *testing.T) {
 	}
 }
 
+// duePeriod makes a history period an hour past, holding one job, id:
+// what retention finds once the job's retention ran out.
+func duePeriod(t *testing.T, st *store.Store, suffix, id string) {
+	t.Helper()
+	ctx := context.Background()
+	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	for _, table := range []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"} {
+		if _, err := st.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s_%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+			table, suffix, table, lo.Format(time.RFC3339), lo.Add(time.Hour).Format(time.RFC3339))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Pool.Exec(ctx, `INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, lo, lo.Add(time.Hour), suffix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool.Exec(ctx, `
+		INSERT INTO jobs_history (expires_at, namespace, id, seq, queue, status, max_attempts, timeout_seconds, finished_at)
+		VALUES ($1, 'default', $2, 1, 'q', 'completed', 1, 60, now() - interval '8 days')`, lo.Add(time.Minute), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRetentionRunsOncePerRetentionEvery(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	fake := clock.NewFake(time.Date(2031, 5, 4, 12, 0, 0, 0, time.UTC))
 	w := watchdog.New(watchdog.Config{Store: st, Clock: fake, RetentionEvery: time.Minute})
-	runOnce(t, w) // the first sweep's retention pass; nothing to delete yet
+	runOnce(t, w) // the first sweep's retention pass; nothing to expire yet
 
-	submit(t, st, "old")
-	arrange(t, st, "old", `status = 'completed', finished_at = now() - interval '8 days'`)
+	duePeriod(t, st, "due", "old")
 	fake.Advance(59 * time.Second)
 	runOnce(t, w)
 	if s := status(t, st, "old"); s != "completed" {
@@ -106,7 +128,9 @@ func TestRetentionRunsOncePerRetentionEvery(t *testing.T) {
 	}
 }
 
-func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
+// Finished jobs move into history expiring at their retention past their
+// end (now, for those already past it); the others stay.
+func TestFinishedJobsMoveIntoHistoryByTheirRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := openStore(t)
@@ -116,16 +140,15 @@ func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
 	jobs := []struct {
 		id, status string
 		age        time.Duration
-		kept       bool
 	}{
-		{"completed-8d", "completed", 8 * 24 * time.Hour, false},
-		{"completed-6d", "completed", 6 * 24 * time.Hour, true},
-		{"failed-31d", "failed", 31 * 24 * time.Hour, false},
-		{"failed-20d", "failed", 20 * 24 * time.Hour, true},
-		{"cancelled-31d", "cancelled", 31 * 24 * time.Hour, false},
-		{"queued-90d", "queued", 90 * 24 * time.Hour, true},
-		{"running-90d", "running", 90 * 24 * time.Hour, true},
-		{"retrying-90d", "retrying", 90 * 24 * time.Hour, true},
+		{"completed-8d", "completed", 8 * 24 * time.Hour},
+		{"completed-6d", "completed", 6 * 24 * time.Hour},
+		{"failed-31d", "failed", 31 * 24 * time.Hour},
+		{"failed-20d", "failed", 20 * 24 * time.Hour},
+		{"cancelled-31d", "cancelled", 31 * 24 * time.Hour},
+		{"queued-90d", "queued", 90 * 24 * time.Hour},
+		{"running-90d", "running", 90 * 24 * time.Hour},
+		{"retrying-90d", "retrying", 90 * 24 * time.Hour},
 	}
 	var batch []records.NewJob
 	for _, j := range jobs {
@@ -148,17 +171,32 @@ func TestRetentionDeletesOnlyOldFinishedJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := watchdog.New(watchdog.Config{Store: st, Batch: 2}) // small batches: several statements
+	w := watchdog.New(watchdog.Config{Store: st, HistoryBatch: 2}) // small batches: several statements
 	if err := w.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jobs {
-		_, err := st.JobGet(ctx, j.id)
+		var table string
+		var left float64 // seconds until it expires
+		err := st.Pool.QueryRow(ctx, `
+			SELECT 'jobs', 0::float8 FROM jobs WHERE id = $1
+			UNION ALL SELECT 'history', extract(epoch FROM expires_at - now())::float8 FROM jobs_history WHERE id = $1`, j.id).Scan(&table, &left)
+		if err != nil {
+			t.Fatalf("%s: %v", j.id, err)
+		}
+		finished := j.status == "completed" || j.status == "failed" || j.status == "cancelled"
+		retain := 7 * 24 * time.Hour
+		if j.status != "completed" {
+			retain = 30 * 24 * time.Hour
+		}
+		want := max(retain-j.age, 0).Seconds()
 		switch {
-		case j.kept && err != nil:
-			t.Errorf("%s was deleted (%v)", j.id, err)
-		case !j.kept && err == nil:
-			t.Errorf("%s was kept", j.id)
+		case !finished && table != "jobs":
+			t.Errorf("%s (%s) moved into history", j.id, j.status)
+		case finished && table != "history":
+			t.Errorf("%s (%s) stayed in jobs", j.id, j.status)
+		case finished && (left < want-60 || left > want+60):
+			t.Errorf("%s expires in %.0f s, want %.0f", j.id, left, want)
 		}
 	}
 }

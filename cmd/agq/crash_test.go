@@ -140,7 +140,7 @@ func TestKillDuringSubmitAndWorkLosesNoJob(t *testing.T) {
 	}
 	defer db.Close(context.Background())
 	var rows int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&rows); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs_all`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != crashJobs {

@@ -52,7 +52,7 @@ func TestKillDuringGraphWalksLeavesNothingStuck(t *testing.T) {
 
 	count := func(status string) int {
 		var c int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE queue = 'walk' AND status = $1`, status).Scan(&c); err != nil {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs_all WHERE queue = 'walk' AND status = $1`, status).Scan(&c); err != nil {
 			t.Fatal(err)
 		}
 		return c

@@ -190,7 +190,7 @@ func TestAStaleDeliveryIsRefusedAfterACrashLostItsClaim(t *testing.T) {
 	}
 	defer db.Close(context.Background())
 	var status string
-	if err := db.QueryRow(ctx, `SELECT status FROM jobs WHERE id = 'twice'`).Scan(&status); err != nil {
+	if err := db.QueryRow(ctx, `SELECT status FROM jobs_all WHERE id = 'twice'`).Scan(&status); err != nil {
 		t.Fatal(err)
 	}
 	if status == "running" {

@@ -60,7 +60,7 @@ func TestKillDuringAPipelinedLoadKeepsEveryJobAnswered(t *testing.T) {
 		t.Fatalf("redis-cli --pipe sent again: %v\n%s", err, out)
 	}
 	var n, distinct int
-	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT id) FROM jobs WHERE queue = $1`, pipeQueue).Scan(&n, &distinct); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT id) FROM jobs_all WHERE queue = $1`, pipeQueue).Scan(&n, &distinct); err != nil {
 		t.Fatal(err)
 	}
 	if n != pipeJobs || distinct != pipeJobs {
@@ -125,7 +125,7 @@ func loadUntilKilled(ctx context.Context, t *testing.T, srv *agqProcess, load []
 // storedJobs is the ids of the queue's jobs in the database.
 func storedJobs(ctx context.Context, t *testing.T, db *pgx.Conn) map[string]bool {
 	t.Helper()
-	rows, err := db.Query(ctx, `SELECT id FROM jobs WHERE queue = $1`, pipeQueue)
+	rows, err := db.Query(ctx, `SELECT id FROM jobs_all WHERE queue = $1`, pipeQueue)
 	if err != nil {
 		t.Fatal(err)
 	}

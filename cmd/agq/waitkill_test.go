@@ -79,7 +79,7 @@ func TestASignalAnsweredOKSurvivesAKillOfAgq(t *testing.T) {
 	}
 	defer db.Close(ctx)
 	var status string
-	if err := db.QueryRow(ctx, `SELECT status FROM jobs WHERE id = 'approve-me'`).Scan(&status); err != nil || status != "queued" {
+	if err := db.QueryRow(ctx, `SELECT status FROM jobs_all WHERE id = 'approve-me'`).Scan(&status); err != nil || status != "queued" {
 		t.Fatalf("the job after the kill: %q %v, want queued", status, err)
 	}
 

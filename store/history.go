@@ -1,0 +1,402 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// History: finished jobs leave jobs for jobs_history (their steps, log
+// lines and signals for the other _history tables) a few seconds after
+// they end, partitioned by the time they expire; retention drops whole
+// partitions (migration 028).
+
+// HistoryParams says which finished jobs HistoryMove takes and when they
+// expire.
+type HistoryParams struct {
+	RetentionParams
+	// After is how long a finished job stays in jobs: long enough for the
+	// reads that follow an end (a waiter's, a child's pop reading its
+	// parent's result) to find it there.
+	After time.Duration
+}
+
+// historyWidths are the widths of history periods, widest first, each
+// with how far ahead of now an expiry must lie for it: far expiries share
+// a period of thirty days, near ones one of an hour, so that a period
+// ends at most a little past its jobs' retention without thousands of
+// partitions for long ones. Each width divides the one before, and ranges
+// are aligned to their width, so two periods either nest or are apart.
+var historyWidths = []struct {
+	width, ahead time.Duration
+	tag          string
+}{
+	{30 * 24 * time.Hour, 62 * 24 * time.Hour, "m"},
+	{24 * time.Hour, 24 * time.Hour, "d"},
+	{time.Hour, 0, "h"},
+}
+
+// period is one row of history_periods: the partitions holding the jobs
+// that expire in [lo, hi).
+type period struct {
+	lo, hi time.Time
+	suffix string
+}
+
+// periodFor is the period an expiry t belongs to: an existing one covering
+// it, or the widest allowed at its distance from now that overlaps none.
+func periodFor(t, now time.Time, have []period) (p period, exists bool) {
+	for _, p := range have {
+		if !t.Before(p.lo) && t.Before(p.hi) {
+			return p, true
+		}
+	}
+	for _, w := range historyWidths {
+		if w.ahead > 0 && t.Sub(now) < w.ahead {
+			continue
+		}
+		// Truncate aligns to multiples of the width since the zero time,
+		// a UTC midnight: days and hours fall on UTC's.
+		lo := t.UTC().Truncate(w.width)
+		hi := lo.Add(w.width)
+		free := true
+		for _, q := range have {
+			if q.lo.Before(hi) && lo.Before(q.hi) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return period{lo: lo, hi: hi, suffix: lo.Format("20060102t15") + w.tag}, false
+		}
+	}
+	panic("unreachable: an hour that no period covers overlaps none")
+}
+
+// historyTables are the partitioned tables, whose partitions a period has
+// one of each.
+var historyTables = []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"}
+
+// periods reads history_periods, oldest first.
+func (s *Store) periods(ctx context.Context) ([]period, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT lo, hi, suffix FROM history_periods ORDER BY lo`)
+	return collect(rows, err, func(row pgx.CollectableRow) (p period, err error) {
+		return p, row.Scan(&p.lo, &p.hi, &p.suffix)
+	})
+}
+
+// historyLockTimeout bounds the wait of a partition's creation or drop for
+// its lock on the history tables: behind a long read it gives up, and the
+// next sweep tries again, rather than queue every other reader behind it.
+const historyLockTimeout = "2s"
+
+// periodCreate creates a period's partitions, one short transaction.
+func (s *Store) periodCreate(ctx context.Context, p period) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
+			return err
+		}
+		var b pgx.Batch
+		for _, t := range historyTables {
+			b.Queue(fmt.Sprintf(`CREATE TABLE %s_%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+				t, p.suffix, t, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339)))
+		}
+		b.Queue(`INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, p.lo, p.hi, p.suffix)
+		return tx.SendBatch(ctx, &b).Close()
+	})
+}
+
+// periodsEnsure creates the periods the expiries (hour starts) need.
+func (s *Store) periodsEnsure(ctx context.Context, hours []time.Time) error {
+	if len(hours) == 0 {
+		return nil
+	}
+	have, err := s.periods(ctx)
+	if err != nil {
+		return err
+	}
+	var now time.Time
+	if err := s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	for _, h := range hours {
+		p, exists := periodFor(h, now, have)
+		if exists {
+			continue
+		}
+		if err := s.periodCreate(ctx, p); err != nil {
+			return fmt.Errorf("history period %s: %w", p.suffix, err)
+		}
+		have = append(have, p)
+	}
+	return nil
+}
+
+// expiresAt is when a finished job of jobs (columns unqualified) expires:
+// its namespace's retention ($2 completed, $3 failed or cancelled) past
+// its end, and not before now, so that a job moved late goes into a period
+// still to come.
+const expiresAt = `greatest(finished_at + CASE WHEN status = 'completed' THEN $2::interval ELSE $3::interval END, now())`
+
+// movable picks up to $5 finished jobs of namespace $1 ended before
+// $4 ago, with nothing left to settle for them (a dependency check, a graph
+// walk from them): jobs_finished, in no order, so that a long backlog is
+// never sorted.
+const movable = `
+	SELECT id, ` + expiresAt + ` AS expires_at FROM jobs
+	WHERE namespace = $1 AND status IN ('completed', 'failed', 'cancelled') AND finished_at < now() - $4::interval
+	  AND NOT EXISTS (SELECT 1 FROM dependency_checks d WHERE d.namespace = $1 AND d.job_id = jobs.id)
+	  AND NOT EXISTS (SELECT 1 FROM graph_walks g WHERE g.namespace = $1 AND g.job_id = jobs.id)
+	LIMIT $5`
+
+// HistoryMove moves finished jobs older than p.After into history: up to
+// p.Limit in all a call, each namespace's in statements of their own, with
+// their steps, log lines and signals. It answers how many it moved.
+func (s *Store) HistoryMove(ctx context.Context, p HistoryParams) (int, error) {
+	spans, err := s.RetentionByNamespace(ctx, p.RetentionParams)
+	if err != nil {
+		return 0, err
+	}
+	moved := 0
+	for _, r := range spans {
+		if moved >= p.Limit {
+			break
+		}
+		n, err := s.moveIn(ctx, r, p.After, p.Limit-moved)
+		moved += n
+		if err != nil {
+			return moved, interpretError(err)
+		}
+	}
+	return moved, nil
+}
+
+// moveIn moves up to limit finished jobs of one namespace: it creates the
+// periods they need, then moves those whose period exists, in one
+// statement. A job whose period appeared meanwhile waits for the next call.
+func (s *Store) moveIn(ctx context.Context, r NamespaceRetention, after time.Duration, limit int) (int, error) {
+	args := []any{r.Namespace, r.Completed, r.Failed, after, limit}
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT date_trunc('hour', expires_at) FROM (`+movable+`) m`, args...)
+	hours, err := collect(rows, err, func(row pgx.CollectableRow) (h time.Time, err error) { return h, row.Scan(&h) })
+	if err != nil || len(hours) == 0 {
+		return 0, err
+	}
+	if err := s.periodsEnsure(ctx, hours); err != nil {
+		return 0, err
+	}
+	var n int
+	err = s.Pool.QueryRow(ctx, `
+		WITH picked AS (`+movable+` FOR UPDATE SKIP LOCKED
+		), placed AS (
+			SELECT * FROM picked m
+			WHERE EXISTS (SELECT 1 FROM history_periods p WHERE m.expires_at >= p.lo AND m.expires_at < p.hi)
+		), moved AS (
+			DELETE FROM jobs j USING placed m WHERE j.namespace = $1 AND j.id = m.id RETURNING m.expires_at, j.*
+		), kept AS (
+			INSERT INTO jobs_history SELECT * FROM moved
+		), steps AS (
+			DELETE FROM job_steps s USING moved m WHERE s.namespace = $1 AND s.job_id = m.id RETURNING m.expires_at, s.*
+		), steps_kept AS (
+			INSERT INTO job_steps_history SELECT * FROM steps
+		), logs AS (
+			DELETE FROM job_logs l USING moved m WHERE l.namespace = $1 AND l.job_id = m.id RETURNING m.expires_at, l.*
+		), logs_kept AS (
+			INSERT INTO job_logs_history SELECT * FROM logs
+		), signals AS (
+			DELETE FROM job_signals g USING moved m WHERE g.namespace = $1 AND g.job_id = m.id RETURNING m.expires_at, g.*
+		), signals_kept AS (
+			INSERT INTO job_signals_history SELECT * FROM signals
+		)
+		SELECT count(*) FROM moved`, args...).Scan(&n)
+	return n, err
+}
+
+// HistoryExpire drops the periods whose time has passed, oldest first, up
+// to limit of them: each in one short transaction, after carrying into the
+// current period the jobs of it a child not yet ended still needs (a
+// parent is kept while its results may be delivered). It answers how many
+// jobs the dropped periods held (as the statistics count them).
+func (s *Store) HistoryExpire(ctx context.Context, limit int) (int, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT lo, hi, suffix FROM history_periods WHERE hi <= now() ORDER BY lo LIMIT $1`, limit)
+	due, err := collect(rows, err, func(row pgx.CollectableRow) (p period, err error) {
+		return p, row.Scan(&p.lo, &p.hi, &p.suffix)
+	})
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	var now time.Time
+	if err := s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return 0, interpretError(err)
+	}
+	// Jobs carried forward go into the period of now (plus a little, so
+	// that a carry at an hour's end does not land in a period as good as
+	// gone); it must exist before the carry.
+	carryTo := now.Add(time.Minute)
+	if err := s.periodsEnsure(ctx, []time.Time{carryTo.Truncate(time.Hour)}); err != nil {
+		return 0, interpretError(err)
+	}
+	expired := 0
+	for _, p := range due {
+		n, err := s.periodDrop(ctx, p, carryTo)
+		if err != nil {
+			return expired, interpretError(fmt.Errorf("history period %s: %w", p.suffix, err))
+		}
+		expired += n
+	}
+	return expired, nil
+}
+
+// periodDrop carries a due period's still-needed parents forward, then
+// drops its partitions.
+func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// The carry moves rows within the partitioned tables; it takes no
+		// lock the moves or reads would wait on.
+		_, err := tx.Exec(ctx, `
+			WITH needed AS (
+				SELECT h.namespace, h.id FROM jobs_history_`+p.suffix+` h
+				WHERE h.has_children AND 0 < (SELECT count(*) FROM jobs c WHERE c.after @> ARRAY[h.id] AND c.after IS NOT NULL
+					AND c.namespace = h.namespace AND c.status NOT IN ('completed', 'failed', 'cancelled'))
+			), jobs_carried AS (
+				UPDATE jobs_history j SET expires_at = $1 FROM needed n
+				WHERE j.namespace = n.namespace AND j.id = n.id AND j.expires_at >= $2 AND j.expires_at < $3
+			), steps_carried AS (
+				UPDATE job_steps_history s SET expires_at = $1 FROM needed n
+				WHERE s.namespace = n.namespace AND s.job_id = n.id AND s.expires_at >= $2 AND s.expires_at < $3
+			), signals_carried AS (
+				UPDATE job_signals_history g SET expires_at = $1 FROM needed n
+				WHERE g.namespace = n.namespace AND g.job_id = n.id AND g.expires_at >= $2 AND g.expires_at < $3
+			)
+			UPDATE job_logs_history l SET expires_at = $1 FROM needed n
+			WHERE l.namespace = n.namespace AND l.job_id = n.id AND l.expires_at >= $2 AND l.expires_at < $3`,
+			carryTo, p.lo, p.hi)
+		if err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = $1`,
+			"jobs_history_"+p.suffix).Scan(&n); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
+			return err
+		}
+		var b pgx.Batch
+		for _, t := range historyTables {
+			b.Queue(`DROP TABLE ` + t + `_` + p.suffix)
+		}
+		b.Queue(`DELETE FROM history_periods WHERE lo = $1`, p.lo)
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	return n, err
+}
+
+// historyStatuses reads the statuses of the jobs among ids that are in
+// history (all of them ended), into status.
+func historyStatuses(ctx context.Context, q pgx.Tx, ns string, ids []string, status map[string]string) error {
+	rows, err := q.Query(ctx, `SELECT id, status FROM jobs_history WHERE namespace = $1 AND id = ANY($2::text[])`, ns, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			return err
+		}
+		status[id] = st
+	}
+	return rows.Err()
+}
+
+// missingFrom is the ids that status has no entry for.
+func missingFrom(ids []string, status map[string]string) []string {
+	var out []string
+	for _, id := range ids {
+		if _, ok := status[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// recallSQL brings jobs of namespace $1 (ids $2) back from history into
+// jobs, with their steps, log lines and signals: a job a write changes again (a
+// retry, a restore) lives among the unfinished. Rows go back column by
+// column through their JSON form, which leaves out expires_at.
+const recallSQL = `
+	WITH back AS (
+		DELETE FROM jobs_history WHERE namespace = $1 AND id = ANY($2::text[]) RETURNING *
+	), jobs_back AS (
+		INSERT INTO jobs OVERRIDING SYSTEM VALUE
+		SELECT (jsonb_populate_record(NULL::jobs, to_jsonb(b) - 'expires_at')).* FROM back b
+	), steps_back AS (
+		DELETE FROM job_steps_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
+	), steps_in AS (
+		INSERT INTO job_steps OVERRIDING SYSTEM VALUE
+		SELECT (jsonb_populate_record(NULL::job_steps, to_jsonb(s) - 'expires_at')).* FROM steps_back s
+	), logs_back AS (
+		DELETE FROM job_logs_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
+	), logs_in AS (
+		INSERT INTO job_logs OVERRIDING SYSTEM VALUE
+		SELECT (jsonb_populate_record(NULL::job_logs, to_jsonb(l) - 'expires_at')).* FROM logs_back l
+	), signals_back AS (
+		DELETE FROM job_signals_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
+	), signals_in AS (
+		INSERT INTO job_signals OVERRIDING SYSTEM VALUE
+		SELECT (jsonb_populate_record(NULL::job_signals, to_jsonb(g) - 'expires_at')).* FROM signals_back g
+	)
+	SELECT id FROM back`
+
+// recall brings the jobs ids of namespace ns that are in history back
+// into jobs (recallSQL), answering those it brought.
+func recall(ctx context.Context, tx pgx.Tx, ns string, ids []string) ([]string, error) {
+	rows, err := tx.Query(ctx, recallSQL, ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// recallCancelledBy brings back from history, for a restore, the jobs of
+// namespace ns cancelled because of the jobs from, and down the graph
+// those cancelled because of them (as restoreWalkSQL finds them in jobs),
+// up to limit: a probe of jobs_history_cancelled_by a job reached, each
+// fenced (OFFSET 0) as in restoreWalkSQL, so that a long chain is never
+// joined with all of history at each level.
+func recallCancelledBy(ctx context.Context, tx pgx.Tx, ns string, from []string, limit int) error {
+	rows, err := tx.Query(ctx, `
+		WITH RECURSIVE r(id) AS (
+			SELECT k.id FROM (
+				SELECT c.id, c.status FROM jobs_history c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) OFFSET 0) k
+			WHERE k.status = 'cancelled'
+		  UNION
+			SELECT k.id FROM r CROSS JOIN LATERAL (
+				SELECT c.id, c.status FROM jobs_history c WHERE c.namespace = $1 AND c.cancelled_by = r.id OFFSET 0) k
+			WHERE k.status = 'cancelled'
+		)
+		SELECT id FROM r LIMIT $3`, ns, from, limit)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	_, err = recall(ctx, tx, ns, ids)
+	return err
+}
+
+// lockJob reads cols of job id of namespace ns into dest, locking its row
+// of jobs; a job in history is read there, unlocked: it ended, and only a
+// recall (in a transaction that locks nothing of it first) changes it.
+func lockJob(ctx context.Context, tx pgx.Tx, ns, id, cols string, dest ...any) error {
+	err := tx.QueryRow(ctx, `SELECT `+cols+` FROM jobs WHERE namespace = $1 AND id = $2 FOR UPDATE`, ns, id).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = tx.QueryRow(ctx, `SELECT `+cols+` FROM jobs_history WHERE namespace = $1 AND id = $2 LIMIT 1`, ns, id).Scan(dest...)
+	}
+	return err
+}
