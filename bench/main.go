@@ -33,6 +33,7 @@ type options struct {
 	repeat                               int
 	fanIn                                int
 	fairFlood                            int
+	historyJobs                          int
 	pgbouncer                            bool
 	cpuProfile                           string
 }
@@ -51,17 +52,18 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle blocked connections (0 skips)")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "wait after the idle connections blocked, before measuring")
 	flag.IntVar(&o.dashboardJobs, "dashboard-jobs", 1000000, "jobs in the database the dashboard's pages are timed on")
-	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),python,continuous,submit,batches,latency,idle,dashboard,workflows,wake,fair,namespaces (default all; submit includes batches)")
+	flag.StringVar(&o.only, "only", "", "comma list among burn,workers (client and agw),python,continuous,submit,batches,latency,idle,dashboard,workflows,wake,fair,namespaces,history (default all but history; submit includes batches)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the benchmark process's CPU profile of the workers rows to this file")
 	flag.BoolVar(&o.statements, "statements", false, "print PostgreSQL's statements of the first burn-downs and of the three-step one (pg_stat_statements)")
 	flag.IntVar(&o.fanIn, "fan-in", 10000, "parents of the fan-in's child")
 	flag.IntVar(&o.fairFlood, "fair-flood", 100000, "jobs queued under one fair key while a quiet key's pickup is timed")
+	flag.IntVar(&o.historyJobs, "history-jobs", 10000000, "finished jobs the history scenario retains (it runs only when -only names it)")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "agq's pool through PgBouncer in transaction mode (LISTEN and the leader's lock straight to PostgreSQL)")
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
 		o = options{jobs: 2000, workers: 16, batch: 50, submitJobs: 2000, pipeJobs: 2000, producers: 8, continuous: 2 * time.Second,
-			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000, fairFlood: 5000, pgbouncer: o.pgbouncer, cpuProfile: o.cpuProfile}
+			latency: 30, idle: 200, settle: 0, only: o.only, statements: o.statements, dashboardJobs: 20000, repeat: o.repeat, fanIn: 1000, fairFlood: 5000, historyJobs: 200000, pgbouncer: o.pgbouncer, cpuProfile: o.cpuProfile}
 	}
 	o.dashboardSamples = 3
 	r, err := run(context.Background(), o, os.Stderr)

@@ -34,7 +34,12 @@ func agqBurnDownClientKeyed(ctx context.Context, cl *cluster, s *agqServer, n, r
 	if err := s.submitDocs(ctx, n, 1000, doc); err != nil {
 		return measure{}, err
 	}
-	id := fmt.Sprintf("client-%d-%d", run, keys)
+	return agqWorkClient(ctx, cl, s, queue, n, fmt.Sprintf("client-%d-%d", run, keys))
+}
+
+// agqWorkClient measures one Worker of the client package, registered as
+// id, working off the n jobs waiting in queue.
+func agqWorkClient(ctx context.Context, cl *cluster, s *agqServer, queue string, n int, id string) (measure, error) {
 	key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
 	if err != nil {
 		return measure{}, err

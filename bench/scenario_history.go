@@ -1,0 +1,440 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// History: finished jobs move from jobs into jobs_history, partitioned by
+// when they expire, and retention drops whole periods. This scenario runs
+// the client package's burn-down with history empty and with millions of
+// finished jobs retained, times the drop of a due period during a
+// burn-down, and JOB.GET among the retained jobs. agq runs on a database of
+// its own with its metrics on, and is restarted once: its leader's first
+// sweep drops the periods that are due, the next only a minute later.
+
+const (
+	historyDB        = "agqhist"
+	historyRetention = 7 * 24 * time.Hour // agq's default for completed jobs
+	historyWait      = 5 * time.Second    // a finished job's time in jobs before it moves
+	historyChunk     = 1000000            // rows an INSERT of the fill
+	historyDays      = 8                  // daily periods covering a week of expiries from today
+	historyDue       = "benchdue"
+	// historyExpiryBurn is how long the burn-down during the expiry lasts,
+	// at the rate of the one before it: long enough that the moves, 5 s
+	// behind the completions, run during it too.
+	historyExpiryBurn = 15 * time.Second
+)
+
+// historyPeriod is one row of history_periods, with its partitions.
+type historyPeriod struct {
+	lo, hi time.Time
+	suffix string
+}
+
+// historyRows adds the history scenario's rows.
+func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
+	o, n := e.o, e.o.historyJobs
+	if _, err := e.cl.admin.Exec(ctx, "CREATE DATABASE "+historyDB); err != nil {
+		return err
+	}
+	db, err := pgxpool.New(ctx, e.cl.url(historyDB))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	s, metrics, err := e.startHistoryAgq(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { e.stopHistoryAgq(s) }()
+
+	// The week's periods exist before any job ends: agq's own moves, which
+	// expire in 7 days, go into the last of them, as they would in a
+	// service that has run for a week.
+	now := time.Now()
+	today := now.UTC().Truncate(24 * time.Hour)
+	for d := range historyDays {
+		lo := today.Add(time.Duration(d) * 24 * time.Hour)
+		p := historyPeriod{lo: lo, hi: lo.Add(24 * time.Hour), suffix: "bench" + lo.Format("20060102")}
+		if err := historyPartitionsCreate(ctx, db, p); err != nil {
+			return err
+		}
+		if err := historyPeriodList(ctx, db, p); err != nil {
+			return err
+		}
+	}
+
+	burns := func(what string, run int) (measure, error) {
+		var ms []measure
+		for i := range max(o.repeat, 1) {
+			if err := historySettled(ctx, db); err != nil {
+				return measure{}, err
+			}
+			e.say("history: burn-down of %d jobs by the client package, %s (run %d of %d)", o.jobs, what, i+1, max(o.repeat, 1))
+			m, err := agqBurnDownClient(ctx, e.cl, s, o.jobs, run+i)
+			if err != nil {
+				return measure{}, fmt.Errorf("client burn-down, %s: %w", what, err)
+			}
+			ms = append(ms, m)
+		}
+		return median(ms), nil
+	}
+	empty, err := burns("history empty", 400)
+	if err != nil {
+		return err
+	}
+
+	e.say("history: filling %d finished jobs", n)
+	fillStart := time.Now()
+	err = historyFill(ctx, db, "hist-", n, now.Add(-historyRetention), historyRetention, func(done int) {
+		e.say("history: %d of %d rows, %.0f s", done, n, time.Since(fillStart).Seconds())
+	})
+	if err != nil {
+		return fmt.Errorf("history fill: %w", err)
+	}
+	inserted := time.Since(fillStart)
+	if _, err := db.Exec(ctx, "VACUUM ANALYZE jobs_history"); err != nil {
+		return err
+	}
+	filled := time.Since(fillStart)
+
+	full, err := burns(thousands(n)+" finished jobs retained", 500)
+	if err != nil {
+		return err
+	}
+
+	if err := historySettled(ctx, db); err != nil {
+		return err
+	}
+	e.say("history: JOB.GET of 2,000 retained jobs and 200 unknown ids")
+	ids := make([]string, 2000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("hist-%09d", 1+rand.IntN(n))
+	}
+	found, err := jobGets(ctx, s, ids, true)
+	if err != nil {
+		return err
+	}
+	unknown := make([]string, 200)
+	for i := range unknown {
+		unknown[i] = fmt.Sprintf("hist-unknown-%d", i)
+	}
+	missing, err := jobGets(ctx, s, unknown, false)
+	if err != nil {
+		return err
+	}
+
+	ex, err := e.historyExpiry(ctx, db, &s, &metrics, max(o.jobs, int(full.rate()*historyExpiryBurn.Seconds())), max(n/10, 1))
+	if err != nil {
+		return err
+	}
+
+	r.add("burn-down, client package worker, empty history", perSecond(empty.rate()), "", "")
+	r.add(fmt.Sprintf("history fill: %s finished jobs in SQL over %d daily periods, then VACUUM ANALYZE", thousands(n), historyDays),
+		fmt.Sprintf("%.0f s", filled.Seconds()),
+		fmt.Sprintf("inserts %.0f s (%.0f rows/s), VACUUM ANALYZE %.0f s", inserted.Seconds(), float64(n)/inserted.Seconds(), (filled-inserted).Seconds()), "")
+	r.add(fmt.Sprintf("burn-down, client package worker, %s finished jobs retained", thousands(n)),
+		perSecond(full.rate()), perSecond(empty.rate())+" (empty history)", fmt.Sprintf("%.2f of empty history", full.rate()/empty.rate()))
+	r.add("retention: finished jobs expired per second during a full-rate burn-down",
+		fmt.Sprintf("%.0f jobs/s expired (a due period of %s jobs gone %.2f s after agq's start, the burn-down's start at %.2f s)",
+			float64(ex.due)/ex.gone.Seconds(), thousands(ex.due), ex.gone.Seconds(), ex.burnStart.Seconds()),
+		perSecond(ex.burn.rate())+fmt.Sprintf(" completed (%s jobs, same run)", thousands(ex.burn.jobs)),
+		fmt.Sprintf("expiry %.0f× completion", float64(ex.due)/ex.gone.Seconds()/ex.burn.rate()))
+	r.add("retention during that burn-down: finished jobs moved into history",
+		perSecond(float64(ex.burn.jobs)/(ex.allMoved-historyWait).Seconds()),
+		fmt.Sprintf("all moved %.1f s after the burn-down's end (a job waits %.0f s); at most %d finished jobs in jobs at once",
+			(ex.allMoved-ex.burn.d).Seconds(), historyWait.Seconds(), ex.peakFinished), "")
+	r.add("retention during that burn-down: n_dead_tup of jobs before / after (autovacuums between)",
+		fmt.Sprintf("%d / %d (%d)", ex.deadBefore, ex.deadAfter, ex.autovacuums), "", "")
+	r.add(fmt.Sprintf("JOB.GET of a finished job among %s", thousands(n)), p50p99(found), "", "")
+	r.add(fmt.Sprintf("JOB.GET of an unknown id, beside %s finished jobs", thousands(n)), p50p99(missing), "", "")
+	return nil
+}
+
+// historyExpiry is a burn-down run while agq drops a due period.
+type historyExpiry struct {
+	due                   int
+	burn                  measure
+	gone, burnStart       time.Duration // since agq's start
+	allMoved              time.Duration // since the burn-down's start
+	peakFinished          int
+	deadBefore, deadAfter int64
+	autovacuums           int64
+}
+
+// historyExpiry fills a due period with due jobs and queues burn jobs, then
+// restarts agq (*s, *metrics) so that its first retention pass falls at
+// the burn-down's start, and times the period's drop, the burn-down and
+// the moves of its jobs into history.
+func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **agqServer, metrics *string, burn, due int) (historyExpiry, error) {
+	ex := historyExpiry{due: due}
+	queue := "burn-client"
+	if err := (*s).submitBatches(ctx, queue, burn, 1000); err != nil {
+		return ex, err
+	}
+	// The due period is two days past, clear of the week's periods and
+	// of the hour retention carries jobs into. Its partitions fill before
+	// it is listed: until then agq does not know it.
+	lo := time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour)
+	p := historyPeriod{lo: lo, hi: lo.Add(time.Hour), suffix: historyDue}
+	e.say("history: a due period of %d jobs, then %d jobs worked off while agq restarts and drops it", due, burn)
+	if err := historyPartitionsCreate(ctx, db, p); err != nil {
+		return ex, err
+	}
+	if err := historyFill(ctx, db, "due-", due, lo.Add(-historyRetention), time.Hour, nil); err != nil {
+		return ex, err
+	}
+	if _, err := db.Exec(ctx, "VACUUM ANALYZE jobs_history_"+historyDue); err != nil {
+		return ex, err
+	}
+	if err := historySettled(ctx, db); err != nil {
+		return ex, err
+	}
+	e.stopHistoryAgq(*s)
+	*s = nil
+	if err := historyPeriodList(ctx, db, p); err != nil {
+		return ex, err
+	}
+	var err error
+	if ex.deadBefore, ex.autovacuums, err = jobsDead(ctx, db); err != nil {
+		return ex, err
+	}
+
+	watchCtx, stopWatch := context.WithTimeout(ctx, 5*time.Minute)
+	defer stopWatch()
+	launch := time.Now()
+	var burnStart time.Time
+	started := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() {
+		watched <- watchRetention(watchCtx, db, metrics, burn, launch, started, &burnStart, &ex)
+	}()
+	if *s, *metrics, err = e.startHistoryAgq(ctx); err != nil {
+		return ex, err
+	}
+	burnStart = time.Now()
+	close(started)
+	ex.burnStart = burnStart.Sub(launch)
+	if ex.burn, err = agqWorkClient(ctx, e.cl, *s, queue, burn, "client-history-expiry"); err != nil {
+		return ex, fmt.Errorf("client burn-down during the expiry: %w", err)
+	}
+	if err := <-watched; err != nil {
+		return ex, err
+	}
+	// Backends report their statistics up to 10 s late when idle.
+	time.Sleep(11 * time.Second)
+	var after int64
+	if ex.deadAfter, after, err = jobsDead(ctx, db); err != nil {
+		return ex, err
+	}
+	ex.autovacuums = after - ex.autovacuums
+	return ex, nil
+}
+
+// watchRetention polls until the due period is gone (ex.gone, since
+// launch) and agq counts all burn jobs moved into history (ex.allMoved,
+// since the burn-down's start, once started is closed), keeping the most
+// finished jobs seen in jobs meanwhile.
+func watchRetention(ctx context.Context, db *pgxpool.Pool, metrics *string, burn int, launch time.Time,
+	started <-chan struct{}, burnStart *time.Time, ex *historyExpiry) error {
+	for tick := 0; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("history: the due period gone: %v, jobs moved: %v: %w", ex.gone > 0, ex.allMoved > 0, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if ex.gone == 0 {
+			var listed int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM history_periods WHERE suffix = $1`, historyDue).Scan(&listed); err != nil {
+				return err
+			}
+			if listed == 0 {
+				ex.gone = time.Since(launch)
+			}
+		}
+		select {
+		case <-started:
+		default:
+			continue
+		}
+		if ex.allMoved == 0 && tick%5 == 0 {
+			var finished int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')`).Scan(&finished); err != nil {
+				return err
+			}
+			ex.peakFinished = max(ex.peakFinished, finished)
+			// agq answers its metrics only once it listens.
+			if moved, err := recoveredTotal(ctx, *metrics, "history_move"); err == nil && moved >= float64(burn) {
+				ex.allMoved = time.Since(*burnStart)
+			}
+		}
+		if ex.gone > 0 && ex.allMoved > 0 {
+			return nil
+		}
+	}
+}
+
+// startHistoryAgq starts agq on the history database, its metrics on.
+func (e *scenarioEnv) startHistoryAgq(ctx context.Context) (*agqServer, string, error) {
+	addr := freeAddr()
+	s, err := startAgq(ctx, e.bin, e.cl.url(historyDB), 2000, "--http-listen", addr, "--ui", "off")
+	if err != nil {
+		return nil, "", fmt.Errorf("agq on the history database: %w", err)
+	}
+	return s, "http://" + addr + "/metrics", nil
+}
+
+// stopHistoryAgq stops s, first passing on the warnings and errors of its
+// log: a failed move or drop shows nowhere else.
+func (e *scenarioEnv) stopHistoryAgq(s *agqServer) {
+	if s == nil {
+		return
+	}
+	if f, err := os.Open(filepath.Join(s.dir, "agq.log")); err == nil {
+		shown := 0
+		for sc := bufio.NewScanner(f); sc.Scan() && shown < 20; {
+			if line := sc.Text(); strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) {
+				e.say("history: agq logged %s", line)
+				shown++
+			}
+		}
+		f.Close()
+	}
+	s.stop()
+}
+
+// historyPartitionsCreate creates a period's partitions of each history
+// table, without listing the period.
+func historyPartitionsCreate(ctx context.Context, db *pgxpool.Pool, p historyPeriod) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		for _, t := range []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"} {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s_%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+				t, p.suffix, t, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// historyPeriodList lists a period in history_periods, where retention
+// finds it.
+func historyPeriodList(ctx context.Context, db *pgxpool.Pool, p historyPeriod) error {
+	_, err := db.Exec(ctx, `INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, p.lo, p.hi, p.suffix)
+	return err
+}
+
+// historyFill inserts n completed jobs into jobs_history, ids prefix and
+// a number of 9 digits, in INSERTs of historyChunk rows: they ended one
+// after the other, evenly over span from first, and each expires
+// historyRetention after its end. progress, when set, hears after each
+// INSERT how many rows are in.
+func historyFill(ctx context.Context, db *pgxpool.Pool, prefix string, n int, first time.Time, span time.Duration, progress func(int)) error {
+	step := span.Seconds() / float64(n)
+	for done := 0; done < n; {
+		k := min(historyChunk, n-done)
+		_, err := db.Exec(ctx, `
+			INSERT INTO jobs_history (expires_at, id, seq, queue, type, payload, status, attempt, max_attempts, timeout_seconds,
+			                          run_at, worker_id, result, created_at, started_at, finished_at, updated_at)
+			SELECT f + make_interval(secs => $4::float8), $1::text || lpad(g::text, 9, '0'), g,
+			       (ARRAY['email', 'reports', 'video', 'etl'])[1 + g % 4], 'bench',
+			       jsonb_build_object('input', '/data/in/' || g || '.csv', 'sent_at', 0), 'completed', 1, 3, 3600,
+			       f - interval '3 seconds', 'worker-' || g % 300, jsonb_build_object('output', 'ok', 'rows', g % 1000),
+			       f - interval '3 seconds', f - interval '2 seconds', f, f
+			FROM (SELECT g, $2::timestamptz + make_interval(secs => (g - 1) * $3::float8) AS f
+			      FROM generate_series($5::bigint, $6::bigint) g) s`,
+			prefix, first, step, historyRetention.Seconds(), done+1, done+k)
+		if err != nil {
+			return err
+		}
+		done += k
+		if progress != nil {
+			progress(done)
+		}
+	}
+	return nil
+}
+
+// historySettled waits until jobs holds no finished job: every one has
+// moved into history.
+func historySettled(ctx context.Context, db *pgxpool.Pool) error {
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		var finished int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')`).Scan(&finished); err != nil {
+			return err
+		}
+		if finished == 0 {
+			return nil
+		}
+		if time.Since(start) > 2*time.Minute {
+			return fmt.Errorf("history: %d finished jobs still in jobs after 2 minutes", finished)
+		}
+	}
+}
+
+// jobsDead reads jobs' dead tuples and how often autovacuum has run on it.
+func jobsDead(ctx context.Context, db *pgxpool.Pool) (dead, autovacuums int64, err error) {
+	err = db.QueryRow(ctx, `SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&dead, &autovacuums)
+	return dead, autovacuums, err
+}
+
+// recoveredTotal reads agq_watchdog_recovered_total of kind from agq's
+// metrics.
+func recoveredTotal(ctx context.Context, metrics, kind string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metrics, nil)
+	if err != nil {
+		return 0, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	prefix := `agq_watchdog_recovered_total{kind="` + kind + `"} `
+	for sc := bufio.NewScanner(res.Body); sc.Scan(); {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, nil
+}
+
+// jobGets times JOB.GET of each id, one at a time, after a few untimed
+// ones; each must answer a job when found, nil otherwise.
+func jobGets(ctx context.Context, s *agqServer, ids []string, found bool) ([]time.Duration, error) {
+	var out []time.Duration
+	for i, id := range append(ids[:10:10], ids...) {
+		start := time.Now()
+		v, err := s.admin.Do(ctx, "JOB.GET", id).Text()
+		d := time.Since(start)
+		switch {
+		case found && (err != nil || !strings.Contains(v, `"completed"`)):
+			return nil, fmt.Errorf("JOB.GET %s answered %q, %v", id, v, err)
+		case !found && !errors.Is(err, redis.Nil):
+			return nil, fmt.Errorf("JOB.GET of the unknown %s answered %q, %v", id, v, err)
+		}
+		if i >= 10 {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func p50p99(d []time.Duration) string {
+	d = sortDurations(d)
+	return millis(percentile(d, 50)) + " / " + millis(percentile(d, 99)) + " (p50 / p99)"
+}
