@@ -326,40 +326,64 @@ func missingFrom(ids []string, status map[string]string) []string {
 // recallSQL brings jobs of namespace $1 (ids $2) back from history into
 // jobs, with their steps, log lines and signals: a job a write changes again (a
 // retry, a restore) lives among the unfinished. Rows go back column by
-// column through their JSON form, which leaves out expires_at.
+// column through their JSON form, which leaves out expires_at; the record
+// is built once a row in a LATERAL call (a (f(x)).* would call f once a
+// column).
 const recallSQL = `
 	WITH back AS (
 		DELETE FROM jobs_history WHERE namespace = $1 AND id = ANY($2::text[]) RETURNING *
 	), jobs_back AS (
 		INSERT INTO jobs OVERRIDING SYSTEM VALUE
-		SELECT (jsonb_populate_record(NULL::jobs, to_jsonb(b) - 'expires_at')).* FROM back b
+		SELECT r.* FROM back b CROSS JOIN LATERAL jsonb_populate_record(NULL::jobs, to_jsonb(b) - 'expires_at') r
 	), steps_back AS (
 		DELETE FROM job_steps_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
 	), steps_in AS (
 		INSERT INTO job_steps OVERRIDING SYSTEM VALUE
-		SELECT (jsonb_populate_record(NULL::job_steps, to_jsonb(s) - 'expires_at')).* FROM steps_back s
+		SELECT r.* FROM steps_back s CROSS JOIN LATERAL jsonb_populate_record(NULL::job_steps, to_jsonb(s) - 'expires_at') r
 	), logs_back AS (
 		DELETE FROM job_logs_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
 	), logs_in AS (
 		INSERT INTO job_logs OVERRIDING SYSTEM VALUE
-		SELECT (jsonb_populate_record(NULL::job_logs, to_jsonb(l) - 'expires_at')).* FROM logs_back l
+		SELECT r.* FROM logs_back l CROSS JOIN LATERAL jsonb_populate_record(NULL::job_logs, to_jsonb(l) - 'expires_at') r
 	), signals_back AS (
 		DELETE FROM job_signals_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
 	), signals_in AS (
 		INSERT INTO job_signals OVERRIDING SYSTEM VALUE
-		SELECT (jsonb_populate_record(NULL::job_signals, to_jsonb(g) - 'expires_at')).* FROM signals_back g
+		SELECT r.* FROM signals_back g CROSS JOIN LATERAL jsonb_populate_record(NULL::job_signals, to_jsonb(g) - 'expires_at') r
 	)
 	SELECT id FROM back`
 
 // recall brings the jobs ids of namespace ns that are in history back
 // into jobs (recallSQL), answering those it brought.
+//
+// jobs is small and changes fast: its statistics may say it is empty
+// while a recall puts thousands of rows into it, and the statements of the
+// same transaction (a restore's walk) would then probe it by namespace
+// alone for each job, O(n²). A recall that grows jobs by a tenth or more
+// (autovacuum's rule for an analyze), and by recallAnalyzeAt jobs at
+// least, has jobs analyzed first, rows of this transaction counted. For a
+// role that does not own jobs, ANALYZE only warns.
 func recall(ctx context.Context, tx pgx.Tx, ns string, ids []string) ([]string, error) {
 	rows, err := tx.Query(ctx, recallSQL, ns, ids)
-	if err != nil {
+	back, err := collect(rows, err, pgx.RowTo[string])
+	if err != nil || len(back) < recallAnalyzeAt {
+		return back, err
+	}
+	var tuples float64
+	if err := tx.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass`).Scan(&tuples); err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	if float64(len(back)) >= tuples/10 {
+		if _, err := tx.Exec(ctx, `ANALYZE jobs`); err != nil {
+			return nil, err
+		}
+	}
+	return back, nil
 }
+
+// recallAnalyzeAt is the fewest jobs a recall brings back for which jobs'
+// statistics may be renewed (recall).
+const recallAnalyzeAt = 1000
 
 // recallCancelledBy brings back from history, for a restore, the jobs of
 // namespace ns cancelled because of the jobs from, and down the graph
