@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,6 +13,11 @@ import (
 // the job is in jobs: answered with Created false when it asks for the same
 // contents, refused (JobExistsError) otherwise. Jobs whose ids agq made up
 // (NewJob.GeneratedID) cannot be there and are not looked for.
+//
+// The look comes before the insert, and the leader's mover may move the
+// job in between: its id is then free in jobs, and the insert creates the
+// job again. recheckHistory looks once more after the commit, with a
+// snapshot that sees every move committed before the insert.
 
 // historyHeld answers, by index in jobs, the result of each job whose id
 // is held by a job in history.
@@ -97,7 +103,11 @@ func (s *Store) submitAroundHistory(ctx context.Context, jobs []records.NewJob, 
 		return nil, nil, interpretError(err)
 	}
 	if len(held) == 0 {
-		return submit(jobs)
+		res, notes, err := submit(jobs)
+		if err == nil {
+			s.recheckHistory(ctx, jobs, res)
+		}
+		return res, notes, err
 	}
 	for i, r := range held {
 		if !r.Same {
@@ -111,6 +121,7 @@ func (s *Store) submitAroundHistory(ctx context.Context, jobs []records.NewJob, 
 		if res, notes, err = submit(rest); err != nil {
 			return nil, nil, err
 		}
+		s.recheckHistory(ctx, rest, res)
 	}
 	return mergeHeld(len(jobs), held, at, res), notes, nil
 }
@@ -128,7 +139,9 @@ func (s *Store) submitEachAroundHistory(ctx context.Context, jobs []records.NewJ
 		return make([]records.SubmitResult, len(jobs)), errs, nil
 	}
 	if len(held) == 0 {
-		return submit(jobs)
+		res, errs, notes := submit(jobs)
+		s.recheckHistory(ctx, jobs, res)
+		return res, errs, notes
 	}
 	rest, at := withoutHeld(jobs, held)
 	errs := make([]error, len(jobs))
@@ -142,9 +155,56 @@ func (s *Store) submitEachAroundHistory(ctx context.Context, jobs []records.NewJ
 	if len(rest) > 0 {
 		var restErrs []error
 		res, restErrs, notes = submit(rest)
+		s.recheckHistory(ctx, rest, res)
 		for k, i := range at {
 			errs[i] = restErrs[k]
 		}
 	}
 	return mergeHeld(len(jobs), held, at, res), errs, notes
+}
+
+// recheckHistory looks, after the commit, for the jobs res says were
+// created under ids of their own in history: a job moved there while
+// they were inserted (see above). A job found with the same contents is
+// deleted again while nothing has touched it (still waiting for its first
+// attempt, in no graph) and answered, in res, as the job in history. One
+// already handed to a worker, or found with other contents, stays: it
+// runs as a job delivered once more would. Nothing is found but for that
+// race, and a failed look changes nothing.
+func (s *Store) recheckHistory(ctx context.Context, jobs []records.NewJob, res []records.SubmitResult) {
+	var created []records.NewJob
+	var at []int
+	for i, j := range jobs {
+		if i < len(res) && res[i].Created && res[i].Delivered == nil && !j.GeneratedID {
+			created, at = append(created, j), append(at, i)
+		}
+	}
+	if len(created) == 0 {
+		return
+	}
+	held, err := s.historyHeld(ctx, created)
+	if err != nil || len(held) == 0 {
+		return
+	}
+	var ns, ids []string
+	for k, r := range held {
+		if r.Same {
+			ns, ids = append(ns, created[k].Namespace), append(ids, created[k].ID)
+		}
+	}
+	rows, err := s.Pool.Query(ctx, `
+		DELETE FROM jobs j USING unnest($1::text[], $2::text[]) AS d(namespace, id)
+		WHERE j.namespace = d.namespace AND j.id = d.id AND j.status IN ('queued', 'scheduled') AND j.attempt = 0
+		  AND j.after IS NULL AND NOT j.has_children
+		RETURNING j.namespace, j.id`, ns, ids)
+	type key struct{ ns, id string }
+	gone, err := collect(rows, err, func(r pgx.CollectableRow) (k key, err error) { return k, r.Scan(&k.ns, &k.id) })
+	if err != nil {
+		return
+	}
+	for k, r := range held {
+		if slices.Contains(gone, key{created[k].Namespace, created[k].ID}) {
+			res[at[k]] = records.SubmitResult{ID: r.ID, Queue: r.Queue, Same: true}
+		}
+	}
 }
