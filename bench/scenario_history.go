@@ -39,6 +39,40 @@ const (
 	historyExpiryBurn = 15 * time.Second
 )
 
+// historyDatabase creates database name with the daily periods of the
+// week from now: agq's own moves, which expire in 7 days, go into the last
+// of them, as they would in a service that has run for a week.
+func (e *scenarioEnv) historyDatabase(ctx context.Context, name string, now time.Time) (*pgxpool.Pool, error) {
+	if _, err := e.cl.admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, err
+	}
+	db, err := pgxpool.New(ctx, e.cl.url(name))
+	if err != nil {
+		return nil, err
+	}
+	// agq's migrations make the history tables.
+	s, _, err := e.startHistoryAgq(ctx, name)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	e.stopHistoryAgq(s)
+	today := now.UTC().Truncate(24 * time.Hour)
+	for d := range historyDays {
+		lo := today.Add(time.Duration(d) * 24 * time.Hour)
+		p := historyPeriod{lo: lo, hi: lo.Add(24 * time.Hour), suffix: "bench" + lo.Format("20060102")}
+		if err := historyPartitionsCreate(ctx, db, p); err != nil {
+			db.Close()
+			return nil, err
+		}
+		if err := historyPeriodList(ctx, db, p); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return db, nil
+}
+
 // historyPeriod is one row of history_periods, with its partitions.
 type historyPeriod struct {
 	lo, hi time.Time
@@ -48,55 +82,30 @@ type historyPeriod struct {
 // historyRows adds the history scenario's rows.
 func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	o, n := e.o, e.o.historyJobs
-	if _, err := e.cl.admin.Exec(ctx, "CREATE DATABASE "+historyDB); err != nil {
-		return err
-	}
-	db, err := pgxpool.New(ctx, e.cl.url(historyDB))
+	// Two databases, each with its agq: one fills with n retained jobs,
+	// the other's history stays empty, and their burn-downs alternate, so
+	// that the machine's drift over the minutes of the fill weighs on both.
+	now := time.Now()
+	db, err := e.historyDatabase(ctx, historyDB, now)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, metrics, err := e.startHistoryAgq(ctx)
+	db0, err := e.historyDatabase(ctx, historyDB+"_empty", now)
+	if err != nil {
+		return err
+	}
+	defer db0.Close()
+	s, metrics, err := e.startHistoryAgq(ctx, historyDB)
 	if err != nil {
 		return err
 	}
 	defer func() { e.stopHistoryAgq(s) }()
-
-	// The week's periods exist before any job ends: agq's own moves, which
-	// expire in 7 days, go into the last of them, as they would in a
-	// service that has run for a week.
-	now := time.Now()
-	today := now.UTC().Truncate(24 * time.Hour)
-	for d := range historyDays {
-		lo := today.Add(time.Duration(d) * 24 * time.Hour)
-		p := historyPeriod{lo: lo, hi: lo.Add(24 * time.Hour), suffix: "bench" + lo.Format("20060102")}
-		if err := historyPartitionsCreate(ctx, db, p); err != nil {
-			return err
-		}
-		if err := historyPeriodList(ctx, db, p); err != nil {
-			return err
-		}
-	}
-
-	burns := func(what string, run int) (measure, error) {
-		var ms []measure
-		for i := range max(o.repeat, 1) {
-			if err := historySettled(ctx, db); err != nil {
-				return measure{}, err
-			}
-			e.say("history: burn-down of %d jobs by the client package, %s (run %d of %d)", o.jobs, what, i+1, max(o.repeat, 1))
-			m, err := agqBurnDownClient(ctx, e.cl, s, o.jobs, run+i)
-			if err != nil {
-				return measure{}, fmt.Errorf("client burn-down, %s: %w", what, err)
-			}
-			ms = append(ms, m)
-		}
-		return median(ms), nil
-	}
-	empty, err := burns("history empty", 400)
+	s0, _, err := e.startHistoryAgq(ctx, historyDB+"_empty")
 	if err != nil {
 		return err
 	}
+	defer func() { e.stopHistoryAgq(s0) }()
 
 	e.say("history: filling %d finished jobs", n)
 	fillStart := time.Now()
@@ -110,12 +119,52 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	if _, err := db.Exec(ctx, "VACUUM ANALYZE jobs_history"); err != nil {
 		return err
 	}
-	filled := time.Since(fillStart)
-
-	full, err := burns(thousands(n)+" finished jobs retained", 500)
-	if err != nil {
+	analyzed := time.Since(fillStart)
+	// Retained jobs are on disk, as after days of service, not in the
+	// WAL of a checkpoint still to be written during the burn-downs.
+	if _, err := db.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
+	filled := time.Since(fillStart)
+
+	burn := func(what, dbName string, pool *pgxpool.Pool, srv *agqServer, run int, statements bool) (measure, error) {
+		if err := historySettled(ctx, pool); err != nil {
+			return measure{}, err
+		}
+		if statements {
+			if err := e.cl.statementsReset(ctx, dbName); err != nil {
+				return measure{}, err
+			}
+		}
+		m, err := agqBurnDownClient(ctx, e.cl, srv, o.jobs, run)
+		if err != nil {
+			return measure{}, fmt.Errorf("client burn-down, %s: %w", what, err)
+		}
+		e.say("history: %s: %.0f jobs/s", what, m.rate())
+		if statements {
+			if err := e.cl.statementsPrint(ctx, dbName, o.jobs, e.progress); err != nil {
+				return measure{}, err
+			}
+		}
+		return m, nil
+	}
+	retained := thousands(n) + " finished jobs retained"
+	var empties, fulls []measure
+	for i := range max(o.repeat, 1) {
+		e.say("history: burn-downs of %d jobs by the client package, history empty then %s (pair %d of %d)", o.jobs, retained, i+1, max(o.repeat, 1))
+		m, err := burn("history empty", historyDB+"_empty", db0, s0, 400+i, o.statements && i == 0)
+		if err != nil {
+			return err
+		}
+		empties = append(empties, m)
+		if m, err = burn(retained, historyDB, db, s, 500+i, o.statements && i == 0); err != nil {
+			return err
+		}
+		fulls = append(fulls, m)
+	}
+	empty, full := median(empties), median(fulls)
+	e.stopHistoryAgq(s0)
+	s0 = nil
 
 	if err := historySettled(ctx, db); err != nil {
 		return err
@@ -144,9 +193,10 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	}
 
 	r.add("burn-down, client package worker, empty history", perSecond(empty.rate()), "", "")
-	r.add(fmt.Sprintf("history fill: %s finished jobs in SQL over %d daily periods, then VACUUM ANALYZE", thousands(n), historyDays),
+	r.add(fmt.Sprintf("history fill: %s finished jobs in SQL over %d daily periods, then VACUUM ANALYZE and CHECKPOINT", thousands(n), historyDays),
 		fmt.Sprintf("%.0f s", filled.Seconds()),
-		fmt.Sprintf("inserts %.0f s (%.0f rows/s), VACUUM ANALYZE %.0f s", inserted.Seconds(), float64(n)/inserted.Seconds(), (filled-inserted).Seconds()), "")
+		fmt.Sprintf("inserts %.0f s (%.0f rows/s), VACUUM ANALYZE %.0f s, CHECKPOINT %.0f s", inserted.Seconds(), float64(n)/inserted.Seconds(),
+			(analyzed-inserted).Seconds(), (filled-analyzed).Seconds()), "")
 	r.add(fmt.Sprintf("burn-down, client package worker, %s finished jobs retained", thousands(n)),
 		perSecond(full.rate()), perSecond(empty.rate())+" (empty history)", fmt.Sprintf("%.2f of empty history", full.rate()/empty.rate()))
 	r.add("retention: finished jobs expired per second during a full-rate burn-down",
@@ -154,12 +204,8 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 			float64(ex.due)/ex.gone.Seconds(), thousands(ex.due), ex.gone.Seconds(), ex.burnStart.Seconds()),
 		perSecond(ex.burn.rate())+fmt.Sprintf(" completed (%s jobs, same run)", thousands(ex.burn.jobs)),
 		fmt.Sprintf("expiry %.0f× completion", float64(ex.due)/ex.gone.Seconds()/ex.burn.rate()))
-	r.add("retention during that burn-down: finished jobs moved into history",
-		perSecond(float64(ex.burn.jobs)/(ex.allMoved-historyWait).Seconds()),
-		fmt.Sprintf("all moved %.1f s after the burn-down's end (a job waits %.0f s); at most %d finished jobs in jobs at once",
-			(ex.allMoved-ex.burn.d).Seconds(), historyWait.Seconds(), ex.peakFinished), "")
-	r.add("retention during that burn-down: n_dead_tup of jobs before / after (autovacuums between)",
-		fmt.Sprintf("%d / %d (%d)", ex.deadBefore, ex.deadAfter, ex.autovacuums), "", "")
+	r.add("retention during that burn-down: n_dead_tup of jobs before / after (autovacuums between); most finished jobs in jobs at once",
+		fmt.Sprintf("%d / %d (%d); %d", ex.deadBefore, ex.deadAfter, ex.autovacuums, ex.peakFinished), "", "")
 	r.add(fmt.Sprintf("JOB.GET of a finished job among %s", thousands(n)), p50p99(found), "", "")
 	r.add(fmt.Sprintf("JOB.GET of an unknown id, beside %s finished jobs", thousands(n)), p50p99(missing), "", "")
 	return nil
@@ -223,7 +269,7 @@ func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **a
 	go func() {
 		watched <- watchRetention(watchCtx, db, metrics, burn, launch, started, &burnStart, &ex)
 	}()
-	if *s, *metrics, err = e.startHistoryAgq(ctx); err != nil {
+	if *s, *metrics, err = e.startHistoryAgq(ctx, historyDB); err != nil {
 		return ex, err
 	}
 	burnStart = time.Now()
@@ -288,10 +334,10 @@ func watchRetention(ctx context.Context, db *pgxpool.Pool, metrics *string, burn
 	}
 }
 
-// startHistoryAgq starts agq on the history database, its metrics on.
-func (e *scenarioEnv) startHistoryAgq(ctx context.Context) (*agqServer, string, error) {
+// startHistoryAgq starts agq on database name, its metrics on.
+func (e *scenarioEnv) startHistoryAgq(ctx context.Context, name string) (*agqServer, string, error) {
 	addr := freeAddr()
-	s, err := startAgq(ctx, e.bin, e.cl.url(historyDB), 2000, "--http-listen", addr, "--ui", "off")
+	s, err := startAgq(ctx, e.bin, e.cl.url(name), 2000, "--http-listen", addr, "--ui", "off")
 	if err != nil {
 		return nil, "", fmt.Errorf("agq on the history database: %w", err)
 	}
