@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,6 +39,30 @@ const restoreSQL = `
 	WHERE j.namespace = $1 AND j.id = d.id AND j.status = 'cancelled'
 	RETURNING j.id`
 
+// restoreFound makes the jobs found pending again (restoreSQL). The
+// leader's mover may have moved some of them into history since the walk
+// read them (they were cancelled, unlocked): those are recalled, in a
+// statement that sees the move, and restored in turn. A recalled job is
+// this transaction's until it commits, out of the mover's reach.
+func restoreFound(ctx context.Context, tx pgx.Tx, ns string, found []string) ([]string, error) {
+	rows, err := tx.Query(ctx, restoreSQL, ns, found)
+	restored, err := collect(rows, err, pgx.RowTo[string])
+	if err != nil || len(restored) == len(found) {
+		return restored, err
+	}
+	done := make(map[string]bool, len(restored))
+	for _, id := range restored {
+		done[id] = true
+	}
+	moved, err := recall(ctx, tx, ns, slices.DeleteFunc(slices.Clone(found), func(id string) bool { return done[id] }))
+	if err != nil || len(moved) == 0 {
+		return restored, err
+	}
+	rows, err = tx.Query(ctx, restoreSQL, ns, moved)
+	more, err := collect(rows, err, pgx.RowTo[string])
+	return append(restored, more...), err
+}
+
 // restoreBatch restores, down the graph from the marks' jobs, jobs of
 // namespace ns, the jobs cancelled because of them. A mark whose job
 // failed or was cancelled again meanwhile restores nothing: what it
@@ -66,10 +91,7 @@ func restoreBatch(ctx context.Context, tx pgx.Tx, ns string, marks []mark) (Walk
 	if err != nil || len(found) == 0 {
 		return out, err
 	}
-	if rows, err = tx.Query(ctx, restoreSQL, ns, found); err != nil {
-		return out, err
-	}
-	if out.Restored, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+	if out.Restored, err = restoreFound(ctx, tx, ns, found); err != nil {
 		return out, err
 	}
 	// A job restored by an earlier batch of this walk may be a pending
