@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,15 +19,14 @@ import (
 // History: finished jobs move from jobs into jobs_history, partitioned by
 // when they expire, and retention drops whole periods. This scenario runs
 // the client package's burn-down with history empty and with millions of
-// finished jobs retained, times the drop of a due period during a
-// burn-down, and JOB.GET among the retained jobs. agq runs on a database of
-// its own with its metrics on, and is restarted once: its leader's first
+// finished jobs retained (each on a database of its own, in turn), times
+// the drop of a due period during a burn-down, and JOB.GET among the
+// retained jobs. The retaining agq is restarted once: its leader's first
 // sweep drops the periods that are due, the next only a minute later.
 
 const (
 	historyDB        = "agqhist"
 	historyRetention = 7 * 24 * time.Hour // agq's default for completed jobs
-	historyWait      = 5 * time.Second    // a finished job's time in jobs before it moves
 	historyChunk     = 1000000            // rows an INSERT of the fill
 	historyDays      = 8                  // daily periods covering a week of expiries from today
 	historyDue       = "benchdue"
@@ -51,7 +48,7 @@ func (e *scenarioEnv) historyDatabase(ctx context.Context, name string, now time
 		return nil, err
 	}
 	// agq's migrations make the history tables.
-	s, _, err := e.startHistoryAgq(ctx, name)
+	s, err := e.startHistoryAgq(ctx, name)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -96,12 +93,12 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 		return err
 	}
 	defer db0.Close()
-	s, metrics, err := e.startHistoryAgq(ctx, historyDB)
+	s, err := e.startHistoryAgq(ctx, historyDB)
 	if err != nil {
 		return err
 	}
 	defer func() { e.stopHistoryAgq(s) }()
-	s0, _, err := e.startHistoryAgq(ctx, historyDB+"_empty")
+	s0, err := e.startHistoryAgq(ctx, historyDB+"_empty")
 	if err != nil {
 		return err
 	}
@@ -187,7 +184,7 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 		return err
 	}
 
-	ex, err := e.historyExpiry(ctx, db, &s, &metrics, max(o.jobs, int(full.rate()*historyExpiryBurn.Seconds())), max(n/10, 1))
+	ex, err := e.historyExpiry(ctx, db, &s, max(o.jobs, int(full.rate()*historyExpiryBurn.Seconds())), max(n/10, 1))
 	if err != nil {
 		return err
 	}
@@ -216,17 +213,15 @@ type historyExpiry struct {
 	due                   int
 	burn                  measure
 	gone, burnStart       time.Duration // since agq's start
-	allMoved              time.Duration // since the burn-down's start
 	peakFinished          int
 	deadBefore, deadAfter int64
 	autovacuums           int64
 }
 
 // historyExpiry fills a due period with due jobs and queues burn jobs, then
-// restarts agq (*s, *metrics) so that its first retention pass falls at
-// the burn-down's start, and times the period's drop, the burn-down and
-// the moves of its jobs into history.
-func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **agqServer, metrics *string, burn, due int) (historyExpiry, error) {
+// restarts agq (*s) so that its first retention pass falls at the
+// burn-down's start, and times the period's drop and the burn-down.
+func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **agqServer, burn, due int) (historyExpiry, error) {
 	ex := historyExpiry{due: due}
 	queue := "burn-client"
 	if err := (*s).submitBatches(ctx, queue, burn, 1000); err != nil {
@@ -263,19 +258,17 @@ func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **a
 	watchCtx, stopWatch := context.WithTimeout(ctx, 5*time.Minute)
 	defer stopWatch()
 	launch := time.Now()
-	var burnStart time.Time
-	started := make(chan struct{})
+	started, burned := make(chan struct{}), make(chan struct{})
 	watched := make(chan error, 1)
-	go func() {
-		watched <- watchRetention(watchCtx, db, metrics, burn, launch, started, &burnStart, &ex)
-	}()
-	if *s, *metrics, err = e.startHistoryAgq(ctx, historyDB); err != nil {
+	go func() { watched <- watchRetention(watchCtx, db, launch, started, burned, &ex) }()
+	if *s, err = e.startHistoryAgq(ctx, historyDB); err != nil {
 		return ex, err
 	}
-	burnStart = time.Now()
+	ex.burnStart = time.Since(launch)
 	close(started)
-	ex.burnStart = burnStart.Sub(launch)
-	if ex.burn, err = agqWorkClient(ctx, e.cl, *s, queue, burn, "client-history-expiry"); err != nil {
+	ex.burn, err = agqWorkClient(ctx, e.cl, *s, queue, burn, "client-history-expiry")
+	close(burned)
+	if err != nil {
 		return ex, fmt.Errorf("client burn-down during the expiry: %w", err)
 	}
 	if err := <-watched; err != nil {
@@ -292,15 +285,21 @@ func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **a
 }
 
 // watchRetention polls until the due period is gone (ex.gone, since
-// launch) and agq counts all burn jobs moved into history (ex.allMoved,
-// since the burn-down's start, once started is closed), keeping the most
-// finished jobs seen in jobs meanwhile.
-func watchRetention(ctx context.Context, db *pgxpool.Pool, metrics *string, burn int, launch time.Time,
-	started <-chan struct{}, burnStart *time.Time, ex *historyExpiry) error {
+// launch) and, once burned is closed, no finished job is left in jobs,
+// keeping the most finished jobs seen in jobs after started is closed.
+func watchRetention(ctx context.Context, db *pgxpool.Pool, launch time.Time, started, burned <-chan struct{}, ex *historyExpiry) error {
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
 	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("history: the due period gone: %v, jobs moved: %v: %w", ex.gone > 0, ex.allMoved > 0, ctx.Err())
+			return fmt.Errorf("history: the due period gone: %v, the burn-down over: %v: %w", ex.gone > 0, closed(burned), ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if ex.gone == 0 {
@@ -312,36 +311,28 @@ func watchRetention(ctx context.Context, db *pgxpool.Pool, metrics *string, burn
 				ex.gone = time.Since(launch)
 			}
 		}
-		select {
-		case <-started:
-		default:
+		if !closed(started) || tick%5 != 0 {
 			continue
 		}
-		if ex.allMoved == 0 && tick%5 == 0 {
-			var finished int
-			if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')`).Scan(&finished); err != nil {
-				return err
-			}
-			ex.peakFinished = max(ex.peakFinished, finished)
-			// agq answers its metrics only once it listens.
-			if moved, err := recoveredTotal(ctx, *metrics, "history_move"); err == nil && moved >= float64(burn) {
-				ex.allMoved = time.Since(*burnStart)
-			}
+		over := closed(burned) // before the count: no job ends after it
+		var finished int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')`).Scan(&finished); err != nil {
+			return err
 		}
-		if ex.gone > 0 && ex.allMoved > 0 {
+		ex.peakFinished = max(ex.peakFinished, finished)
+		if ex.gone > 0 && over && finished == 0 {
 			return nil
 		}
 	}
 }
 
-// startHistoryAgq starts agq on database name, its metrics on.
-func (e *scenarioEnv) startHistoryAgq(ctx context.Context, name string) (*agqServer, string, error) {
-	addr := freeAddr()
-	s, err := startAgq(ctx, e.bin, e.cl.url(name), 2000, "--http-listen", addr, "--ui", "off")
+// startHistoryAgq starts agq on database name.
+func (e *scenarioEnv) startHistoryAgq(ctx context.Context, name string) (*agqServer, error) {
+	s, err := startAgq(ctx, e.bin, e.cl.url(name), 2000, "--ui", "off")
 	if err != nil {
-		return nil, "", fmt.Errorf("agq on the history database: %w", err)
+		return nil, fmt.Errorf("agq on database %s: %w", name, err)
 	}
-	return s, "http://" + addr + "/metrics", nil
+	return s, nil
 }
 
 // stopHistoryAgq stops s, first passing on the warnings and errors of its
@@ -436,27 +427,6 @@ func historySettled(ctx context.Context, db *pgxpool.Pool) error {
 func jobsDead(ctx context.Context, db *pgxpool.Pool) (dead, autovacuums int64, err error) {
 	err = db.QueryRow(ctx, `SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&dead, &autovacuums)
 	return dead, autovacuums, err
-}
-
-// recoveredTotal reads agq_watchdog_recovered_total of kind from agq's
-// metrics.
-func recoveredTotal(ctx context.Context, metrics, kind string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metrics, nil)
-	if err != nil {
-		return 0, err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	prefix := `agq_watchdog_recovered_total{kind="` + kind + `"} `
-	for sc := bufio.NewScanner(res.Body); sc.Scan(); {
-		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, nil
 }
 
 // jobGets times JOB.GET of each id, one at a time, after a few untimed

@@ -9,26 +9,32 @@ import (
 	"github.com/agq/agq/records"
 )
 
-// restoreWalkSQL finds the jobs of namespace $1 cancelled because of the
-// jobs $2, and down the graph those cancelled because of them, up to $3:
-// one probe of jobs_cancelled_by a job reached. OFFSET 0 keeps the step a
+// cancelledByWalkSQL finds the jobs of namespace $1 in table (jobs, or
+// jobs_history for a recall) cancelled because of the jobs $2, and down
+// the graph those cancelled because of them, up to $3: one probe of the
+// table's cancelled_by index a job reached. OFFSET 0 keeps the step a
 // nested loop over that index.
 //
 // The status is checked past a fence (OFFSET 0): a status = 'cancelled'
 // beside the namespace would let the planner read the namespace's every
 // cancelled job through jobs_finished for each job of a chain, where
 // jobs_cancelled_by finds its few.
-const restoreWalkSQL = `
+func cancelledByWalkSQL(table string) string {
+	return `
 	WITH RECURSIVE r(id) AS (
 		SELECT k.id FROM (
-			SELECT c.id, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) OFFSET 0) k
+			SELECT c.id, c.status FROM ` + table + ` c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) OFFSET 0) k
 		WHERE k.status = 'cancelled'
 	  UNION
 		SELECT k.id FROM r CROSS JOIN LATERAL (
-			SELECT c.id, c.status FROM jobs c WHERE c.namespace = $1 AND c.cancelled_by = r.id OFFSET 0) k
+			SELECT c.id, c.status FROM ` + table + ` c WHERE c.namespace = $1 AND c.cancelled_by = r.id OFFSET 0) k
 		WHERE k.status = 'cancelled'
 	)
 	SELECT id FROM r LIMIT $3`
+}
+
+// restoreWalkSQL is the walk of a restore through jobs.
+var restoreWalkSQL = cancelledByWalkSQL("jobs")
 
 // restoreSQL makes the jobs found pending again, with fresh attempts, by
 // key (jobs_pkey).

@@ -385,24 +385,14 @@ func recall(ctx context.Context, tx pgx.Tx, ns string, ids []string) ([]string, 
 // statistics may be renewed (recall).
 const recallAnalyzeAt = 1000
 
+// recallWalkSQL is restoreWalkSQL's walk through history.
+var recallWalkSQL = cancelledByWalkSQL("jobs_history")
+
 // recallCancelledBy brings back from history, for a restore, the jobs of
 // namespace ns cancelled because of the jobs from, and down the graph
-// those cancelled because of them (as restoreWalkSQL finds them in jobs),
-// up to limit: a probe of jobs_history_cancelled_by a job reached, each
-// fenced (OFFSET 0) as in restoreWalkSQL, so that a long chain is never
-// joined with all of history at each level.
+// those cancelled because of them, up to limit (recallWalkSQL).
 func recallCancelledBy(ctx context.Context, tx pgx.Tx, ns string, from []string, limit int) error {
-	rows, err := tx.Query(ctx, `
-		WITH RECURSIVE r(id) AS (
-			SELECT k.id FROM (
-				SELECT c.id, c.status FROM jobs_history c WHERE c.namespace = $1 AND c.cancelled_by = ANY($2::text[]) OFFSET 0) k
-			WHERE k.status = 'cancelled'
-		  UNION
-			SELECT k.id FROM r CROSS JOIN LATERAL (
-				SELECT c.id, c.status FROM jobs_history c WHERE c.namespace = $1 AND c.cancelled_by = r.id OFFSET 0) k
-			WHERE k.status = 'cancelled'
-		)
-		SELECT id FROM r LIMIT $3`, ns, from, limit)
+	rows, err := tx.Query(ctx, recallWalkSQL, ns, from, limit)
 	if err != nil {
 		return err
 	}
