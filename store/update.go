@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -310,13 +311,25 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		var status, queue string
 		var requires []string
 		var inGraph bool
-		// A job in history comes back among the unfinished first.
-		if _, err := recall(ctx, tx, s.ns, []string{id}); err != nil {
-			return err
+		lock := func() error {
+			return tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs
+				WHERE namespace = $2 AND id = $1 FOR UPDATE`,
+				id, s.ns).Scan(&status, &queue, &requires, &inGraph)
 		}
-		if err := tx.QueryRow(ctx, `SELECT status, queue, requires, after IS NOT NULL OR has_children FROM jobs
-			WHERE namespace = $2 AND id = $1 FOR UPDATE`,
-			id, s.ns).Scan(&status, &queue, &requires, &inGraph); err != nil {
+		// A job in history, or moved there while this waited for its
+		// lock, comes back among the unfinished first: the recall's
+		// statement sees the move committed.
+		err := lock()
+		if errors.Is(err, pgx.ErrNoRows) {
+			back, rerr := recall(ctx, tx, s.ns, []string{id})
+			if rerr != nil {
+				return rerr
+			}
+			if len(back) > 0 {
+				err = lock()
+			}
+		}
+		if err != nil {
 			return err
 		}
 		switch {
@@ -342,7 +355,7 @@ func (s *Store) jobRetry(ctx context.Context, id, from string) (records.Effects,
 		if _, err := tx.Exec(ctx, `DELETE FROM job_waits WHERE namespace = $2 AND child_id = $1`, id, s.ns); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
+		_, err = tx.Exec(ctx, `
 			UPDATE jobs SET status = 'queued', attempt = 0, step_failures = 0, worker_id = NULL, cancel_requested = false, cancelled_by = NULL,
 				run_at = now(), finished_at = NULL, started_at = NULL, progress = NULL,
 				result = CASE WHEN $2 THEN NULL ELSE result END, updated_at = now()

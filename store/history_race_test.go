@@ -72,3 +72,50 @@ func TestHistoryResubmissionRacingTheMove(t *testing.T) {
 		t.Errorf("JOB.GET of the raced job: %s, want completed (the job in history)", got.Status)
 	}
 }
+
+// A retry that waits for the job's row while the mover moves it into
+// history finds it there once the move commits: it is retried, never
+// answered as unknown. A transaction doing what the mover does, held open
+// until the retry waits for its lock, stands in for the mover.
+func TestHistoryRetryRacingTheMove(t *testing.T) {
+	t.Parallel()
+	b := newTrBundle(t)
+	lo := time.Now().UTC().Truncate(time.Hour).Add(2 * time.Hour)
+	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "retryrace"); err != nil {
+		t.Fatal(err)
+	}
+	b.submit(t, trJob("moving", 1, 1))
+	if _, err := b.st.JobCancel(b.ctx, "moving"); err != nil {
+		t.Fatal(err)
+	}
+	mover, err := b.st.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mover.Rollback(b.ctx)
+	if _, err := mover.Exec(b.ctx, `
+		WITH moved AS (DELETE FROM jobs WHERE id = 'moving' RETURNING $1::timestamptz, jobs.*)
+		INSERT INTO jobs_history SELECT * FROM moved`, lo.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	retried := make(chan error, 1)
+	go func() {
+		_, err := b.st.JobRetry(b.ctx, "moving")
+		retried <- err
+	}()
+	for waiting := 0; waiting == 0; time.Sleep(5 * time.Millisecond) {
+		if err := b.st.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mover.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-retried; err != nil {
+		t.Fatalf("the retry: %v, want the job retried", err)
+	}
+	if got := b.get(t, "moving"); got.Status != records.StatusQueued || b.count(t, "jobs_history", "moving") != 0 {
+		t.Errorf("after the retry: %s, %d in history; want queued, back in jobs", got.Status, b.count(t, "jobs_history", "moving"))
+	}
+}
