@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,4 +205,120 @@ func rss(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// postgresCPUByKind is postgresCPU split by what each process is, from its
+// title: a backend's database, or the auxiliary process ("autovacuum",
+// "walwriter", "checkpointer", …); "exited" is the time of processes the
+// postmaster reaped (autovacuum workers among them).
+func postgresCPUByKind() map[string]time.Duration {
+	by := map[string]time.Duration{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, p := range procs {
+		comm, err := os.ReadFile(p)
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		kind := "postmaster"
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+			if f := strings.Fields(strings.TrimPrefix(strings.ReplaceAll(string(cmd), "\x00", " "), "postgres: ")); len(f) > 1 && strings.HasPrefix(string(cmd), "postgres: ") {
+				kind = f[0]
+				if len(f) > 1 && f[0] != "autovacuum" && f[0] != "logical" && f[0] != "walwriter" && f[0] != "checkpointer" && f[0] != "background" {
+					kind = "backend " + f[1]
+				}
+			}
+		}
+		by[kind] += processCPU(pid)
+		if f := statFields(pid); len(f) > 14 {
+			if parent, _ := os.ReadFile(fmt.Sprintf("/proc/%s/comm", f[1])); strings.TrimSpace(string(parent)) != "postgres" {
+				cu, _ := strconv.ParseInt(f[13], 10, 64)
+				cs, _ := strconv.ParseInt(f[14], 10, 64)
+				by["exited"] += time.Duration(cu+cs) * time.Second / time.Duration(clockTick)
+			}
+		}
+	}
+	return by
+}
+
+// cpuByKindPerJob formats the growth from a to b of postgresCPUByKind, per
+// job of n, largest first.
+func cpuByKindPerJob(a, b map[string]time.Duration, n int) string {
+	type kv struct {
+		k string
+		d time.Duration
+	}
+	var all []kv
+	for k, v := range b {
+		if d := v - a[k]; d > 0 {
+			all = append(all, kv{k, d / time.Duration(max(n, 1))})
+		}
+	}
+	slices.SortFunc(all, func(x, y kv) int { return cmp.Compare(y.d, x.d) })
+	parts := make([]string, len(all))
+	for i, e := range all {
+		parts[i] = fmt.Sprintf("%s %.0f µs", e.k, float64(e.d.Nanoseconds())/1e3)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// autovacuums samples what autovacuum workers of the whole cluster work
+// on until ctx ends: each database and relation, by the share of samples.
+func (c *cluster) autovacuums(ctx context.Context) string {
+	counts := map[string]int{}
+	samples := 0
+	for ctx.Err() == nil {
+		samples++
+		rows, err := c.admin.Query(context.Background(), `
+			SELECT datname || ': ' || regexp_replace(query, '^autovacuum: ', '') FROM pg_stat_activity
+			WHERE backend_type = 'autovacuum worker' AND query <> ''`)
+		if err == nil {
+			for rows.Next() {
+				var w string
+				if rows.Scan(&w) == nil {
+					counts[w]++
+				}
+			}
+			rows.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	type kv struct {
+		k string
+		n int
+	}
+	var all []kv
+	for k, n := range counts {
+		all = append(all, kv{k, n})
+	}
+	slices.SortFunc(all, func(x, y kv) int { return cmp.Compare(y.n, x.n) })
+	parts := []string{}
+	for i, e := range all {
+		if i == 6 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d%%", e.k, 100*e.n/max(samples, 1)))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// autovacuumsQuiet waits until no autovacuum worker of the cluster is
+// busy, or for at most limit.
+func (c *cluster) autovacuumsQuiet(ctx context.Context, limit time.Duration) error {
+	for start := time.Now(); time.Since(start) < limit; time.Sleep(200 * time.Millisecond) {
+		var busy int
+		if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND query <> ''`).Scan(&busy); err != nil {
+			return err
+		}
+		if busy == 0 {
+			return nil
+		}
+	}
+	return nil
 }

@@ -125,7 +125,15 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	filled := time.Since(fillStart)
 
 	burn := func(what, dbName string, pool *pgxpool.Pool, srv *agqServer, run int, statements bool) (measure, error) {
-		if err := historySettled(ctx, pool); err != nil {
+		// Each burn-down starts on a quiet cluster: both databases' moves
+		// done and no autovacuum left over from the burn-down before it,
+		// which the next one would otherwise pay for.
+		for _, p := range []*pgxpool.Pool{db0, db} {
+			if err := historySettled(ctx, p); err != nil {
+				return measure{}, err
+			}
+		}
+		if err := e.cl.autovacuumsQuiet(ctx, time.Minute); err != nil {
 			return measure{}, err
 		}
 		if statements {
@@ -133,11 +141,19 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 				return measure{}, err
 			}
 		}
+		cpuBefore := postgresCPUByKind()
+		avCtx, stopAV := context.WithCancel(ctx)
+		av := make(chan string, 1)
+		go func() { av <- e.cl.autovacuums(avCtx) }()
 		m, err := agqBurnDownClient(ctx, e.cl, srv, o.jobs, run)
+		stopAV()
+		e.say("history: %s: autovacuum meanwhile: %s", what, <-av)
 		if err != nil {
 			return measure{}, fmt.Errorf("client burn-down, %s: %w", what, err)
 		}
-		e.say("history: %s: %.0f jobs/s", what, m.rate())
+		e.say("history: %s: %.0f jobs/s; per job: agq %s, bench %s, PostgreSQL %s (%s), WAL %.0f bytes, %.2f commits; waits %s",
+			what, m.rate(), m.cost.agqCPU, m.cost.self, m.cost.pgCPU, cpuByKindPerJob(cpuBefore, postgresCPUByKind(), m.jobs),
+			m.cost.walBytes, m.cost.commits, m.waits)
 		if statements {
 			if err := e.cl.statementsPrint(ctx, dbName, o.jobs, e.progress); err != nil {
 				return measure{}, err
@@ -148,16 +164,23 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	retained := thousands(n) + " finished jobs retained"
 	var empties, fulls []measure
 	for i := range max(o.repeat, 1) {
-		e.say("history: burn-downs of %d jobs by the client package, history empty then %s (pair %d of %d)", o.jobs, retained, i+1, max(o.repeat, 1))
-		m, err := burn("history empty", historyDB+"_empty", db0, s0, 400+i, o.statements && i == 0)
-		if err != nil {
-			return err
+		// The pairs alternate which goes first.
+		e.say("history: burn-downs of %d jobs by the client package, history empty and %s (pair %d of %d)", o.jobs, retained, i+1, max(o.repeat, 1))
+		for k := range 2 {
+			if (i+k)%2 == 0 {
+				m, err := burn("history empty", historyDB+"_empty", db0, s0, 400+i, o.statements && i == 0)
+				if err != nil {
+					return err
+				}
+				empties = append(empties, m)
+			} else {
+				m, err := burn(retained, historyDB, db, s, 500+i, o.statements && i == 0)
+				if err != nil {
+					return err
+				}
+				fulls = append(fulls, m)
+			}
 		}
-		empties = append(empties, m)
-		if m, err = burn(retained, historyDB, db, s, 500+i, o.statements && i == 0); err != nil {
-			return err
-		}
-		fulls = append(fulls, m)
 	}
 	empty, full := median(empties), median(fulls)
 	e.stopHistoryAgq(s0)

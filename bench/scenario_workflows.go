@@ -100,18 +100,21 @@ func agqFanIn(ctx context.Context, s *agqServer, ws []*worker, n, count int) (ti
 var stepNames = []string{"charge", "ship", "mail"}
 
 // agqBurnDownSteps works off n pre-submitted jobs as workers running each
-// as three steps: STEP.BEGIN and STEP.COMPLETE of each with the delivery's
-// token, then JOB.UPDATE completed, one round trip each.
-func agqBurnDownSteps(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int) (measure, error) {
+// as three steps, then JOB.UPDATE completed, one round trip each. With
+// next, a step's STEP.COMPLETE begins the next step (… NEXT step), as a
+// worker does that knows its next step: STEP.BEGIN, two STEP.COMPLETE …
+// NEXT, STEP.COMPLETE; without, each step is a STEP.BEGIN and a
+// STEP.COMPLETE of its own.
+func agqBurnDownSteps(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int, next bool) (measure, error) {
 	queue := "burn-steps"
 	return burnDown(ctx, cl, s, ws, queue, n, false, func(w *worker) (int, error) {
-		return w.workSteps(ctx, queue)
+		return w.workSteps(ctx, queue, next)
 	})
 }
 
 // workSteps pops a job from queue, waiting up to a second, runs its three
 // steps and reports it completed; it answers how many jobs it completed.
-func (w *worker) workSteps(ctx context.Context, queue string) (int, error) {
+func (w *worker) workSteps(ctx context.Context, queue string, next bool) (int, error) {
 	res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
 	if err == redis.Nil {
 		return 0, nil
@@ -123,12 +126,31 @@ func (w *worker) workSteps(ctx context.Context, queue string) (int, error) {
 	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
 		return 0, err
 	}
-	for _, step := range stepNames {
-		if err := w.c.Do(ctx, "STEP.BEGIN", d.ID, step, "DELIVERY", d.Delivery).Err(); err != nil {
-			return 0, fmt.Errorf("STEP.BEGIN %s: %w", step, err)
+	if next {
+		if err := w.c.Do(ctx, "STEP.BEGIN", d.ID, stepNames[0], "DELIVERY", d.Delivery).Err(); err != nil {
+			return 0, fmt.Errorf("STEP.BEGIN %s: %w", stepNames[0], err)
 		}
-		if err := w.c.Do(ctx, "STEP.COMPLETE", d.ID, step, `{"ok":true}`, "DELIVERY", d.Delivery).Err(); err != nil {
-			return 0, fmt.Errorf("STEP.COMPLETE %s: %w", step, err)
+		for i, step := range stepNames {
+			args := []any{"STEP.COMPLETE", d.ID, step, `{"ok":true}`}
+			if i+1 < len(stepNames) {
+				args = append(args, "NEXT", stepNames[i+1])
+			}
+			reply, err := w.c.Do(ctx, append(args, "DELIVERY", d.Delivery)...).Text()
+			if err != nil {
+				return 0, fmt.Errorf("STEP.COMPLETE %s: %w", step, err)
+			}
+			if i+1 < len(stepNames) && !strings.Contains(reply, `"execute":true`) {
+				return 0, fmt.Errorf("STEP.COMPLETE %s NEXT %s answered %s", step, stepNames[i+1], reply)
+			}
+		}
+	} else {
+		for _, step := range stepNames {
+			if err := w.c.Do(ctx, "STEP.BEGIN", d.ID, step, "DELIVERY", d.Delivery).Err(); err != nil {
+				return 0, fmt.Errorf("STEP.BEGIN %s: %w", step, err)
+			}
+			if err := w.c.Do(ctx, "STEP.COMPLETE", d.ID, step, `{"ok":true}`, "DELIVERY", d.Delivery).Err(); err != nil {
+				return 0, fmt.Errorf("STEP.COMPLETE %s: %w", step, err)
+			}
 		}
 	}
 	doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)

@@ -153,7 +153,7 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 			return err
 		}
 	}
-	st, err := agqBurnDownSteps(ctx, cl, s, ws, o.jobs)
+	st, err := agqBurnDownSteps(ctx, cl, s, ws, o.jobs, true)
 	if err != nil {
 		return fmt.Errorf("agq three-step burn-down: %w", err)
 	}
@@ -166,12 +166,19 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 	if err != nil {
 		return fmt.Errorf("agq burn-down: %w", err)
 	}
-	say("jobs/s: three-step %.0f, plain %.0f", st.rate(), p.rate())
-	r.add(fmt.Sprintf("burn-down of three-step jobs, %d jobs (STEP.BEGIN/COMPLETE ×3 with DELIVERY, JOB.UPDATE completed)", o.jobs),
-		perSecond(st.rate()), "—", "")
+	sep, err := agqBurnDownSteps(ctx, cl, s, ws, o.jobs, false)
+	if err != nil {
+		return fmt.Errorf("agq three-step burn-down, a command a call: %w", err)
+	}
+	say("jobs/s: three-step %.0f (a command a call %.0f), plain %.0f", st.rate(), sep.rate(), p.rate())
+	r.add(fmt.Sprintf("burn-down of three-step jobs, %d jobs (STEP.BEGIN, STEP.COMPLETE … NEXT ×2, STEP.COMPLETE, with DELIVERY; JOB.UPDATE completed)", o.jobs),
+		perSecond(st.rate()), "—", fmt.Sprintf("%.2f of plain", st.rate()/p.rate()))
 	r.add("burn-down of three-step jobs: plain burn-down beside it", perSecond(p.rate()), "—", "")
-	r.add("burn-down of three-step jobs: CPU per job, agq / PostgreSQL (plain)",
-		micros(st.cost.agqCPU)+" / "+micros(st.cost.pgCPU)+" ("+micros(p.cost.agqCPU)+" / "+micros(p.cost.pgCPU)+")", "", "")
+	r.add("burn-down of three-step jobs, each step's STEP.BEGIN and STEP.COMPLETE sent alone", perSecond(sep.rate()), "—",
+		fmt.Sprintf("%.2f of plain", sep.rate()/p.rate()))
+	r.add("burn-down of three-step jobs: CPU per job, agq / PostgreSQL / the benchmark's clients (plain)",
+		micros(st.cost.agqCPU)+" / "+micros(st.cost.pgCPU)+" / "+micros(st.cost.self)+
+			" ("+micros(p.cost.agqCPU)+" / "+micros(p.cost.pgCPU)+" / "+micros(p.cost.self)+")", "", "")
 	r.add("burn-down of three-step jobs: write transactions / WAL bytes per job (plain)",
 		fmt.Sprintf("%.2f / %.0f (%.2f / %.0f)", st.cost.commits, st.cost.walBytes, p.cost.commits, p.cost.walBytes), "", "")
 	return nil

@@ -97,7 +97,7 @@ var commandDocs = docsByName(map[string]map[string]commandDoc{
 	},
 	groupWorkflows: {
 		"step.begin":    {syntax: "job_id step_id [json] [DELIVERY token]", summary: "Begins a durable step of a job the worker holds, or answers its output from an earlier delivery.", write: true},
-		"step.complete": {syntax: "job_id step_id [output_json] [DELIVERY token]", summary: "Keeps the output of a step the worker began.", write: true},
+		"step.complete": {syntax: "job_id step_id [output_json] [NEXT step_id [json]] [DELIVERY token]", summary: "Keeps the output of a step the worker began, and with NEXT begins the next.", write: true},
 		"step.fail":     {syntax: "job_id step_id error_json [DELIVERY token]", summary: "Fails the open step: the job retries at the step's backoff, or fails.", write: true},
 		"step.sleep":    {syntax: "job_id step_id seconds [DELIVERY token]", summary: "Puts the job to sleep durably; in a later delivery the same call answers OK.", write: true},
 		"step.wait":     {syntax: "job_id step_id (SIGNAL name | JOBS id [id …]) [TIMEOUT seconds] [DELIVERY token]", summary: "Waits durably for a signal or for other jobs to end; in the delivery after the wait ended the same call answers its output.", write: true},

@@ -50,58 +50,94 @@ func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte)
 	}
 	b := records.StepBeginParams{StepParams: p}
 	if len(rest) == 1 {
-		var doc stepBeginDoc
-		if err := decodeStepDoc(rest[0], &doc); err != nil {
-			return nil, resp.Errorf("invalid step: %s", err)
+		if err := readStepBeginDoc(rest[0], &b); err != nil {
+			return nil, err
 		}
-		if doc.MaxAttempts != nil && (*doc.MaxAttempts < 1 || *doc.MaxAttempts > 1000) {
-			return nil, resp.Errorf("invalid step: max_attempts must be between 1 and 1000")
-		}
-		if f := doc.RetryBackoffSeconds; f != nil && !(*f >= 0 && *f <= 86400) {
-			return nil, resp.Errorf("invalid step: retry_backoff_seconds must be between 0 and 86400")
-		}
-		b.Input, b.MaxAttempts, b.BackoffSeconds = doc.Input, doc.MaxAttempts, doc.RetryBackoffSeconds
 	}
 	r, err := sess.eng.StepBegin(ctx, b)
 	if err != nil {
 		return nil, err
 	}
+	return stepBeginReply(r), nil
+}
+
+// readStepBeginDoc reads STEP.BEGIN's optional object into b.
+func readStepBeginDoc(raw []byte, b *records.StepBeginParams) error {
+	var doc stepBeginDoc
+	if err := decodeStepDoc(raw, &doc); err != nil {
+		return resp.Errorf("invalid step: %s", err)
+	}
+	if doc.MaxAttempts != nil && (*doc.MaxAttempts < 1 || *doc.MaxAttempts > 1000) {
+		return resp.Errorf("invalid step: max_attempts must be between 1 and 1000")
+	}
+	if f := doc.RetryBackoffSeconds; f != nil && !(*f >= 0 && *f <= 86400) {
+		return resp.Errorf("invalid step: retry_backoff_seconds must be between 0 and 86400")
+	}
+	b.Input, b.MaxAttempts, b.BackoffSeconds = doc.Input, doc.MaxAttempts, doc.RetryBackoffSeconds
+	return nil
+}
+
+// stepBeginReply is STEP.BEGIN's reply.
+func stepBeginReply(r records.StepBeginResult) resp.Reply {
 	if r.Execute {
-		return resp.Bulk(`{"execute":true,"attempt":` + strconv.Itoa(r.Attempt) + `}`), nil
+		return resp.Bulk(`{"execute":true,"attempt":` + strconv.Itoa(r.Attempt) + `}`)
 	}
 	out, _ := json.Marshal(struct {
 		Execute bool            `json:"execute"`
 		Output  json.RawMessage `json:"output"`
 	}{false, r.Output})
-	return resp.Bulk(out), nil
+	return resp.Bulk(out)
 }
 
-// STEP.COMPLETE job_id step_id [output_json] [DELIVERY token]
+// STEP.COMPLETE job_id step_id [output_json] [NEXT step_id [json]] [DELIVERY token]
 func (s *Server) prepareStepComplete(ctx context.Context, sess *Session, args [][]byte) (write, error) {
-	p, output, err := s.readStepComplete(ctx, sess, args)
+	p, output, next, err := s.readStepComplete(ctx, sess, args)
 	if err != nil {
 		return write{}, err
 	}
 	return write{keys: []string{"job:" + p.JobID}, send: func() func(context.Context) (resp.Reply, error) {
-		return okOnNil(sess.eng.StepComplete(p, output))
+		wait := sess.eng.StepComplete(p, output, next)
+		return func(ctx context.Context) (resp.Reply, error) {
+			r, err := wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if next == nil {
+				return resp.OK, nil
+			}
+			return stepBeginReply(r), nil
+		}
 	}}, nil
 }
 
-// readStepComplete reads a STEP.COMPLETE: the call and its output, nil for
-// none.
-func (s *Server) readStepComplete(ctx context.Context, sess *Session, args [][]byte) (records.StepParams, json.RawMessage, error) {
-	p, rest, err := s.readStepCall(ctx, sess, args, 1)
+// readStepComplete reads a STEP.COMPLETE: the call, its output (nil for
+// none) and the step it begins next (nil for none).
+func (s *Server) readStepComplete(ctx context.Context, sess *Session, args [][]byte) (records.StepParams, json.RawMessage, *records.StepBeginParams, error) {
+	p, rest, err := s.readStepCall(ctx, sess, args, 4)
 	if err != nil {
-		return p, nil, err
+		return p, nil, nil, err
 	}
 	var output json.RawMessage
-	if len(rest) == 1 {
+	if len(rest) > 0 && !resp.Is(rest[0], "next") {
 		if !json.Valid(rest[0]) {
-			return p, nil, resp.Errorf("invalid step output: must be JSON")
+			return p, nil, nil, resp.Errorf("invalid step output: must be JSON")
 		}
-		output = rest[0]
+		output, rest = rest[0], rest[1:]
 	}
-	return p, output, nil
+	if len(rest) == 0 {
+		return p, output, nil, nil
+	}
+	if !resp.Is(rest[0], "next") || len(rest) < 2 || len(rest) > 3 {
+		return p, nil, nil, resp.ErrSyntax
+	}
+	next := &records.StepBeginParams{StepParams: p}
+	next.StepID = string(rest[1])
+	if len(rest) == 3 {
+		if err := readStepBeginDoc(rest[2], next); err != nil {
+			return p, nil, nil, err
+		}
+	}
+	return p, output, next, nil
 }
 
 // STEP.FAIL job_id step_id error_json [DELIVERY token]

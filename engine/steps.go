@@ -64,19 +64,32 @@ func stepCompleteNamespace(c store.StepCompletion) string { return c.Namespace }
 
 // StepComplete is STEP.COMPLETE: the step's output is kept. It joins the
 // next group of completions at once, sharing its commit, and answers how
-// to await its outcome, as Report does.
-func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage) (wait func(context.Context) error) {
+// to await its outcome, as Report does. With next (STEP.COMPLETE … NEXT)
+// the completion goes on to begin the next step, in the same commit when
+// it can, and its outcome is that begin's.
+func (e *Engine) StepComplete(p records.StepParams, output json.RawMessage, next *records.StepBeginParams) (wait func(context.Context) (records.StepBeginResult, error)) {
 	if err := checkStep(p); err != nil {
-		return func(context.Context) error { return err }
+		return func(context.Context) (records.StepBeginResult, error) { return records.StepBeginResult{}, err }
 	}
 	p = e.inNamespace(p)
-	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output})
-	return func(ctx context.Context) error {
+	if next != nil {
+		if err := checkStep(next.StepParams); err != nil {
+			return func(context.Context) (records.StepBeginResult, error) { return records.StepBeginResult{}, err }
+		}
+		n := *next
+		n.StepParams = e.inNamespace(n.StepParams)
+		next = &n
+	}
+	pending := e.groups.stepCompletes.Add(store.StepCompletion{StepParams: p, Output: output, Next: next})
+	return func(ctx context.Context) (records.StepBeginResult, error) {
 		res, gerr := pending.Wait(ctx)
 		if gerr != nil {
-			return refusal(aJob, p.JobID, gerr)
+			return records.StepBeginResult{}, refusal(aJob, p.JobID, gerr)
 		}
-		return refusal(aJob, p.JobID, res.Err)
+		if res.Err != nil || next == nil {
+			return records.StepBeginResult{}, refusal(aJob, p.JobID, res.Err)
+		}
+		return res.Next.Result, refusal(aJob, p.JobID, res.Next.Err)
 	}
 }
 

@@ -27,7 +27,13 @@ type StepBeginOutcome struct {
 // attempts, a sleep's id, a job at MaxSteps) takes the locked path
 // (StepBegin) on its own, which says why.
 func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams) ([]StepBeginOutcome, records.Effects) {
-	served, err := s.beginStepsGrouped(ctx, calls)
+	served, err := s.beginStepsGrouped(ctx, s.Pool, true, calls)
+	return s.beginRest(ctx, calls, served, err)
+}
+
+// beginRest answers the begins of a group that the grouped statement
+// served, and takes the locked path for the others.
+func (s *Store) beginRest(ctx context.Context, calls []records.StepBeginParams, served map[int]records.StepBeginResult, err error) ([]StepBeginOutcome, records.Effects) {
 	res, errs, fx := lockedRest(calls, err, func(i int) (records.StepBeginResult, bool) {
 		r, ok := served[i]
 		return r, ok
@@ -41,9 +47,10 @@ func (s *Store) StepsBegin(ctx context.Context, calls []records.StepBeginParams)
 	return out, fx
 }
 
-// beginStepsGrouped is the grouped statement of StepsBegin: the results of the
-// calls it served, by their index.
-func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
+// beginStepsGrouped is the grouped statement of StepsBegin, on q: the
+// results of the calls it served, by their index. lock locks the jobs
+// first; a transaction that holds their locks already need not.
+func (s *Store) beginStepsGrouped(ctx context.Context, q batchSender, lock bool, calls []records.StepBeginParams) (map[int]records.StepBeginResult, error) {
 	served := make(map[int]records.StepBeginResult, len(calls))
 	var sc stepCalls
 	var inputs []*string
@@ -67,8 +74,11 @@ func (s *Store) beginStepsGrouped(ctx context.Context, calls []records.StepBegin
 	// The jobs are locked first, in a statement of their own, so that the
 	// begins read their steps as the calls that held the locks before left
 	// them (READ COMMITTED takes a snapshot per statement).
-	lock := &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.namespaces, sc.jobIDs}}
-	err := s.hotQuery(ctx, false, []*pgx.QueuedQuery{lock}, func(rows pgx.Rows) error {
+	var before []*pgx.QueuedQuery
+	if lock {
+		before = append(before, &pgx.QueuedQuery{SQL: lockStepJobsSQL, Arguments: []any{sc.namespaces, sc.jobIDs}})
+	}
+	err := hotQueryOn(ctx, q, false, before, func(rows pgx.Rows) error {
 		var ord, attempt int32
 		var answered bool
 		var output []byte
@@ -129,6 +139,12 @@ func stepBeginDecisionSQL(c string) (verdict, attempt string) {
 // written with its attempt; a step completed with an equal input answers
 // its output and is not written. Any other decision is left to the locked
 // path. The jobs' first calls of their deliveries acknowledge them.
+//
+// c is materialized so that each job's last order is looked up once, not
+// once for each use of it. The insert takes no ON CONFLICT: the jobs are
+// locked, so no other call adds their steps meanwhile, and a conflict
+// would fail the statement, leaving every call of the group to the locked
+// path; a speculative insertion costs a WAL record and five buffers a row.
 var beginStepsGroupedSQL = func() string {
 	verdict, attempt := stepBeginDecisionSQL("c")
 	v := func(s records.StepVerdict) string { return strconv.Itoa(int(s)) }
@@ -137,7 +153,7 @@ var beginStepsGroupedSQL = func() string {
 		SELECT *, count(*) OVER (PARTITION BY namespace, job_id) AS calls
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::float8[], $9::int[])
 			AS u(namespace, job_id, step_id, worker, delivery, input, max_attempts, backoff, ord)
-	), c AS (
+	), c AS MATERIALIZED (
 		SELECT u.*, j.delivery AS job_delivery, j.ack_deadline IS NOT NULL AS unacked,
 			coalesce(u.max_attempts, j.max_attempts) AS new_max, coalesce(u.backoff, j.retry_backoff_seconds) AS new_backoff,
 			s.step_id IS NOT NULL AS found, s.kind, s.status, s.attempts, coalesce(u.max_attempts, s.max_attempts) AS step_max,
@@ -155,7 +171,6 @@ var beginStepsGroupedSQL = func() string {
 		SELECT d.namespace, d.job_id, d.step_id, d.last_ord + 1, 'step', 'running', 1, d.new_max, d.new_backoff,
 			coalesce(d.input::jsonb, 'null'), d.job_delivery
 		FROM d WHERE d.verdict = ` + v(records.StepBegins) + `
-		ON CONFLICT DO NOTHING
 		RETURNING namespace, job_id
 	), again AS (
 		UPDATE job_steps s SET status = 'running', attempts = d.attempt, max_attempts = d.step_max,

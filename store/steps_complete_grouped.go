@@ -3,23 +3,28 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agq/agq/records"
 )
 
-// StepCompletion is one STEP.COMPLETE of a group.
+// StepCompletion is one STEP.COMPLETE of a group; Next, when set, is the
+// step it begins once this one is complete (STEP.COMPLETE … NEXT).
 type StepCompletion struct {
 	records.StepParams
 	Output json.RawMessage
+	Next   *records.StepBeginParams
 }
 
 // StepCompleteResult is one completion's outcome; Changed when it
-// completed the step.
+// completed the step; Next the begin of the next step, when the call
+// named one and completed.
 type StepCompleteResult struct {
 	Changed bool
 	Err     error
+	Next    StepBeginOutcome
 }
 
 // StepsComplete applies step completions sent by different clients,
@@ -28,8 +33,38 @@ type StepCompleteResult struct {
 // by the caller and not asked to cancel — the usual case — so the group
 // shares one WAL flush. Each other call (a re-send, a refusal, a step not
 // begun, a sleep) takes the locked path (StepComplete) on its own.
+//
+// A completion that names a next step begins it in the same transaction
+// when the grouped statement completed its step: the two share the
+// commit, and the jobs locked by the completions need no second lock. Its
+// next step is begun after its completion otherwise, on the locked path.
 func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]StepCompleteResult, records.Effects) {
-	applied, err := s.completeStepsGrouped(ctx, calls)
+	var applied []bool
+	var nexts []records.StepBeginParams
+	var nextOf []int // the call of each of nexts
+	var served map[int]records.StepBeginResult
+	var err error
+	if !slices.ContainsFunc(calls, func(c StepCompletion) bool { return c.Next != nil }) {
+		applied, err = s.completeStepsGrouped(ctx, s.Pool, calls)
+	} else {
+		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			nexts, nextOf = nexts[:0], nextOf[:0]
+			var err error
+			if applied, err = s.completeStepsGrouped(ctx, tx, calls); err != nil {
+				return err
+			}
+			for i, c := range calls {
+				if applied[i] && c.Next != nil {
+					nexts, nextOf = append(nexts, *c.Next), append(nextOf, i)
+				}
+			}
+			served, err = s.beginStepsGrouped(ctx, tx, false, nexts)
+			return err
+		})
+		if err != nil {
+			applied, served, nexts, nextOf = nil, nil, nil, nil
+		}
+	}
 	changed, errs, fx := lockedRest(calls, err, func(i int) (bool, bool) { return true, i < len(applied) && applied[i] },
 		func(c StepCompletion) (bool, records.Effects, error) {
 			fx, changed, err := s.stepComplete(ctx, c.StepParams, c.Output)
@@ -39,12 +74,33 @@ func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]St
 	for i := range out {
 		out[i] = StepCompleteResult{Changed: changed[i], Err: errs[i]}
 	}
+	// The next steps: those begun with their completions, then the
+	// begins of the others whose completions the locked path accepted.
+	begun, bfx := s.beginRest(ctx, nexts, served, nil)
+	fx.Merge(bfx)
+	for k, i := range nextOf {
+		out[i].Next = begun[k]
+	}
+	var rest []records.StepBeginParams
+	var restOf []int
+	for i, c := range calls {
+		if c.Next != nil && !(i < len(applied) && applied[i]) && errs[i] == nil {
+			rest, restOf = append(rest, *c.Next), append(restOf, i)
+		}
+	}
+	if len(rest) > 0 {
+		begun, bfx := s.beginRest(ctx, rest, nil, nil)
+		fx.Merge(bfx)
+		for k, i := range restOf {
+			out[i].Next = begun[k]
+		}
+	}
 	return out, fx
 }
 
-// completeStepsGrouped is the grouped statement of StepsComplete: applied[i]
-// when call i completed its step.
-func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion) ([]bool, error) {
+// completeStepsGrouped is the grouped statement of StepsComplete, on q:
+// applied[i] when call i completed its step.
+func (s *Store) completeStepsGrouped(ctx context.Context, q batchSender, calls []StepCompletion) ([]bool, error) {
 	applied := make([]bool, len(calls))
 	var sc stepCalls
 	var outputs []*string
@@ -57,7 +113,7 @@ func (s *Store) completeStepsGrouped(ctx context.Context, calls []StepCompletion
 		return applied, nil
 	}
 	var done []int32
-	err := s.hotQuery(ctx, false, nil, func(rows pgx.Rows) error {
+	err := hotQueryOn(ctx, q, false, nil, func(rows pgx.Rows) error {
 		var ord int32
 		err := rows.Scan(&ord)
 		done = append(done, ord)

@@ -262,6 +262,16 @@ const (
 // crash only repeats work — claims, acknowledgements, progress, wake-up
 // notices. Submissions and final transitions always wait for the flush.
 func (s *Store) hotQuery(ctx context.Context, async bool, before []*pgx.QueuedQuery, scan func(pgx.Rows) error, sql string, args ...any) error {
+	return hotQueryOn(ctx, s.Pool, async, before, scan, sql, args...)
+}
+
+// batchSender is the pool, or a transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// hotQueryOn is hotQuery on q: within a transaction when q is one.
+func hotQueryOn(ctx context.Context, q batchSender, async bool, before []*pgx.QueuedQuery, scan func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue(genericPlanAsync)
@@ -269,9 +279,9 @@ func (s *Store) hotQuery(ctx context.Context, async bool, before []*pgx.QueuedQu
 		b.Queue(genericPlan)
 	}
 	b.QueuedQueries = append(b.QueuedQueries, before...)
-	q := b.Queue(sql, args...)
+	main := b.Queue(sql, args...)
 	if scan != nil {
-		q.Query(func(rows pgx.Rows) error {
+		main.Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				if err := scan(rows); err != nil {
 					return err
@@ -280,7 +290,7 @@ func (s *Store) hotQuery(ctx context.Context, async bool, before []*pgx.QueuedQu
 			return rows.Err()
 		})
 	}
-	return s.Pool.SendBatch(ctx, b).Close()
+	return q.SendBatch(ctx, b).Close()
 }
 
 // asyncQuery is hotQuery committing without waiting for the WAL flush.

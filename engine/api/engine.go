@@ -41,7 +41,7 @@ type Engine interface {
 
 	// Steps.
 	StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error)
-	StepComplete(p records.StepParams, output json.RawMessage) (wait func(context.Context) error)
+	StepComplete(p records.StepParams, output json.RawMessage, next *records.StepBeginParams) (wait func(context.Context) (records.StepBeginResult, error))
 	StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error)
 	StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error)
 	JobSteps(ctx context.Context, p records.JobStepsParams) ([]records.Step, error)
