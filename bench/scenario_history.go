@@ -206,6 +206,15 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	if err != nil {
 		return err
 	}
+	// The counts of INFO and QUEUE.STATS include the jobs in history.
+	counted := map[string]time.Duration{}
+	for _, c := range [][]any{{"INFO"}, {"QUEUE.STATS"}, {"QUEUE.LIST"}} {
+		start := time.Now()
+		if err := s.admin.Do(ctx, c...).Err(); err != nil {
+			return fmt.Errorf("%v: %w", c, err)
+		}
+		counted[c[0].(string)] = time.Since(start)
+	}
 
 	ex, err := e.historyExpiry(ctx, db, &s, max(o.jobs, int(full.rate()*historyExpiryBurn.Seconds())), max(n/10, 1))
 	if err != nil {
@@ -228,6 +237,8 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 		fmt.Sprintf("%d / %d (%d); %d", ex.deadBefore, ex.deadAfter, ex.autovacuums, ex.peakFinished), "", "")
 	r.add(fmt.Sprintf("JOB.GET of a finished job among %s", thousands(n)), p50p99(found), "", "")
 	r.add(fmt.Sprintf("JOB.GET of an unknown id, beside %s finished jobs", thousands(n)), p50p99(missing), "", "")
+	r.add(fmt.Sprintf("INFO / QUEUE.STATS / QUEUE.LIST beside %s finished jobs, once each", thousands(n)),
+		millis(counted["INFO"])+" / "+millis(counted["QUEUE.STATS"])+" / "+millis(counted["QUEUE.LIST"]), "", "")
 	return nil
 }
 

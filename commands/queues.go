@@ -80,11 +80,11 @@ func (s *Server) cmdLRange(ctx context.Context, sess *Session, args [][]byte) (r
 
 // QUEUE.LIST
 func (s *Server) cmdQueueList(ctx context.Context, sess *Session, _ [][]byte) (resp.Reply, error) {
-	qs, err := sess.eng.QueueStats(ctx, "")
+	names, err := sess.eng.QueueNames(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return resp.ArrayOf(qs, func(q records.Queue) resp.Reply { return resp.BulkString(q.Name) }), nil
+	return resp.ArrayOf(names, func(n string) resp.Reply { return resp.BulkString(n) }), nil
 }
 
 // QUEUE.STATS [name] — one queue's counts as a map, or every queue's as an

@@ -44,6 +44,13 @@ func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64
 		OFFSET $2 LIMIT $3`, queue, offset, limit, s.ns))
 }
 
+// QueueNames lists the namespace's queues by name, without counting their
+// jobs (QueueStats reads every job of a queue, those in history too).
+func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT name FROM queues WHERE namespace = $1 ORDER BY name`, s.ns)
+	return collect(rows, err, func(row pgx.CollectableRow) (n string, err error) { return n, row.Scan(&n) })
+}
+
 // QueueStats returns queues (all, or the one named) with their job counts.
 func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, error) {
 	if !storable(name) {

@@ -111,6 +111,7 @@ type Reads interface {
 	FinishedPerMinute(ctx context.Context, since time.Time, countCap int) ([]records.MinuteCount, error)
 
 	QueueStats(ctx context.Context, name string) ([]records.Queue, error)
+	QueueNames(ctx context.Context) ([]string, error)
 	QueueDepth(ctx context.Context, queue string) (int64, error)
 	QueuePeek(ctx context.Context, queue string, offset, limit int64) ([]records.Job, error)
 	QueueJobs(ctx context.Context, p records.QueueJobsParams) ([]records.Job, error)
