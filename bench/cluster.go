@@ -115,11 +115,19 @@ func (c *cluster) perJob(ctx context.Context, a, b counters, jobs int) perJob {
 
 // waitEvents samples what the database's sessions wait on until ctx ends.
 func (c *cluster) waitEvents(ctx context.Context, db string) map[string]int {
-	counts := map[string]int{}
+	counts, _ := c.sampleRows(ctx, 20*time.Millisecond, `
+		SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
+		WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()`, db)
+	return counts
+}
+
+// sampleRows runs query every period until ctx ends, counting the text
+// rows it answers; samples is how often it ran.
+func (c *cluster) sampleRows(ctx context.Context, period time.Duration, query string, args ...any) (counts map[string]int, samples int) {
+	counts = map[string]int{}
 	for ctx.Err() == nil {
-		rows, err := c.admin.Query(context.Background(), `
-			SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
-			WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()`, db)
+		samples++
+		rows, err := c.admin.Query(context.Background(), query, args...)
 		if err == nil {
 			for rows.Next() {
 				var w string
@@ -131,10 +139,10 @@ func (c *cluster) waitEvents(ctx context.Context, db string) map[string]int {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(period):
 		}
 	}
-	return counts
+	return counts, samples
 }
 
 // connections counts the database's sessions from an application.
@@ -162,21 +170,8 @@ func processCPU(pid int) time.Duration {
 // exited: the postmaster reaps them, so their time is its children's.
 func postgresCPU() time.Duration {
 	var total time.Duration
-	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, p := range procs {
-		comm, err := os.ReadFile(p)
-		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		total += processCPU(pid)
-		if f := statFields(pid); len(f) > 14 {
-			if parent, _ := os.ReadFile(fmt.Sprintf("/proc/%s/comm", f[1])); strings.TrimSpace(string(parent)) != "postgres" {
-				cu, _ := strconv.ParseInt(f[13], 10, 64)
-				cs, _ := strconv.ParseInt(f[14], 10, 64)
-				total += time.Duration(cu+cs) * time.Second / time.Duration(clockTick)
-			}
-		}
+	for _, d := range postgresCPUByKind() {
+		total += d
 	}
 	return total
 }
@@ -222,10 +217,13 @@ func postgresCPUByKind() map[string]time.Duration {
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		kind := "postmaster"
 		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-			if f := strings.Fields(strings.TrimPrefix(strings.ReplaceAll(string(cmd), "\x00", " "), "postgres: ")); len(f) > 1 && strings.HasPrefix(string(cmd), "postgres: ") {
-				kind = f[0]
-				if len(f) > 1 && f[0] != "autovacuum" && f[0] != "logical" && f[0] != "walwriter" && f[0] != "checkpointer" && f[0] != "background" {
-					kind = "backend " + f[1]
+			if title, ok := strings.CutPrefix(strings.ReplaceAll(string(cmd), "\x00", " "), "postgres: "); ok {
+				// A backend's title is "user database host state".
+				if f := strings.Fields(title); len(f) > 0 {
+					kind = f[0]
+					if len(f) > 1 && !slices.Contains([]string{"autovacuum", "logical", "walwriter", "checkpointer", "background"}, f[0]) {
+						kind = "backend " + f[1]
+					}
 				}
 			}
 		}
@@ -265,27 +263,9 @@ func cpuByKindPerJob(a, b map[string]time.Duration, n int) string {
 // autovacuums samples what autovacuum workers of the whole cluster work
 // on until ctx ends: each database and relation, by the share of samples.
 func (c *cluster) autovacuums(ctx context.Context) string {
-	counts := map[string]int{}
-	samples := 0
-	for ctx.Err() == nil {
-		samples++
-		rows, err := c.admin.Query(context.Background(), `
-			SELECT datname || ': ' || regexp_replace(query, '^autovacuum: ', '') FROM pg_stat_activity
-			WHERE backend_type = 'autovacuum worker' AND query <> ''`)
-		if err == nil {
-			for rows.Next() {
-				var w string
-				if rows.Scan(&w) == nil {
-					counts[w]++
-				}
-			}
-			rows.Close()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	counts, samples := c.sampleRows(ctx, 50*time.Millisecond, `
+		SELECT datname || ': ' || regexp_replace(query, '^autovacuum: ', '') FROM pg_stat_activity
+		WHERE backend_type = 'autovacuum worker' AND query <> ''`)
 	type kv struct {
 		k string
 		n int

@@ -113,6 +113,9 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 		return fmt.Errorf("history fill: %w", err)
 	}
 	inserted := time.Since(fillStart)
+	if err := historyCount(ctx, db); err != nil {
+		return err
+	}
 	if _, err := db.Exec(ctx, "VACUUM ANALYZE jobs_history"); err != nil {
 		return err
 	}
@@ -224,7 +227,7 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 	r.add("burn-down, client package worker, empty history", perSecond(empty.rate()), "", "")
 	r.add(fmt.Sprintf("history fill: %s finished jobs in SQL over %d daily periods, then VACUUM ANALYZE and CHECKPOINT", thousands(n), historyDays),
 		fmt.Sprintf("%.0f s", filled.Seconds()),
-		fmt.Sprintf("inserts %.0f s (%.0f rows/s), VACUUM ANALYZE %.0f s, CHECKPOINT %.0f s", inserted.Seconds(), float64(n)/inserted.Seconds(),
+		fmt.Sprintf("inserts %.0f s (%.0f rows/s), counts by period and VACUUM ANALYZE %.0f s, CHECKPOINT %.0f s", inserted.Seconds(), float64(n)/inserted.Seconds(),
 			(analyzed-inserted).Seconds(), (filled-analyzed).Seconds()), "")
 	r.add(fmt.Sprintf("burn-down, client package worker, %s finished jobs retained", thousands(n)),
 		perSecond(full.rate()), perSecond(empty.rate())+" (empty history)", fmt.Sprintf("%.2f of empty history", full.rate()/empty.rate()))
@@ -282,6 +285,9 @@ func (e *scenarioEnv) historyExpiry(ctx context.Context, db *pgxpool.Pool, s **a
 	e.stopHistoryAgq(*s)
 	*s = nil
 	if err := historyPeriodList(ctx, db, p); err != nil {
+		return ex, err
+	}
+	if err := historyCount(ctx, db); err != nil {
 		return ex, err
 	}
 	var err error
@@ -407,6 +413,21 @@ func historyPartitionsCreate(ctx context.Context, db *pgxpool.Pool, p historyPer
 func historyPeriodList(ctx context.Context, db *pgxpool.Pool, p historyPeriod) error {
 	_, err := db.Exec(ctx, `INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, p.lo, p.hi, p.suffix)
 	return err
+}
+
+// historyCount counts the jobs in history by period, as agq's moves do
+// (history_counts): the fill writes jobs_history directly. No agq may move
+// jobs meanwhile.
+func historyCount(ctx context.Context, db *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			DELETE FROM history_counts;
+			INSERT INTO history_counts (namespace, queue, status, period_lo, n)
+			SELECT h.namespace, h.queue, h.status, p.lo, count(*)
+			FROM jobs_history h JOIN history_periods p ON h.expires_at >= p.lo AND h.expires_at < p.hi
+			GROUP BY 1, 2, 3, 4`)
+		return err
+	})
 }
 
 // historyFill inserts n completed jobs into jobs_history, ids prefix and

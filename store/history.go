@@ -197,6 +197,8 @@ func (s *Store) moveIn(ctx context.Context, r NamespaceRetention, after time.Dur
 			DELETE FROM jobs j USING placed m WHERE j.namespace = $1 AND j.id = m.id RETURNING m.expires_at, j.*
 		), kept AS (
 			INSERT INTO jobs_history SELECT * FROM moved
+		), counted AS (
+			`+countIntoPeriods("moved")+`
 		), steps AS (
 			DELETE FROM job_steps s USING moved m WHERE s.namespace = $1 AND s.job_id = m.id RETURNING m.expires_at, s.*
 		), steps_kept AS (
@@ -264,6 +266,9 @@ func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (in
 			), jobs_carried AS (
 				UPDATE jobs_history j SET expires_at = $1 FROM needed n
 				WHERE j.namespace = n.namespace AND j.id = n.id AND j.expires_at >= $2 AND j.expires_at < $3
+				RETURNING j.namespace, j.queue, j.status, j.expires_at
+			), counted AS (
+				`+countIntoPeriods("jobs_carried")+`
 			), steps_carried AS (
 				UPDATE job_steps_history s SET expires_at = $1 FROM needed n
 				WHERE s.namespace = n.namespace AND s.job_id = n.id AND s.expires_at >= $2 AND s.expires_at < $3
@@ -288,6 +293,7 @@ func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (in
 		for _, t := range historyTables {
 			b.Queue(`DROP TABLE ` + t + `_` + p.suffix)
 		}
+		b.Queue(`DELETE FROM history_counts WHERE period_lo = $1`, p.lo)
 		b.Queue(`DELETE FROM history_periods WHERE lo = $1`, p.lo)
 		return tx.SendBatch(ctx, &b).Close()
 	})
@@ -323,6 +329,18 @@ func missingFrom(ids []string, status map[string]string) []string {
 	return out
 }
 
+// countIntoPeriods is the statement that adds the jobs of rows (columns
+// namespace, queue, status, expires_at) to the counts of the history
+// periods they are in (history_counts), in key order, so that two such
+// statements take the rows' locks in the same order.
+func countIntoPeriods(rows string) string {
+	return `INSERT INTO history_counts (namespace, queue, status, period_lo, n)
+		SELECT r.namespace, r.queue, r.status, p.lo, count(*)
+		FROM ` + rows + ` r JOIN history_periods p ON r.expires_at >= p.lo AND r.expires_at < p.hi
+		GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (namespace, queue, status, period_lo) DO UPDATE SET n = history_counts.n + excluded.n`
+}
+
 // recallSQL brings jobs of namespace $1 (ids $2) back from history into
 // jobs, with their steps, log lines and signals: a job a write changes again (a
 // retry, a restore) lives among the unfinished. Rows go back column by
@@ -332,6 +350,12 @@ func missingFrom(ids []string, status map[string]string) []string {
 const recallSQL = `
 	WITH back AS (
 		DELETE FROM jobs_history WHERE namespace = $1 AND id = ANY($2::text[]) RETURNING *
+	), uncounted AS (
+		UPDATE history_counts c SET n = c.n - g.n
+		FROM (SELECT b.namespace, b.queue, b.status, p.lo, count(*) AS n
+		      FROM back b JOIN history_periods p ON b.expires_at >= p.lo AND b.expires_at < p.hi
+		      GROUP BY 1, 2, 3, 4) g
+		WHERE c.namespace = g.namespace AND c.queue = g.queue AND c.status = g.status AND c.period_lo = g.lo
 	), jobs_back AS (
 		INSERT INTO jobs OVERRIDING SYSTEM VALUE
 		SELECT r.* FROM back b CROSS JOIN LATERAL jsonb_populate_record(NULL::jobs, to_jsonb(b) - 'expires_at') r

@@ -180,6 +180,7 @@ var namespaceTables = []struct{ table, key string }{
 	{"job_logs", "(namespace, job_id, attempt, seq)"},
 	{"job_signals", "(namespace, job_id, seq)"},
 	{"jobs_history", "(namespace, id, expires_at)"},
+	{"history_counts", "(namespace, queue, status, period_lo)"},
 	{"job_steps_history", "(namespace, job_id, ord, expires_at)"},
 	{"job_logs_history", "(namespace, job_id, attempt, seq)"},
 	{"job_signals_history", "(namespace, job_id, seq)"},

@@ -51,7 +51,8 @@ func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
 	return collect(rows, err, func(row pgx.CollectableRow) (n string, err error) { return n, row.Scan(&n) })
 }
 
-// QueueStats returns queues (all, or the one named) with their job counts.
+// QueueStats returns queues (all, or the one named) with their job counts,
+// those in history by the counts of their periods.
 func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, error) {
 	if !storable(name) {
 		return nil, nil
@@ -60,9 +61,13 @@ func (s *Store) QueueStats(ctx context.Context, name string) ([]records.Queue, e
 		SELECT q.name, q.paused, coalesce(c.status, ''), coalesce(c.n, 0), coalesce(o.age, 0), coalesce(o.keys, 0)
 		FROM queues q
 		LEFT JOIN LATERAL (
-			SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status,
-			       count(*) AS n
-			FROM jobs_all WHERE namespace = q.namespace AND queue = q.name GROUP BY 1
+			SELECT status, sum(n)::bigint AS n FROM (
+				SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status,
+				       count(*) AS n
+				FROM jobs WHERE namespace = q.namespace AND queue = q.name GROUP BY 1
+				UNION ALL
+				SELECT h.status, sum(h.n) FROM history_counts h WHERE h.namespace = q.namespace AND h.queue = q.name AND h.n > 0 GROUP BY 1
+			) u GROUP BY 1
 		) c ON true
 		LEFT JOIN LATERAL (
 			SELECT extract(epoch FROM now() - min(run_at))::float8 AS age,
@@ -188,11 +193,16 @@ func ClaimableNotes(ctx context.Context, q Querier, namespaces, queues []string,
 }
 
 // JobCounts counts the namespace's jobs by status (a due scheduled or
-// retrying job counts as queued, as everywhere else).
+// retrying job counts as queued, as everywhere else): those in jobs one by
+// one, those in history by the counts of their periods.
 func (s *Store) JobCounts(ctx context.Context) (map[string]int64, error) {
 	return countBy(ctx, s, `
-		SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END, count(*)
-		FROM jobs_all WHERE namespace = $1 GROUP BY 1`)
+		SELECT status, sum(n)::bigint FROM (
+			SELECT CASE WHEN status IN ('scheduled', 'retrying') AND run_at <= now() THEN 'queued' ELSE status END AS status, count(*) AS n
+			FROM jobs WHERE namespace = $1 GROUP BY 1
+			UNION ALL
+			SELECT status, sum(n) FROM history_counts WHERE namespace = $1 AND n > 0 GROUP BY 1
+		) u GROUP BY 1`)
 }
 
 // WorkerCounts counts the namespace's workers by state.
