@@ -48,7 +48,6 @@ func (s *Store) StepsComplete(ctx context.Context, calls []StepCompletion) ([]St
 		applied, err = s.completeStepsGrouped(ctx, s.Pool, calls)
 	} else {
 		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			nexts, nextOf = nexts[:0], nextOf[:0]
 			var err error
 			if applied, err = s.completeStepsGrouped(ctx, tx, calls); err != nil {
 				return err
