@@ -26,7 +26,7 @@ type cluster struct {
 	admin *pgxpool.Pool
 }
 
-func startCluster(ctx context.Context, statements bool) (*cluster, error) {
+func startCluster(ctx context.Context, statements bool, extra string) (*cluster, error) {
 	dir, err := os.MkdirTemp("", "agqb")
 	if err != nil {
 		return nil, err
@@ -40,6 +40,13 @@ func startCluster(ctx context.Context, statements bool) (*cluster, error) {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
 		settings["pg_stat_statements.track_utility"] = "off"
 		settings["pg_stat_statements.track_planning"] = "on"
+	}
+	for _, kv := range strings.Split(extra, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			settings[k] = v
+		} else if kv != "" {
+			return nil, fmt.Errorf("-pg: %q is not key=value", kv)
+		}
 	}
 	pg, err := pgcluster.Open(pgcluster.Config{DataDir: dir, Logger: zerolog.New(io.Discard), Settings: settings})
 	if err != nil {

@@ -36,6 +36,7 @@ type options struct {
 	historyJobs                          int
 	pgbouncer                            bool
 	cpuProfile                           string
+	pgSettings                           string
 }
 
 func main() {
@@ -59,6 +60,7 @@ func main() {
 	flag.IntVar(&o.fairFlood, "fair-flood", 100000, "jobs queued under one fair key while a quiet key's pickup is timed")
 	flag.IntVar(&o.historyJobs, "history-jobs", 10000000, "finished jobs the history scenario retains (it runs only when -only names it)")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "agq's pool through PgBouncer in transaction mode (LISTEN and the leader's lock straight to PostgreSQL)")
+	flag.StringVar(&o.pgSettings, "pg", "", "comma list of PostgreSQL settings for the benchmark's cluster, as key=value (e.g. shared_buffers=1GB)")
 	flag.IntVar(&o.repeat, "repeat", 1, "burn-downs run this many times, agq's and River's in turn; the table has the median of each")
 	flag.Parse()
 	if *small {
@@ -82,7 +84,7 @@ func run(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	raiseFileLimit()
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: "+format+"\n", args...) }
 
-	cl, err := startCluster(ctx, o.statements)
+	cl, err := startCluster(ctx, o.statements, o.pgSettings)
 	if err != nil {
 		return nil, fmt.Errorf("starting PostgreSQL: %w", err)
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,6 +147,10 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 			}
 		}
 		cpuBefore := postgresCPUByKind()
+		readsBefore, err := blocksRead(ctx, pool)
+		if err != nil {
+			return measure{}, err
+		}
 		avCtx, stopAV := context.WithCancel(ctx)
 		av := make(chan string, 1)
 		go func() { av <- e.cl.autovacuums(avCtx) }()
@@ -154,6 +160,11 @@ func (e *scenarioEnv) historyRows(ctx context.Context, r *report) error {
 		if err != nil {
 			return measure{}, fmt.Errorf("client burn-down, %s: %w", what, err)
 		}
+		readsAfter, err := blocksRead(ctx, pool)
+		if err != nil {
+			return measure{}, err
+		}
+		e.say("history: %s: blocks read from outside the buffer cache: %s", what, readsAfter.since(readsBefore))
 		e.say("history: %s: %.0f jobs/s; per job: agq %s, bench %s, PostgreSQL %s (%s), WAL %.0f bytes, %.2f commits; waits %s",
 			what, m.rate(), m.cost.agqCPU, m.cost.self, m.cost.pgCPU, cpuByKindPerJob(cpuBefore, postgresCPUByKind(), m.jobs),
 			m.cost.walBytes, m.cost.commits, m.waits)
@@ -476,6 +487,51 @@ func historySettled(ctx context.Context, db *pgxpool.Pool) error {
 			return fmt.Errorf("history: %d finished jobs still in jobs after 2 minutes", finished)
 		}
 	}
+}
+
+// reads are the blocks a database's backends read from outside the buffer
+// cache so far (a table's new blocks count too), by table: heap and
+// indexes together.
+type reads map[string]int64
+
+func blocksRead(ctx context.Context, db *pgxpool.Pool) (reads, error) {
+	rows, err := db.Query(ctx, `
+		SELECT relname, heap_blks_read + coalesce(idx_blks_read, 0) + coalesce(toast_blks_read, 0) FROM pg_statio_user_tables`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	r := reads{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		r[name] = n
+	}
+	return r, rows.Err()
+}
+
+// since names the tables that read the most blocks since b, and the total.
+func (r reads) since(b reads) string {
+	type table struct {
+		name string
+		n    int64
+	}
+	var all []table
+	var total int64
+	for name, n := range r {
+		if d := n - b[name]; d > 0 {
+			all, total = append(all, table{name, d}), total+d
+		}
+	}
+	slices.SortFunc(all, func(x, y table) int { return cmp.Compare(y.n, x.n) })
+	var out []string
+	for _, t := range all[:min(len(all), 6)] {
+		out = append(out, fmt.Sprintf("%s %d", t.name, t.n))
+	}
+	return fmt.Sprintf("%d in all; %s", total, strings.Join(out, ", "))
 }
 
 // jobsDead reads jobs' dead tuples and how often autovacuum has run on it.

@@ -222,7 +222,12 @@ func (s *Store) moveIn(ctx context.Context, r NamespaceRetention, after time.Dur
 // parent is kept while its results may be delivered). It answers how many
 // jobs the dropped periods held (as the statistics count them).
 func (s *Store) HistoryExpire(ctx context.Context, limit int) (int, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT lo, hi, suffix FROM history_periods WHERE hi <= now() ORDER BY lo LIMIT $1`, limit)
+	// None while a changed retention is being applied to history
+	// (HistoryReexpire): a job it keeps longer may still be in a due period.
+	rows, err := s.Pool.Query(ctx, `
+		SELECT lo, hi, suffix FROM history_periods
+		WHERE hi <= now() AND NOT EXISTS (SELECT 1 FROM history_retention WHERE cursor IS NOT NULL)
+		ORDER BY lo LIMIT $1`, limit)
 	due, err := collect(rows, err, func(row pgx.CollectableRow) (p period, err error) {
 		return p, row.Scan(&p.lo, &p.hi, &p.suffix)
 	})

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,6 +165,13 @@ func (w *Watchdog) RunOnce(ctx context.Context) error {
 			Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: w.cfg.HistoryBatch,
 		}})
 	}})
+	// Once a sweep, however much is left: a changed retention's walk of
+	// history must not hold the recoveries up.
+	steps = append(steps, step{kind: "history_reexpire", batch: math.MaxInt, run: func() (int, error) {
+		return w.cfg.Store.HistoryReexpire(ctx, store.RetentionParams{
+			Completed: w.cfg.RetainCompleted, Failed: w.cfg.RetainFailed, Limit: reexpireReadsPerSweep,
+		})
+	}})
 	if now.Sub(w.lastRetention) >= w.cfg.RetentionEvery {
 		steps = append(steps, step{kind: "retention_expire", batch: historyPeriodsAtOnce, run: func() (int, error) {
 			return w.cfg.Store.HistoryExpire(ctx, historyPeriodsAtOnce)
@@ -185,6 +193,10 @@ type step struct {
 	run   func() (int, error)
 	batch int
 }
+
+// reexpireReadsPerSweep is how many jobs of history a sweep reads to apply
+// a changed retention (HistoryReexpire).
+const reexpireReadsPerSweep = 20000
 
 // historyPeriodsAtOnce is how many expired history periods one retention
 // pass drops.

@@ -200,3 +200,38 @@ func TestFinishedJobsMoveIntoHistoryByTheirRetention(t *testing.T) {
 		}
 	}
 }
+
+// A server restarted with another retention applies it to the jobs
+// already in history within a sweep.
+func TestAChangedRetentionReachesHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openStore(t)
+	if _, _, err := st.JobsSubmit(ctx, []records.NewJob{{ID: "done-2d", Queue: "q", MaxAttempts: 3, RetryBackoffSeconds: 1, TimeoutSeconds: 3600}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool.Exec(ctx, `UPDATE jobs SET status = 'completed', finished_at = now() - interval '2 days' WHERE id = 'done-2d'`); err != nil {
+		t.Fatal(err)
+	}
+	left := func() time.Duration {
+		t.Helper()
+		var s float64
+		if err := st.Pool.QueryRow(ctx, `SELECT extract(epoch FROM expires_at - now())::float8 FROM jobs_history WHERE id = 'done-2d'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	for _, c := range []struct{ retain, left time.Duration }{
+		{7 * 24 * time.Hour, 5 * 24 * time.Hour},
+		{3 * 24 * time.Hour, 24 * time.Hour},
+		{40 * 24 * time.Hour, 38 * 24 * time.Hour},
+	} {
+		w := watchdog.New(watchdog.Config{Store: st, RetainCompleted: c.retain})
+		if err := w.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := left(); got < c.left-time.Minute || got > c.left+time.Minute {
+			t.Errorf("retention %v: the job expires in %v, want %v", c.retain, got, c.left)
+		}
+	}
+}

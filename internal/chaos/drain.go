@@ -97,7 +97,7 @@ func backlogOf(ctx context.Context, conn *pgx.Conn, ids []string) (backlog, erro
 			a.id || ':' || coalesce(j.status::text, '-') || ':' || coalesce(j.attempt::text, '-') || ':' || coalesce(j.delivery::text, '-'),
 			',' ORDER BY a.id)), '')
 		FROM unnest($1::text[]) AS a(id)
-		LEFT JOIN jobs j ON j.id = a.id
+		LEFT JOIN jobs_all j ON j.id = a.id
 		WHERE j.status IS NULL OR j.status NOT IN ('completed', 'failed', 'cancelled')`, ids).Scan(&b.unfinished, &b.digest)
 	return b, err
 }

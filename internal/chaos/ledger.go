@@ -179,12 +179,13 @@ func (l *ledger) ackedIDs() []string {
 	return slices.Sorted(maps.Keys(l.acked))
 }
 
-// account compares the ledger with the database.
+// account compares the ledger with the database: its jobs, and those
+// moved into history.
 func (l *ledger) account(ctx context.Context, conn *pgx.Conn, r *Report) error {
 	ids := l.ackedIDs()
 	rows, err := conn.Query(ctx, `
 		SELECT a.id, j.status, j.delivery::text FROM unnest($1::text[]) AS a(id)
-		LEFT JOIN jobs j ON j.id = a.id`, ids)
+		LEFT JOIN jobs_all j ON j.id = a.id`, ids)
 	if err != nil {
 		return err
 	}
@@ -264,8 +265,8 @@ func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []strin
 			coalesce(st.output->>'timeout' = 'true', false), coalesce(a.ok_at < st.wake_at, false),
 			sg.created_at IS NOT NULL, coalesce(sg.taken_by, '')
 		FROM unnest($1::text[], $2::timestamptz[], $4::bool[]) AS a(id, ok_at, must)
-		LEFT JOIN job_steps st ON st.job_id = a.id AND st.step_id = $3 AND st.status <> 'replaced'
-		LEFT JOIN job_signals sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait, must)
+		LEFT JOIN job_steps_all st ON st.job_id = a.id AND st.step_id = $3 AND st.status <> 'replaced'
+		LEFT JOIN job_signals_all sg ON sg.job_id = a.id AND sg.token = 'sig-' || a.id`, jobs, okAt, flowWait, must)
 	if err != nil {
 		return err
 	}
@@ -298,7 +299,7 @@ func (l *ledger) accountWaits(ctx context.Context, conn *pgx.Conn, acked []strin
 		return err
 	}
 	return conn.QueryRow(ctx, `
-		SELECT count(*), count(*) FILTER (WHERE output->>'timeout' = 'true') FROM job_steps
+		SELECT count(*), count(*) FILTER (WHERE output->>'timeout' = 'true') FROM job_steps_all
 		WHERE job_id = ANY($1::text[]) AND step_id = $2 AND wait_signal = 'never'`, acked, flowWait).
 		Scan(&r.Lapses, &r.LapsesTimedOut)
 }

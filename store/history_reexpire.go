@@ -1,0 +1,173 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A job's history period follows from its namespace's retention when it
+// moves. A retention changed later (NAMESPACE.CONFIG, or the server's
+// AGQ_RETAIN_*) is applied to the jobs already in history by a walk of the
+// namespace's history in id order, a batch a statement, that moves each job
+// whose period changes into its new one (history_retention, migration
+// 030). Periods are not dropped while a walk is under way (HistoryExpire):
+// a longer retention reaches every job before its old period ends.
+
+// reexpireBatch is how many jobs of history one statement of a walk reads.
+const reexpireBatch = 5000
+
+// HistoryReexpire records each namespace's retention (p's where it sets
+// none), starts a walk of its history where it changed, and carries the
+// walks under way on, reading up to p.Limit jobs in all. It answers how
+// many jobs it moved into other periods.
+func (s *Store) HistoryReexpire(ctx context.Context, p RetentionParams) (int, error) {
+	// Only the namespaces whose retention differs from the one recorded
+	// are written: a namespace seen first is taken to follow its retention
+	// already, as the mover used it.
+	_, err := s.Pool.Exec(ctx, `
+		WITH want AS (
+			SELECT name, coalesce(retain_completed, $1::interval) AS completed, coalesce(retain_failed, $2::interval) AS failed
+			FROM namespaces WHERE NOT deleting
+		)
+		INSERT INTO history_retention (namespace, completed, failed)
+		SELECT w.name, w.completed, w.failed FROM want w LEFT JOIN history_retention h ON h.namespace = w.name
+		WHERE h.namespace IS NULL OR h.completed <> w.completed OR h.failed <> w.failed
+		ORDER BY w.name
+		ON CONFLICT (namespace) DO UPDATE SET completed = excluded.completed, failed = excluded.failed, cursor = ''`,
+		p.Completed, p.Failed)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	type walk struct {
+		ns                string
+		completed, failed time.Duration
+		cursor            string
+	}
+	rows, err := s.Pool.Query(ctx, `
+		SELECT namespace, extract(epoch FROM completed)::float8, extract(epoch FROM failed)::float8, cursor
+		FROM history_retention WHERE cursor IS NOT NULL ORDER BY namespace`)
+	walks, err := collect(rows, err, func(row pgx.CollectableRow) (w walk, err error) {
+		var completed, failed float64
+		err = row.Scan(&w.ns, &completed, &failed, &w.cursor)
+		w.completed, w.failed = seconds(completed), seconds(failed)
+		return w, err
+	})
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	moved, read := 0, 0
+	for _, w := range walks {
+		for read < p.Limit {
+			n, m, next, err := s.reexpireStep(ctx, w.ns, w.completed, w.failed, w.cursor, min(reexpireBatch, p.Limit-read))
+			read, moved = read+n, moved+m
+			if err != nil {
+				return moved, interpretError(err)
+			}
+			if next == nil {
+				break
+			}
+			w.cursor = *next
+		}
+	}
+	return moved, nil
+}
+
+// seconds is a duration of s seconds.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// reexpireAt is when a job of jobs_history (unqualified columns) expires
+// under retention $2 (completed) and $3 (failed or cancelled), not before
+// $4: the mover's expiresAt, with the walk's now fixed for all its
+// statements, so that the periods created for a batch are those it moves
+// into.
+const reexpireAt = `greatest(finished_at + CASE WHEN status = 'completed' THEN $2::interval ELSE $3::interval END, $4::timestamptz)`
+
+// reexpireBatchSQL is the next batch of a walk: up to $6 jobs of namespace
+// $1 after id $5, with their new expiries.
+const reexpireBatchSQL = `
+	SELECT id, expires_at, ` + reexpireAt + ` AS new_expires_at FROM jobs_history
+	WHERE namespace = $1 AND id > $5 ORDER BY id LIMIT $6`
+
+// reexpireStep moves the jobs of one batch of a walk whose period changes,
+// with their steps, log lines and signals, and records the walk's progress
+// in the same transaction. It answers how many jobs it read and moved,
+// and the walk's next cursor (nil when the walk is over).
+func (s *Store) reexpireStep(ctx context.Context, ns string, completed, failed time.Duration, cursor string, limit int) (read, moved int, next *string, err error) {
+	var now time.Time
+	if err := s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return 0, 0, nil, err
+	}
+	args := []any{ns, completed, failed, now, cursor, limit}
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT date_trunc('hour', new_expires_at) FROM (`+reexpireBatchSQL+`) b`, args...)
+	hours, err := collect(rows, err, func(row pgx.CollectableRow) (h time.Time, err error) { return h, row.Scan(&h) })
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if err := s.periodsEnsure(ctx, hours); err != nil {
+		return 0, 0, nil, err
+	}
+	var last *string
+	var unplaced int
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// The counts change by the net of each period's jobs moved in and
+		// out, in one upsert: a statement may not change a row twice.
+		err := tx.QueryRow(ctx, `
+			WITH b AS (`+reexpireBatchSQL+`
+			), m AS (
+				SELECT b.id, b.expires_at, b.new_expires_at FROM b
+				JOIN history_periods p ON b.expires_at >= p.lo AND b.expires_at < p.hi
+				JOIN history_periods q ON b.new_expires_at >= q.lo AND b.new_expires_at < q.hi
+				WHERE p.lo <> q.lo
+			), jobs_moved AS (
+				UPDATE jobs_history j SET expires_at = m.new_expires_at FROM m
+				WHERE j.namespace = $1 AND j.id = m.id AND j.expires_at = m.expires_at
+				RETURNING j.namespace, j.id, j.queue, j.status, m.expires_at AS old_expires_at, j.expires_at
+			), counted AS (
+				INSERT INTO history_counts (namespace, queue, status, period_lo, n)
+				SELECT d.namespace, d.queue, d.status, p.lo, sum(d.n)
+				FROM (SELECT namespace, queue, status, expires_at AS at, 1 AS n FROM jobs_moved
+				      UNION ALL SELECT namespace, queue, status, old_expires_at, -1 FROM jobs_moved) d
+				JOIN history_periods p ON d.at >= p.lo AND d.at < p.hi
+				GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+				ON CONFLICT (namespace, queue, status, period_lo) DO UPDATE SET n = history_counts.n + excluded.n
+			), steps_moved AS (
+				UPDATE job_steps_history s SET expires_at = m.expires_at FROM jobs_moved m
+				WHERE s.namespace = $1 AND s.job_id = m.id AND s.expires_at = m.old_expires_at
+			), signals_moved AS (
+				UPDATE job_signals_history g SET expires_at = m.expires_at FROM jobs_moved m
+				WHERE g.namespace = $1 AND g.job_id = m.id AND g.expires_at = m.old_expires_at
+			), logs_moved AS (
+				UPDATE job_logs_history l SET expires_at = m.expires_at FROM jobs_moved m
+				WHERE l.namespace = $1 AND l.job_id = m.id AND l.expires_at = m.old_expires_at
+			)
+			SELECT (SELECT count(*) FROM b), (SELECT max(id) FROM b), (SELECT count(*) FROM jobs_moved),
+				(SELECT count(*) FROM b WHERE NOT EXISTS (
+					SELECT 1 FROM history_periods q WHERE b.new_expires_at >= q.lo AND b.new_expires_at < q.hi))`,
+			args...).Scan(&read, &last, &moved, &unplaced)
+		if err != nil {
+			return err
+		}
+		switch {
+		case unplaced > 0:
+			// A period it needs is not there (dropped meanwhile): the
+			// batch is walked again, the jobs moved now staying put.
+			next = &cursor
+		case read == limit && last != nil:
+			next = last
+		}
+		// Unless a newer retention restarted the walk meanwhile.
+		_, err = tx.Exec(ctx, `UPDATE history_retention SET cursor = $2
+			WHERE namespace = $1 AND cursor = $3 AND completed = $4::interval AND failed = $5::interval`, ns, next, cursor, completed, failed)
+		return err
+	})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if unplaced > 0 {
+		// The walk waits for the next call, which creates the periods.
+		return read, moved, nil, nil
+	}
+	return read, moved, next, nil
+}
