@@ -113,42 +113,76 @@ func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) er
 	return interpretError(err)
 }
 
-// JobList pages through the namespace's jobs by id. Only the filters given
-// enter the statement, so each shape gets a plan of its own: with a queue,
-// jobs_queue_status serves (namespace, queue, status, id > cursor); without
-// one the primary key (namespace, id) gives the order.
+// JobList pages through the namespace's jobs by id, in jobs and then in
+// history, each read through an index that yields ids in order, so that a
+// page stops at its limit whatever history holds:
+//   - jobs: only the filters given enter the statement, so each shape gets
+//     a plan of its own: with a queue, jobs_queue_status serves (namespace,
+//     queue, status, id > cursor); without one the primary key.
+//   - history holds ended jobs only: a status not ended reads no history.
+//     Otherwise one ordered index scan of jobs_history_queue_status for
+//     each queue and ended status the filters leave (the namespace's queues
+//     from queues), merged by id; with neither filter, jobs_history_id. A
+//     scan of jobs_history_id that filters would read all of history for
+//     a rare queue or status.
 func (s *Store) JobList(ctx context.Context, p records.JobListParams) ([]records.Job, error) {
 	if !storable(p.Queue, p.Status, p.Type, p.Cursor) {
 		return nil, nil
 	}
-	where := []string{"namespace = $1", "id > $2"}
-	args := []any{s.ns, p.Cursor}
-	add := func(cond string, v any) {
+	args := []any{s.ns, p.Cursor, p.Limit}
+	arg := func(v any) string {
 		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
+		return fmt.Sprintf("$%d", len(args))
 	}
+	hot := []string{"namespace = $1", "id > $2"}
+	var hist []string // conditions on jobs_history h besides namespace and id
 	if p.Queue != "" {
-		add("queue = ?", p.Queue)
+		hot = append(hot, "queue = "+arg(p.Queue))
 	}
+	ended := true
 	switch p.Status {
 	case "":
 	case records.StatusQueued:
 		// A due scheduled or retrying job is shown as queued.
-		where = append(where, "(status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= now()))")
+		hot, ended = append(hot, "(status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= now()))"), false
 	case records.StatusScheduled, records.StatusRetrying:
-		add("status = ? AND run_at > now()", p.Status)
+		hot, ended = append(hot, "status = "+arg(p.Status)+" AND run_at > now()"), false
+	case records.StatusCompleted, records.StatusFailed, records.StatusCancelled:
+		hot = append(hot, "status = "+arg(p.Status))
 	default:
-		add("status = ?", p.Status)
+		hot, ended = append(hot, "status = "+arg(p.Status)), false
 	}
 	if p.Type != "" {
-		add("type = ?", p.Type)
+		cond := "type = " + arg(p.Type)
+		hot, hist = append(hot, cond), append(hist, "h."+cond)
 	}
-	args = append(args, p.Limit)
+	sql := fmt.Sprintf(`SELECT %s FROM jobs WHERE %s ORDER BY id LIMIT $3`, jobColumns, strings.Join(hot, " AND "))
+	if ended {
+		var from string
+		switch {
+		case p.Queue == "" && p.Status == "":
+			from = `jobs_history h WHERE h.namespace = $1 AND h.id > $2`
+		default:
+			queues := `SELECT name FROM queues WHERE namespace = $1`
+			if p.Queue != "" {
+				queues = `SELECT ` + arg(p.Queue) + `::text`
+			}
+			statuses := `'completed', 'failed', 'cancelled'`
+			if p.Status != "" {
+				statuses = arg(p.Status) + `::text`
+			}
+			from = `(` + queues + `) q(name) CROSS JOIN unnest(ARRAY[` + statuses + `]) st(status)
+				CROSS JOIN LATERAL (SELECT * FROM jobs_history h
+					WHERE h.namespace = $1 AND h.queue = q.name AND h.status = st.status AND h.id > $2` +
+				strings.Join(append([]string{""}, hist...), " AND ") + ` ORDER BY h.id LIMIT $3) h`
+			hist = nil
+		}
+		sql = fmt.Sprintf(`SELECT * FROM ((%s) UNION ALL (SELECT %s FROM %s%s ORDER BY h.id LIMIT $3)) u ORDER BY id LIMIT $3`,
+			sql, jobCols("h."), from, strings.Join(append([]string{""}, hist...), " AND "))
+	}
 	// Planned for its arguments every time (an unnamed statement): a
 	// cached generic plan walks the primary key for a rare queue.
-	args = append([]any{pgx.QueryExecModeExec}, args...)
-	return collectJobs(s.Pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM jobs_all WHERE %s ORDER BY id LIMIT $%d`,
-		jobColumns, strings.Join(where, " AND "), len(args)-1), args...))
+	return collectJobs(s.Pool.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...))
 }
 
 // Querier is what both a pool and a single connection offer.

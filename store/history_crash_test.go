@@ -1,0 +1,92 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agq/agq/records"
+)
+
+// An expiry cut off half-way (its connection gone after it carried a
+// parent forward and before it dropped the period, as when agq or
+// PostgreSQL dies there) leaves history as it was: the period, its jobs
+// and their counts all there. The next pass expires it whole.
+func TestHistoryExpiryCutOffHalfWayChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := newTrBundle(t)
+	parent, child, lone := trJob("k-parent", 1, 1), trJob("k-child", 1, 1), trJob("k-lone", 1, 1)
+	child.After = []string{parent.ID}
+	b.submit(t, parent, child, lone)
+	b.finish(t, parent.ID, records.StatusCompleted, `1`)
+	b.finish(t, lone.ID, records.StatusCompleted, `2`)
+	if _, err := b.st.DependenciesSettle(b.ctx, nil, 100); err != nil {
+		t.Fatal(err)
+	}
+	b.moveAll(t, time.Hour, 2)
+	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "kpast"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{`UPDATE jobs_history SET expires_at = $1::timestamptz + interval '1 minute'`,
+		`UPDATE history_counts SET period_lo = $1::timestamptz`} {
+		if _, err := b.st.Pool.Exec(b.ctx, stmt, lo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.checkCounts(t, "past due")
+
+	// A reader holds the period's partition: the expiry carries the
+	// parent, then waits for its lock to drop it, and is cut off there.
+	tx, err := b.st.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	if _, err := tx.Exec(b.ctx, `LOCK TABLE jobs_history_kpast IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	expired := make(chan error, 1)
+	go func() {
+		_, err := b.st.HistoryExpire(context.Background(), 10)
+		expired <- err
+	}()
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expiry never waited for the partition's lock: %v", <-expired)
+		}
+		// Outside tx: a transaction sees one snapshot of pg_stat_activity.
+		err := b.st.Pool.QueryRow(b.ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'DROP TABLE%' LIMIT 1), 0)`).Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.st.Pool.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-expired; err == nil {
+		t.Fatal("the expiry cut off half-way answered no error")
+	}
+	tx.Rollback(b.ctx)
+
+	for _, id := range []string{parent.ID, lone.ID} {
+		var at time.Time
+		if err := b.st.Pool.QueryRow(b.ctx, `SELECT expires_at FROM jobs_history WHERE id = $1`, id).Scan(&at); err != nil {
+			t.Fatalf("%s after the cut-off expiry: %v", id, err)
+		}
+		if !at.Equal(lo.Add(time.Minute)) {
+			t.Errorf("%s expires at %v after the cut-off expiry, want %v as before", id, at, lo.Add(time.Minute))
+		}
+	}
+	b.checkCounts(t, "after the cut-off expiry")
+
+	if _, err := b.st.HistoryExpire(b.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if b.count(t, "jobs_history", lone.ID) != 0 || b.count(t, "jobs_history", parent.ID) != 1 {
+		t.Error("the next expiry did not drop the lone job and carry the parent")
+	}
+	b.checkCounts(t, "expired")
+}
