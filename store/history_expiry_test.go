@@ -90,3 +90,59 @@ func TestHistoryExpiryCutOffHalfWayChangesNothing(t *testing.T) {
 	}
 	b.checkCounts(t, "expired")
 }
+
+// Retention at a period's edges: a due period goes with its last instant's
+// job, the next period keeps the job expiring at its first instant, and a
+// job that ended just before the drop, at the least retention, is kept in
+// a period still to come.
+func TestHistoryRetentionAtPeriodEdges(t *testing.T) {
+	t.Parallel()
+	b := newTrBundle(t)
+	last, first, just := trJob("e-last", 1, 1), trJob("e-first", 1, 1), trJob("e-just", 1, 1)
+	b.submit(t, last, first, just)
+	b.finish(t, last.ID, records.StatusCompleted, `1`)
+	b.finish(t, first.ID, records.StatusCompleted, `2`)
+	b.moveAll(t, time.Hour, 2)
+
+	edge := time.Now().UTC().Truncate(time.Hour)
+	if err := b.st.PeriodCreate(b.ctx, edge.Add(-time.Hour), edge, "epast"); err != nil {
+		t.Fatal(err)
+	}
+	var current int
+	if err := b.st.Pool.QueryRow(b.ctx, `SELECT count(*) FROM history_periods WHERE lo = $1`, edge).Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	if current == 0 {
+		if err := b.st.PeriodCreate(b.ctx, edge, edge.Add(time.Hour), "enow"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, at := range map[string]time.Time{last.ID: edge.Add(-time.Microsecond), first.ID: edge} {
+		if _, err := b.st.Pool.Exec(b.ctx, `UPDATE jobs_history SET expires_at = $2 WHERE id = $1`, id, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.st.Pool.Exec(b.ctx, `DELETE FROM history_counts`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.st.Pool.Exec(b.ctx, `
+		INSERT INTO history_counts SELECT h.namespace, h.queue, h.status, p.lo, count(*)
+		FROM jobs_history h JOIN history_periods p ON h.expires_at >= p.lo AND h.expires_at < p.hi GROUP BY 1, 2, 3, 4`); err != nil {
+		t.Fatal(err)
+	}
+
+	b.finish(t, just.ID, records.StatusCompleted, `3`)
+	b.moveAll(t, time.Minute, 1)
+	if _, err := b.st.HistoryExpire(b.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if b.count(t, "jobs_history", last.ID) != 0 {
+		t.Error("the job expiring at the due period's last instant was kept")
+	}
+	for _, id := range []string{first.ID, just.ID} {
+		if _, err := b.st.JobGet(b.ctx, id); err != nil {
+			t.Errorf("%s after the drop: %v", id, err)
+		}
+	}
+	b.checkCounts(t, "after the drop")
+}
