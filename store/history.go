@@ -174,20 +174,34 @@ func (s *Store) HistoryMove(ctx context.Context, p HistoryParams) (int, error) {
 	return moved, nil
 }
 
-// moveIn moves up to limit finished jobs of one namespace: it creates the
-// periods they need, then moves those whose period exists, in one
-// statement. A job whose period appeared meanwhile waits for the next call.
+// moveIn moves up to limit finished jobs of one namespace, in one
+// statement, those whose period exists. The periods a move needs almost
+// always exist (the mover made them for the jobs before): only when some
+// jobs found none does it create theirs and move again. A job whose period
+// appeared meanwhile waits for the next call.
 func (s *Store) moveIn(ctx context.Context, r NamespaceRetention, after time.Duration, limit int) (int, error) {
 	args := []any{r.Namespace, r.Completed, r.Failed, after, limit}
+	n, unplaced, err := s.moveStatement(ctx, args)
+	if err != nil || unplaced == 0 || n >= limit {
+		return n, err
+	}
 	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT date_trunc('hour', expires_at) FROM (`+movable+`) m`, args...)
 	hours, err := collect(rows, err, func(row pgx.CollectableRow) (h time.Time, err error) { return h, row.Scan(&h) })
 	if err != nil || len(hours) == 0 {
-		return 0, err
+		return n, err
 	}
 	if err := s.periodsEnsure(ctx, hours); err != nil {
-		return 0, err
+		return n, err
 	}
-	var n int
+	args[4] = limit - n
+	more, _, err := s.moveStatement(ctx, args)
+	return n + more, err
+}
+
+// moveStatement moves the jobs movable picks (its arguments args) whose
+// period exists, with their steps, log lines and signals, and answers how
+// many it moved and how many it picked but left for want of a period.
+func (s *Store) moveStatement(ctx context.Context, args []any) (moved, unplaced int, err error) {
 	err = s.Pool.QueryRow(ctx, `
 		WITH picked AS (`+movable+` FOR UPDATE SKIP LOCKED
 		), placed AS (
@@ -212,8 +226,8 @@ func (s *Store) moveIn(ctx context.Context, r NamespaceRetention, after time.Dur
 		), signals_kept AS (
 			INSERT INTO job_signals_history SELECT * FROM signals
 		)
-		SELECT count(*) FROM moved`, args...).Scan(&n)
-	return n, err
+		SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM picked) - (SELECT count(*) FROM placed)`, args...).Scan(&moved, &unplaced)
+	return moved, unplaced, err
 }
 
 // HistoryExpire drops the periods whose time has passed, oldest first, up

@@ -85,7 +85,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 const reexpireAt = `greatest(finished_at + CASE WHEN status = 'completed' THEN $2::interval ELSE $3::interval END, $4::timestamptz)`
 
 // reexpireBatchSQL is the next batch of a walk: up to $6 jobs of namespace
-// $1 after id $5, with their new expiries.
+// $1 after id $5, in id order, with their expiries and new expiries.
 const reexpireBatchSQL = `
 	SELECT id, expires_at, ` + reexpireAt + ` AS new_expires_at FROM jobs_history
 	WHERE namespace = $1 AND id > $5 ORDER BY id LIMIT $6`
@@ -93,81 +93,124 @@ const reexpireBatchSQL = `
 // reexpireStep moves the jobs of one batch of a walk whose period changes,
 // with their steps, log lines and signals, and records the walk's progress
 // in the same transaction. It answers how many jobs it read and moved,
-// and the walk's next cursor (nil when the walk is over).
+// and the walk's next cursor (nil when the walk is over, or waits for a
+// period it could not create).
+//
+// The batch is read first and sorted out here, so that the moving
+// statement joins a short array of ids: each probes its job's partition
+// by key. Joined with the batch's query instead, the planner hashed the
+// whole of history for every batch.
 func (s *Store) reexpireStep(ctx context.Context, ns string, completed, failed time.Duration, cursor string, limit int) (read, moved int, next *string, err error) {
 	var now time.Time
 	if err := s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return 0, 0, nil, err
 	}
-	args := []any{ns, completed, failed, now, cursor, limit}
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT date_trunc('hour', new_expires_at) FROM (`+reexpireBatchSQL+`) b`, args...)
-	hours, err := collect(rows, err, func(row pgx.CollectableRow) (h time.Time, err error) { return h, row.Scan(&h) })
+	type job struct {
+		id       string
+		old, new time.Time
+	}
+	rows, err := s.Pool.Query(ctx, reexpireBatchSQL, ns, completed, failed, now, cursor, limit)
+	batch, err := collect(rows, err, func(row pgx.CollectableRow) (j job, err error) { return j, row.Scan(&j.id, &j.old, &j.new) })
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	if err := s.periodsEnsure(ctx, hours); err != nil {
-		return 0, 0, nil, err
+	read = len(batch)
+	have, err := s.periods(ctx)
+	if err != nil {
+		return read, 0, nil, err
 	}
-	var last *string
-	var unplaced int
-	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// The counts change by the net of each period's jobs moved in and
-		// out, in one upsert: a statement may not change a row twice.
-		err := tx.QueryRow(ctx, `
-			WITH b AS (`+reexpireBatchSQL+`
-			), m AS (
-				SELECT b.id, b.expires_at, b.new_expires_at FROM b
-				JOIN history_periods p ON b.expires_at >= p.lo AND b.expires_at < p.hi
-				JOIN history_periods q ON b.new_expires_at >= q.lo AND b.new_expires_at < q.hi
-				WHERE p.lo <> q.lo
-			), jobs_moved AS (
-				UPDATE jobs_history j SET expires_at = m.new_expires_at FROM m
-				WHERE j.namespace = $1 AND j.id = m.id AND j.expires_at = m.expires_at
-				RETURNING j.namespace, j.id, j.queue, j.status, m.expires_at AS old_expires_at, j.expires_at
-			), counted AS (
-				INSERT INTO history_counts (namespace, queue, status, period_lo, n)
-				SELECT d.namespace, d.queue, d.status, p.lo, sum(d.n)
-				FROM (SELECT namespace, queue, status, expires_at AS at, 1 AS n FROM jobs_moved
-				      UNION ALL SELECT namespace, queue, status, old_expires_at, -1 FROM jobs_moved) d
-				JOIN history_periods p ON d.at >= p.lo AND d.at < p.hi
-				GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
-				ON CONFLICT (namespace, queue, status, period_lo) DO UPDATE SET n = history_counts.n + excluded.n
-			), steps_moved AS (
-				UPDATE job_steps_history s SET expires_at = m.expires_at FROM jobs_moved m
-				WHERE s.namespace = $1 AND s.job_id = m.id AND s.expires_at = m.old_expires_at
-			), signals_moved AS (
-				UPDATE job_signals_history g SET expires_at = m.expires_at FROM jobs_moved m
-				WHERE g.namespace = $1 AND g.job_id = m.id AND g.expires_at = m.old_expires_at
-			), logs_moved AS (
-				UPDATE job_logs_history l SET expires_at = m.expires_at FROM jobs_moved m
-				WHERE l.namespace = $1 AND l.job_id = m.id AND l.expires_at = m.old_expires_at
-			)
-			SELECT (SELECT count(*) FROM b), (SELECT max(id) FROM b), (SELECT count(*) FROM jobs_moved),
-				(SELECT count(*) FROM b WHERE NOT EXISTS (
-					SELECT 1 FROM history_periods q WHERE b.new_expires_at >= q.lo AND b.new_expires_at < q.hi))`,
-			args...).Scan(&read, &last, &moved, &unplaced)
-		if err != nil {
-			return err
+	var hours []time.Time
+	for _, j := range batch {
+		if _, ok := covering(have, j.new); !ok {
+			hours = append(hours, j.new.Truncate(time.Hour))
 		}
+	}
+	if len(hours) > 0 {
+		if err := s.periodsEnsure(ctx, hours); err != nil {
+			return read, 0, nil, err
+		}
+		if have, err = s.periods(ctx); err != nil {
+			return read, 0, nil, err
+		}
+	}
+	var ids []string
+	var olds, news []time.Time
+	unplaced := false
+	for _, j := range batch {
+		from, _ := covering(have, j.old)
+		to, ok := covering(have, j.new)
 		switch {
-		case unplaced > 0:
-			// A period it needs is not there (dropped meanwhile): the
-			// batch is walked again, the jobs moved now staying put.
-			next = &cursor
-		case read == limit && last != nil:
-			next = last
+		case !ok:
+			unplaced = true
+		case to.lo != from.lo:
+			ids, olds, news = append(ids, j.id), append(olds, j.old), append(news, j.new)
+		}
+	}
+	switch {
+	case unplaced:
+		// A period it needs is not there (dropped meanwhile): the batch
+		// is walked again, the jobs moved now staying put.
+		next = &cursor
+	case read == limit:
+		next = &batch[read-1].id
+	}
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if len(ids) > 0 {
+			if err := tx.QueryRow(ctx, reexpireMoveSQL, ns, ids, olds, news).Scan(&moved); err != nil {
+				return err
+			}
 		}
 		// Unless a newer retention restarted the walk meanwhile.
-		_, err = tx.Exec(ctx, `UPDATE history_retention SET cursor = $2
+		_, err := tx.Exec(ctx, `UPDATE history_retention SET cursor = $2
 			WHERE namespace = $1 AND cursor = $3 AND completed = $4::interval AND failed = $5::interval`, ns, next, cursor, completed, failed)
 		return err
 	})
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	if unplaced > 0 {
-		// The walk waits for the next call, which creates the periods.
+	if unplaced {
 		return read, moved, nil, nil
 	}
 	return read, moved, next, nil
 }
+
+// covering is the period of have that t falls in.
+func covering(have []period, t time.Time) (period, bool) {
+	for _, p := range have {
+		if !t.Before(p.lo) && t.Before(p.hi) {
+			return p, true
+		}
+	}
+	return period{}, false
+}
+
+// reexpireMoveSQL moves the jobs of namespace $1 with ids $2 from their
+// expiries $3 to $4, with their steps, log lines and signals. The counts
+// change by the net of each period's jobs moved in and out, in one upsert:
+// a statement may not change a row twice.
+const reexpireMoveSQL = `
+	WITH m AS (
+		SELECT * FROM unnest($2::text[], $3::timestamptz[], $4::timestamptz[]) AS m(id, old_expires_at, new_expires_at)
+	), jobs_moved AS (
+		UPDATE jobs_history j SET expires_at = m.new_expires_at FROM m
+		WHERE j.namespace = $1 AND j.id = m.id AND j.expires_at = m.old_expires_at
+		RETURNING j.namespace, j.id, j.queue, j.status, m.old_expires_at, j.expires_at
+	), counted AS (
+		INSERT INTO history_counts (namespace, queue, status, period_lo, n)
+		SELECT d.namespace, d.queue, d.status, p.lo, sum(d.n)
+		FROM (SELECT namespace, queue, status, expires_at AS at, 1 AS n FROM jobs_moved
+		      UNION ALL SELECT namespace, queue, status, old_expires_at, -1 FROM jobs_moved) d
+		JOIN history_periods p ON d.at >= p.lo AND d.at < p.hi
+		GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (namespace, queue, status, period_lo) DO UPDATE SET n = history_counts.n + excluded.n
+	), steps_moved AS (
+		UPDATE job_steps_history s SET expires_at = m.new_expires_at FROM m
+		WHERE s.namespace = $1 AND s.job_id = m.id AND s.expires_at = m.old_expires_at
+	), signals_moved AS (
+		UPDATE job_signals_history g SET expires_at = m.new_expires_at FROM m
+		WHERE g.namespace = $1 AND g.job_id = m.id AND g.expires_at = m.old_expires_at
+	), logs_moved AS (
+		UPDATE job_logs_history l SET expires_at = m.new_expires_at FROM m
+		WHERE l.namespace = $1 AND l.job_id = m.id AND l.expires_at = m.old_expires_at
+	)
+	SELECT count(*) FROM jobs_moved`
