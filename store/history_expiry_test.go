@@ -122,14 +122,7 @@ func TestHistoryRetentionAtPeriodEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.st.Pool.Exec(b.ctx, `DELETE FROM history_counts`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.st.Pool.Exec(b.ctx, `
-		INSERT INTO history_counts SELECT h.namespace, h.queue, h.status, p.lo, count(*)
-		FROM jobs_history h JOIN history_periods p ON h.expires_at >= p.lo AND h.expires_at < p.hi GROUP BY 1, 2, 3, 4`); err != nil {
-		t.Fatal(err)
-	}
+	b.recount(t)
 
 	b.finish(t, just.ID, records.StatusCompleted, `3`)
 	b.moveAll(t, time.Minute, 1)

@@ -20,6 +20,20 @@ func (b *trBundle) reexpire(t *testing.T, retain time.Duration, limit int) int {
 	return n
 }
 
+// recount counts history's jobs into history_counts anew, after a test
+// moved jobs between periods by hand.
+func (b *trBundle) recount(t *testing.T) {
+	t.Helper()
+	if _, err := b.st.Pool.Exec(b.ctx, `DELETE FROM history_counts`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.st.Pool.Exec(b.ctx, `
+		INSERT INTO history_counts SELECT h.namespace, h.queue, h.status, p.lo, count(*)
+		FROM jobs_history h JOIN history_periods p ON h.expires_at >= p.lo AND h.expires_at < p.hi GROUP BY 1, 2, 3, 4`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // walking says whether a changed retention is still being applied to the
 // default namespace's history.
 func (b *trBundle) walking(t *testing.T) bool {
@@ -130,15 +144,7 @@ func TestHistoryFollowsAChangedRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The test moved them by hand: their counts too.
-	if _, err := b.st.Pool.Exec(b.ctx, `DELETE FROM history_counts`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.st.Pool.Exec(b.ctx, `
-		INSERT INTO history_counts SELECT h.namespace, h.queue, h.status, p.lo, count(*)
-		FROM jobs_history h JOIN history_periods p ON h.expires_at >= p.lo AND h.expires_at < p.hi GROUP BY 1, 2, 3, 4`); err != nil {
-		t.Fatal(err)
-	}
+	b.recount(t)
 	b.checkCounts(t, "before the change")
 
 	longer := 3 * 24 * time.Hour
