@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,39 +78,29 @@ func (s *Store) HistoryReexpire(ctx context.Context, p RetentionParams) (int, er
 // seconds is a duration of s seconds.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// reexpireAt is when a job of jobs_history (unqualified columns) expires
-// under retention $2 (completed) and $3 (failed or cancelled), not before
-// $4: the mover's expiresAt, with the walk's now fixed for all its
-// statements, so that the periods created for a batch are those it moves
-// into.
-const reexpireAt = `greatest(finished_at + CASE WHEN status = 'completed' THEN $2::interval ELSE $3::interval END, $4::timestamptz)`
-
-// reexpireBatchSQL is the next batch of a walk: up to $6 jobs of namespace
-// $1 after id $5, in id order, with their expiries and new expiries.
+// reexpireBatchSQL is the next batch of a walk: up to $5 jobs of namespace
+// $1 after id $4, in id order, with their expiries and their new ones under
+// retention $2 (completed) and $3 (failed or cancelled), as the mover's
+// expiresAt.
 const reexpireBatchSQL = `
-	SELECT id, expires_at, ` + reexpireAt + ` AS new_expires_at FROM jobs_history
-	WHERE namespace = $1 AND id > $5 ORDER BY id LIMIT $6`
+	SELECT id, expires_at, greatest(finished_at + CASE WHEN status = 'completed' THEN $2::interval ELSE $3::interval END, now())
+	FROM jobs_history WHERE namespace = $1 AND id > $4 ORDER BY id LIMIT $5`
 
 // reexpireStep moves the jobs of one batch of a walk whose period changes,
 // with their steps, log lines and signals, and records the walk's progress
 // in the same transaction. It answers how many jobs it read and moved,
-// and the walk's next cursor (nil when the walk is over, or waits for a
-// period it could not create).
+// and the walk's next cursor (nil when the walk is over).
 //
 // The batch is read first and sorted out here, so that the moving
 // statement joins a short array of ids: each probes its job's partition
 // by key. Joined with the batch's query instead, the planner hashed the
 // whole of history for every batch.
 func (s *Store) reexpireStep(ctx context.Context, ns string, completed, failed time.Duration, cursor string, limit int) (read, moved int, next *string, err error) {
-	var now time.Time
-	if err := s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return 0, 0, nil, err
-	}
 	type job struct {
 		id       string
 		old, new time.Time
 	}
-	rows, err := s.Pool.Query(ctx, reexpireBatchSQL, ns, completed, failed, now, cursor, limit)
+	rows, err := s.Pool.Query(ctx, reexpireBatchSQL, ns, completed, failed, cursor, limit)
 	batch, err := collect(rows, err, func(row pgx.CollectableRow) (j job, err error) { return j, row.Scan(&j.id, &j.old, &j.new) })
 	if err != nil {
 		return 0, 0, nil, err
@@ -133,25 +124,21 @@ func (s *Store) reexpireStep(ctx context.Context, ns string, completed, failed t
 			return read, 0, nil, err
 		}
 	}
+	// Every new expiry now has its period: it is no earlier than now, so
+	// no drop can have taken it since.
 	var ids []string
 	var olds, news []time.Time
-	unplaced := false
 	for _, j := range batch {
 		from, _ := covering(have, j.old)
 		to, ok := covering(have, j.new)
-		switch {
-		case !ok:
-			unplaced = true
-		case to.lo != from.lo:
+		if !ok {
+			return read, 0, nil, fmt.Errorf("no history period for %v", j.new)
+		}
+		if to.lo != from.lo {
 			ids, olds, news = append(ids, j.id), append(olds, j.old), append(news, j.new)
 		}
 	}
-	switch {
-	case unplaced:
-		// A period it needs is not there (dropped meanwhile): the batch
-		// is walked again, the jobs moved now staying put.
-		next = &cursor
-	case read == limit:
+	if read == limit {
 		next = &batch[read-1].id
 	}
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
@@ -167,9 +154,6 @@ func (s *Store) reexpireStep(ctx context.Context, ns string, completed, failed t
 	})
 	if err != nil {
 		return 0, 0, nil, err
-	}
-	if unplaced {
-		return read, moved, nil, nil
 	}
 	return read, moved, next, nil
 }

@@ -45,7 +45,7 @@ func (s *Store) QueuePeek(ctx context.Context, queue string, offset, limit int64
 }
 
 // QueueNames lists the namespace's queues by name, without counting their
-// jobs (QueueStats reads every job of a queue, those in history too).
+// jobs (QueueStats reads every job of each queue in jobs).
 func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT name FROM queues WHERE namespace = $1 ORDER BY name`, s.ns)
 	return collect(rows, err, func(row pgx.CollectableRow) (n string, err error) { return n, row.Scan(&n) })
