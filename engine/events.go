@@ -103,28 +103,34 @@ func (e *Engine) publish(ctx context.Context, fx effects) {
 		// A note that names no namespace is about e's.
 		fx.Ready[i].Namespace = cmp.Or(fx.Ready[i].Namespace, e.ns)
 	}
+	wanted := e.hub.Wanted()
+	// Status events only while someone follows them: workers waiting for
+	// job.cancel alone must not cost every transition its messages (nor a
+	// read of the jobs announced as they are).
+	status := wanted && e.hub.WantedStatus()
+	now := e.clock.Now().UTC()
+	if status {
+		// The transition's own events go out before the pops it wakes:
+		// a woken pop's claim says running, and a follower hears the job
+		// queued first.
+		evs := fx.Events
+		for _, c := range fx.Started {
+			evs = append(evs, StatusEvent{Namespace: c.Job.Namespace, JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started",
+				Status: records.StatusRunning, Attempt: c.Job.Attempt, WorkerID: c.Worker})
+		}
+		e.publishEvents(evs, now)
+	}
 	e.hub.Publish(fx.Ready, fx.Done)
 	e.hub.PublishRoom(fx.Freed)
 	e.countJobs(fx)
 	if len(fx.Parents) > 0 {
 		defer e.settle(ctx, fx.Parents)
 	}
-	if !e.hub.Wanted() {
+	if !wanted {
 		return
 	}
-	// Status events only while someone follows them: workers waiting for
-	// job.cancel alone must not cost every transition its messages (nor a
-	// read of the jobs announced as they are).
-	status := e.hub.WantedStatus()
-	var evs []StatusEvent
-	if status {
-		evs = fx.Events
-		for _, c := range fx.Started {
-			evs = append(evs, StatusEvent{Namespace: c.Job.Namespace, JobID: c.Job.ID, Queue: c.Job.Queue, Event: "started",
-				Status: records.StatusRunning, Attempt: c.Job.Attempt, WorkerID: c.Worker})
-		}
-	}
 	msgs := fx.Messages
+	var evs []StatusEvent
 	for _, a := range fx.AsIs {
 		if !status && a.Tell == nil {
 			continue
@@ -135,7 +141,15 @@ func (e *Engine) publish(ctx context.Context, fx effects) {
 			evs = append(evs, more...)
 		}
 	}
-	now := e.clock.Now().UTC()
+	if len(msgs) > 0 {
+		e.hub.PublishMessages(e.scoped(msgs))
+	}
+	e.publishEvents(evs, now)
+}
+
+// publishEvents publishes the status messages of evs.
+func (e *Engine) publishEvents(evs []StatusEvent, now time.Time) {
+	var msgs []wakeup.Message
 	for _, ev := range evs {
 		ev.Namespace = cmp.Or(ev.Namespace, e.ns)
 		msgs = append(msgs, statusMessages(ev, now)...)

@@ -287,6 +287,9 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 	ns := s.ns
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		out, toRelease = Settled{}, nil
+		if err := s.noJIT(ctx, tx); err != nil {
+			return err
+		}
 		var rows pgx.Rows
 		var err error
 		if ids != nil {
@@ -318,6 +321,9 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 		if err != nil {
 			return err
 		}
+		if err := lockEnded(ctx, tx, ns, checks); err != nil {
+			return err
+		}
 		out.More = len(checks) >= limit
 		ended := map[string]string{}
 		var endedIDs []string
@@ -331,6 +337,7 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 				}
 			case c.status == records.StatusPending, c.status == records.StatusAwaiting:
 				toRelease = append(toRelease, c.id)
+			case c.status == lockedAway:
 			default:
 				drop = append(drop, c.id)
 			}
@@ -365,6 +372,56 @@ func (s *Store) DependenciesSettle(ctx context.Context, ids []string, limit int)
 	out.Released = released
 	return out, interpretError(err)
 }
+
+// lockEnded locks the jobs of the checks that ended (FOR SHARE, in id
+// order) and reads their statuses again. A restore makes a cancelled
+// parent pending again and gives it its waits again (waitAgain): one that
+// committed since the checks were read is seen here, its job now a
+// pending one's check, and one that comes later waits for this
+// transaction. Without the lock, a restore committing between the read
+// and settleEnded would have its new waits deleted, and the children
+// released or cancelled while their parent is pending. A job another
+// transaction holds (a restore under way) is skipped rather than waited
+// for — a restore locks its jobs in no set order — and its check left
+// (lockedAway) for the leader's sweep, within a second.
+func lockEnded(ctx context.Context, tx pgx.Tx, ns string, checks []check) error {
+	var ids []string
+	for _, c := range checks {
+		if records.IsTerminal(c.status) {
+			ids = append(ids, c.job)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, status FROM jobs WHERE namespace = $1 AND id = ANY($2::text[])
+		ORDER BY id FOR SHARE SKIP LOCKED`, ns, ids)
+	if err != nil {
+		return err
+	}
+	now := map[string]string{}
+	var id, status string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+		now[id] = status
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i, c := range checks {
+		if records.IsTerminal(c.status) {
+			st, ok := now[c.job]
+			if !ok {
+				st = lockedAway
+			}
+			checks[i].status = st
+		}
+	}
+	return nil
+}
+
+// lockedAway is the status lockEnded gives a check whose job another
+// transaction held: it is left as it is.
+const lockedAway = "-"
 
 // settleEnded deletes the waits for the ended parents, jobs of namespace
 // ns (up to maxSettleWaits), cancels the children a failed or cancelled

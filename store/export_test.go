@@ -24,6 +24,7 @@ var (
 	JobStepsSQL             = jobStepsSQL
 	BeginStepsGroupedSQL    = beginStepsGroupedSQL
 	CompleteStepsGroupedSQL = completeStepsGroupedSQL
+	EndOpenStepsSQL         = endOpenStepsSQL
 )
 
 // PeriodCreate creates the history period [lo, hi) with the given

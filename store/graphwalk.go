@@ -93,6 +93,9 @@ func replaceMarks(ctx context.Context, tx pgx.Tx, ns, kind string, taken []mark,
 func (s *Store) GraphWalk(ctx context.Context, kind string, ids []string, limit int) (Walked, error) {
 	var out Walked
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := s.noJIT(ctx, tx); err != nil {
+			return err
+		}
 		ns := s.ns
 		if ids == nil {
 			// The primary key finds the oldest mark.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,16 +94,44 @@ func (s *Store) periods(ctx context.Context) ([]period, error) {
 // next sweep tries again, rather than queue every other reader behind it.
 const historyLockTimeout = "2s"
 
-// periodCreate creates a period's partitions, one short transaction.
+// unstatedColumnsSQL names the columns of each history table whose
+// statistics are not gathered (migration 031): a partition does not take
+// them from its table, so periodCreate sets them on each.
+const unstatedColumnsSQL = `
+	SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+	WHERE a.attrelid = ANY ($1::text[]::regclass[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget = 0`
+
+// periodCreate creates a period's partitions, one short transaction. A
+// partition is analyzed as it doubles, not as it grows by a tenth, and
+// without the statistics its table does not gather: history only grows
+// until it is dropped, and is read through its keys.
 func (s *Store) periodCreate(ctx context.Context, p period) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
 			return err
 		}
+		rows, err := tx.Query(ctx, unstatedColumnsSQL, historyTables)
+		unstated, err := collect(rows, err, func(row pgx.CollectableRow) (c [2]string, err error) {
+			return c, row.Scan(&c[0], &c[1])
+		})
+		if err != nil {
+			return err
+		}
 		var b pgx.Batch
 		for _, t := range historyTables {
-			b.Queue(fmt.Sprintf(`CREATE TABLE %s_%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-				t, p.suffix, t, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339)))
+			part := t + "_" + p.suffix
+			b.Queue(fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')
+				WITH (autovacuum_analyze_scale_factor = 1)`,
+				part, t, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339)))
+			var cols []string
+			for _, c := range unstated {
+				if c[0] == t {
+					cols = append(cols, "ALTER COLUMN "+pgx.Identifier{c[1]}.Sanitize()+" SET STATISTICS 0")
+				}
+			}
+			if len(cols) > 0 {
+				b.Queue(`ALTER TABLE ` + part + ` ` + strings.Join(cols, ", "))
+			}
 		}
 		b.Queue(`INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, p.lo, p.hi, p.suffix)
 		return tx.SendBatch(ctx, &b).Close()

@@ -49,7 +49,7 @@ func (d *retryDecisions) args() []any { return []any{d.ids, d.retry, d.delays, d
 const decideColumns = `j.id, j.attempt - j.step_failures, j.max_attempts, j.retry_backoff_seconds`
 
 // openStep is a column of the step the job's current delivery left open
-// (job_steps_open), the latest begun; NULL when none is.
+// (through job_steps_order), the latest begun; NULL when none is.
 func openStep(col string) string {
 	return `(SELECT s.` + col + ` FROM job_steps s WHERE s.namespace = j.namespace AND s.job_id = j.id AND s.status = 'running'
 		AND s.delivery = j.delivery ORDER BY s.began_at DESC LIMIT 1)`

@@ -48,7 +48,7 @@ func beginAttemptSQL(s, delivery string) string {
 
 // endOpenStepsSQL writes the entries of the attempts of steps open when
 // the watchdog ended their jobs' deliveries ($1, of namespaces $3), with
-// outcome $2, through job_steps_open.
+// outcome $2, through their jobs' steps (job_steps_order).
 const endOpenStepsSQL = `
 	UPDATE job_steps s SET history = s.history || jsonb_build_array(jsonb_build_object('attempt', s.attempts,
 			'began_at', s.began_at, 'ended_at', now(), 'outcome', $2::text, 'error', NULL)),

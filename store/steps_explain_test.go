@@ -50,8 +50,9 @@ func TestStepStatementsUseTheirIndexes(t *testing.T) {
 			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, []*int32{nil, nil}, []*float64{nil, nil}, ords},
 			[]string{"job_steps_live", "job_steps_order"}},
 		{"AGroupOfCompletionsFindsItsSteps", store.CompleteStepsGroupedSQL,
-			// job_steps_open serves it too: a job's running steps are few.
-			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, ords}, []string{"job_steps_live|job_steps_open"}},
+			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, ords}, []string{"job_steps_live"}},
+		{"ARecoveryFindsTheStepsLeftOpenThroughTheirJobs", store.EndOpenStepsSQL,
+			[]any{ids, "interrupted", nss}, []string{"job_steps_order|job_steps_live"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rows, err := conn.Query(ctx, "EXPLAIN "+c.sql, c.args...)

@@ -52,6 +52,9 @@ type shared struct {
 	rules records.Rules
 	// recovered is Config.Recovered.
 	recovered func(reason string, jobs []RecoveredJob)
+	// pooled is Config.Pooled: the connections may not have JIT off
+	// (noJIT).
+	pooled bool
 }
 
 // In is the store acting in namespace ns.
@@ -112,6 +115,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "agq"
+	if !cfg.Pooled {
+		// agq's statements are short, and JIT compilation is not: a
+		// recursive walk's estimate for a chain of 5,000 jobs passed
+		// jit_above_cost, and compiling took 560 ms of a 600 ms settling
+		// whose work took 5. A pooler in transaction mode passes no such
+		// startup parameter: there the hot statements (hotQueryOn) and
+		// the graph's transactions (noJIT) turn it off for themselves.
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	// Connections idle for a while are closed: a node whose clients are all
 	// blocked holds no more than its LISTEN and leader connections and the
 	// one its sweeps use.
@@ -127,7 +139,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
-	return &Store{shared: &shared{Pool: pool, rules: cfg.Rules, recovered: cfg.Recovered}, ns: records.DefaultNamespace}, nil
+	return &Store{shared: &shared{Pool: pool, rules: cfg.Rules, recovered: cfg.Recovered, pooled: cfg.Pooled}, ns: records.DefaultNamespace}, nil
 }
 
 // Background returns a store for the leader's background services — the
@@ -291,6 +303,17 @@ func hotQueryOn(ctx context.Context, q batchSender, async bool, before []*pgx.Qu
 		})
 	}
 	return q.SendBatch(ctx, b).Close()
+}
+
+// noJIT turns JIT off for tx where the connection may have it on (through
+// a pooler, see Open): the graph's settlings and walks are recursive
+// queries whose estimates pass jit_above_cost.
+func (s *Store) noJIT(ctx context.Context, tx pgx.Tx) error {
+	if !s.pooled {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `SET LOCAL jit = off`)
+	return err
 }
 
 // asyncQuery is hotQuery committing without waiting for the WAL flush.
