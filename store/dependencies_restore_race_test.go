@@ -61,7 +61,7 @@ func TestARestoreRacingTheSettlingOfACancelledParent(t *testing.T) {
 		t.Fatalf("retrying the root: %v", err)
 	}
 	restored := make(chan error, 1)
-	go func() { restored <- b.walkAll(store.WalkRestore) }()
+	go func() { restored <- b.walkAll(store.WalkRestore, 100) }()
 	agqtest.Eventually(t, 10*time.Second, func() error {
 		if len(restored) > 0 || b.lockWaiters(t) >= 2 {
 			return nil
@@ -113,64 +113,20 @@ func (b *trBundle) awaitLockWaiters(t *testing.T, n int) {
 	})
 }
 
-// walkAll runs the graph walks of kind until none is left.
-func (b *trBundle) walkAll(kind string) error {
+// walkAll runs the graph walks of kind, batches of limit jobs, until no
+// mark is left.
+func (b *trBundle) walkAll(kind string, limit int) error {
 	for range 1000 {
-		w, err := b.st.GraphWalk(b.ctx, kind, nil, 100)
+		w, err := b.st.GraphWalk(b.ctx, kind, nil, limit)
 		if err != nil {
 			return err
 		}
 		if len(w.Restored)+len(w.Cancelled)+len(w.Next) == 0 && !w.More {
-			return nil
+			var left int
+			if err := b.st.Pool.QueryRow(b.ctx, `SELECT count(*) FROM graph_walks WHERE kind = $1`, kind).Scan(&left); err != nil || left == 0 {
+				return err
+			}
 		}
 	}
 	return fmt.Errorf("the %s walks do not end", kind)
-}
-
-// A parent that another transaction holds (a restore under way) is not
-// settled meanwhile: its mark and its waits are left for a later round
-// (the leader's sweep), which settles them once the holder is done.
-func TestSettlingSkipsAParentHeldByAnotherTransaction(t *testing.T) {
-	t.Parallel()
-	b := newTrBundle(t)
-	parent, child := trJob("held-p", 1, 1), trJob("held-c", 1, 1)
-	child.After = []string{parent.ID}
-	b.submit(t, parent, child)
-	if _, err := b.st.JobCancel(b.ctx, parent.ID); err != nil {
-		t.Fatal(err)
-	}
-	hold, err := b.st.Pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Rollback(context.Background())
-	if _, err := hold.Exec(b.ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR NO KEY UPDATE`, parent.ID); err != nil {
-		t.Fatal(err)
-	}
-	out, err := b.st.DependenciesSettle(b.ctx, []string{parent.ID}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var marks, waits int
-	count := func() {
-		t.Helper()
-		if err := b.st.Pool.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM dependency_checks WHERE job_id = $1),
-			(SELECT count(*) FROM job_waits WHERE parent_id = $1)`, parent.ID).Scan(&marks, &waits); err != nil {
-			t.Fatal(err)
-		}
-	}
-	count()
-	if len(out.Cancelled) != 0 || marks != 1 || waits != 1 {
-		t.Fatalf("settling a held parent: %+v, %d marks, %d waits left; want the mark and the wait left", out, marks, waits)
-	}
-	if err := hold.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.st.DependenciesSettle(b.ctx, nil, 100); err != nil {
-		t.Fatal(err)
-	}
-	count()
-	if got := b.get(t, child.ID); got.Status != records.StatusCancelled || marks != 0 || waits != 0 {
-		t.Errorf("once the parent is free: child %s, %d marks, %d waits left", got.Status, marks, waits)
-	}
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // HeldBy is heldBy, for the test that holds it to the rule it stands for.
@@ -43,3 +45,6 @@ func PeriodFor(t, now time.Time, have [][2]time.Time) (lo, hi time.Time, suffix 
 	p, exists := periodFor(t, now, ps)
 	return p.lo, p.hi, p.suffix, exists
 }
+
+// NoJIT is noJIT, for the test of the pooled store's graph transactions.
+func (s *Store) NoJIT(ctx context.Context, tx pgx.Tx) error { return s.noJIT(ctx, tx) }

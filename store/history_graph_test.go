@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 	"testing"
 	"time"
 
@@ -116,8 +114,6 @@ func TestHistoryRetryRestoresAChainPartlyInHistory(t *testing.T) {
 	}
 }
 
-var debugSettle = false
-
 // settleAll settles dependencies and cascades until nothing is left.
 func (b *trBundle) settleAll(t *testing.T) {
 	t.Helper()
@@ -134,29 +130,15 @@ func (b *trBundle) settleAll(t *testing.T) {
 		if left == 0 && len(out.Released)+len(out.Cancelled) == 0 && !out.More {
 			return
 		}
-		if debugSettle {
-			rows, _ := b.st.Pool.Query(b.ctx, `SELECT c.job_id || ':' || coalesce(j.status, '-') FROM dependency_checks c LEFT JOIN jobs j ON j.id = c.job_id`)
-			marks, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-			t.Logf("left %d %v, settled %+v", left, marks, out)
-		}
 	}
 	t.Fatal("settling does not end")
 }
 
-// drainWalks runs the graph walks of kind until none is left.
+// drainWalks runs the graph walks of kind until none is left, in small
+// batches.
 func (b *trBundle) drainWalks(t *testing.T, kind string) {
 	t.Helper()
-	for range 1000 {
-		w, err := b.st.GraphWalk(b.ctx, kind, nil, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(w.Restored)+len(w.Cancelled)+len(w.Next) == 0 {
-			var left int
-			if err := b.st.Pool.QueryRow(b.ctx, `SELECT count(*) FROM graph_walks WHERE kind = $1`, kind).Scan(&left); err != nil || left == 0 {
-				return
-			}
-		}
+	if err := b.walkAll(kind, 7); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("the %s walks do not end", kind)
 }

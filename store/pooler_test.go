@@ -59,6 +59,37 @@ func TestBehindAPooler(t *testing.T) {
 		}
 	})
 
+	// JIT is off for every statement of a direct connection, and for a
+	// pooled store's graph transactions (noJIT): a graph walk's estimate
+	// passes jit_above_cost.
+	t.Run("StatementsRunWithoutJIT", func(t *testing.T) {
+		for _, tc := range []struct {
+			url    string
+			pooled bool
+		}{{direct, false}, {pooled, true}} {
+			st, err := store.Open(ctx, store.Config{URL: tc.url, Pooled: tc.pooled, MaxConns: 1, Rules: engine.Decisions{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var jit string
+			err = pgx.BeginFunc(ctx, st.Pool, func(tx pgx.Tx) error {
+				if err := st.NoJIT(ctx, tx); err != nil {
+					return err
+				}
+				return tx.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&jit)
+			})
+			if err != nil || jit != "off" {
+				t.Errorf("%s, pooled %v: a graph transaction runs with jit %q (%v)", tc.url, tc.pooled, jit, err)
+			}
+			if !tc.pooled {
+				if err := st.Pool.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&jit); err != nil || jit != "off" {
+					t.Errorf("a direct connection runs with jit %q (%v)", jit, err)
+				}
+			}
+			st.Close()
+		}
+	})
+
 	t.Run("ConcurrentSubmissionsAndReadsWork", func(t *testing.T) {
 		st, err := store.Open(ctx, store.Config{URL: pooled, Pooled: true, Rules: engine.Decisions{}})
 		if err != nil {

@@ -119,10 +119,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// agq's statements are short, and JIT compilation is not: a
 		// recursive walk's estimate for a chain of 5,000 jobs passed
 		// jit_above_cost, and compiling took 560 ms of a 600 ms settling
-		// whose work took 5. A pooler in transaction mode passes no such
-		// startup parameter: there the hot statements (hotQueryOn) and
-		// the graph's transactions (noJIT) turn it off for themselves.
-		pc.ConnConfig.RuntimeParams["jit"] = "off"
+		// whose work took 5. A SET, not a startup parameter, which a
+		// proxy may refuse. Through a pooler in transaction mode a
+		// session's settings do not hold: there the hot statements
+		// (hotQueryOn) and the graph's transactions (noJIT) turn it off
+		// for themselves.
+		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SET jit = off`)
+			return err
+		}
 	}
 	// Connections idle for a while are closed: a node whose clients are all
 	// blocked holds no more than its LISTEN and leader connections and the
