@@ -177,19 +177,28 @@ func (w *worker) work(ctx context.Context, queue string, running bool) (delivere
 	return w.workWaiting(ctx, queue, running, time.Second, nil)
 }
 
+// pop takes a job from queue with BRPOP, waiting up to timeout (0: none);
+// ok is false when none came.
+func (w *worker) pop(ctx context.Context, queue string, timeout time.Duration) (d delivered, ok bool, err error) {
+	res, err := w.c.BRPop(ctx, timeout, "queue:"+queue).Result()
+	if err == redis.Nil {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, err
+	}
+	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+		return d, false, err
+	}
+	return d, true, nil
+}
+
 // workWaiting is work with the pop's timeout (0: none). held, when set, is
 // called as soon as the worker holds the job, before it reports anything:
 // where a pickup latency ends, as River's is taken when its worker starts.
 func (w *worker) workWaiting(ctx context.Context, queue string, running bool, timeout time.Duration, held func(delivered)) (delivered, bool, error) {
-	res, err := w.c.BRPop(ctx, timeout, "queue:"+queue).Result()
-	if err == redis.Nil {
-		return delivered{}, false, nil
-	}
-	if err != nil {
-		return delivered{}, false, err
-	}
-	var d delivered
-	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+	d, ok, err := w.pop(ctx, queue, timeout)
+	if !ok || err != nil {
 		return d, false, err
 	}
 	if held != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 )
 
 // fanInRuns numbers the fan-in runs, so that each submits jobs of its own.
@@ -148,15 +147,8 @@ func agqBurnDownSteps(ctx context.Context, cl *cluster, s *agqServer, ws []*work
 func agqBurnDownPadded(ctx context.Context, cl *cluster, s *agqServer, ws []*worker, n int) (measure, error) {
 	queue := "burn-padded"
 	return burnDown(ctx, cl, s, ws, queue, n, false, func(w *worker) (int, error) {
-		res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
-		if err == redis.Nil {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		var d delivered
-		if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+		d, ok, err := w.pop(ctx, queue, time.Second)
+		if !ok || err != nil {
 			return 0, err
 		}
 		for range stepNames {
@@ -172,15 +164,8 @@ func agqBurnDownPadded(ctx context.Context, cl *cluster, s *agqServer, ws []*wor
 // workSteps pops a job from queue, waiting up to a second, runs its three
 // steps and reports it completed; it answers how many jobs it completed.
 func (w *worker) workSteps(ctx context.Context, queue string, next bool) (int, error) {
-	res, err := w.c.BRPop(ctx, time.Second, "queue:"+queue).Result()
-	if err == redis.Nil {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var d delivered
-	if err := json.Unmarshal([]byte(res[1]), &d); err != nil {
+	d, ok, err := w.pop(ctx, queue, time.Second)
+	if !ok || err != nil {
 		return 0, err
 	}
 	doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)

@@ -44,36 +44,21 @@ ALTER TABLE jobs_history
     ALTER COLUMN fair_pass SET STATISTICS 0,
     ALTER COLUMN submitted_by SET STATISTICS 0;
 
--- Steps are read by their job's key (and, hot, by a wait's deadline).
-ALTER TABLE job_steps
-    ALTER COLUMN attempts SET STATISTICS 0,
-    ALTER COLUMN max_attempts SET STATISTICS 0,
-    ALTER COLUMN retry_backoff_seconds SET STATISTICS 0,
-    ALTER COLUMN input SET STATISTICS 0,
-    ALTER COLUMN output SET STATISTICS 0,
-    ALTER COLUMN errors SET STATISTICS 0,
-    ALTER COLUMN delivery SET STATISTICS 0,
-    ALTER COLUMN began_at SET STATISTICS 0,
-    ALTER COLUMN completed_at SET STATISTICS 0,
-    ALTER COLUMN wait_signal SET STATISTICS 0,
-    ALTER COLUMN wait_jobs SET STATISTICS 0,
-    ALTER COLUMN history SET STATISTICS 0,
-    ALTER COLUMN attempt_ended SET STATISTICS 0;
-ALTER TABLE job_steps_history
-    ALTER COLUMN attempts SET STATISTICS 0,
-    ALTER COLUMN max_attempts SET STATISTICS 0,
-    ALTER COLUMN retry_backoff_seconds SET STATISTICS 0,
-    ALTER COLUMN input SET STATISTICS 0,
-    ALTER COLUMN output SET STATISTICS 0,
-    ALTER COLUMN errors SET STATISTICS 0,
-    ALTER COLUMN delivery SET STATISTICS 0,
-    ALTER COLUMN began_at SET STATISTICS 0,
-    ALTER COLUMN completed_at SET STATISTICS 0,
-    ALTER COLUMN wake_at SET STATISTICS 0,
-    ALTER COLUMN wait_signal SET STATISTICS 0,
-    ALTER COLUMN wait_jobs SET STATISTICS 0,
-    ALTER COLUMN history SET STATISTICS 0,
-    ALTER COLUMN attempt_ended SET STATISTICS 0;
+-- Steps are read by their job's key, and waits (in job_steps only) by
+-- their deadline.
+DO $$
+DECLARE
+    t text;
+    c text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['job_steps', 'job_steps_history'] LOOP
+        FOREACH c IN ARRAY ARRAY['attempts', 'max_attempts', 'retry_backoff_seconds', 'input', 'output', 'errors',
+                'delivery', 'began_at', 'completed_at', 'wait_signal', 'wait_jobs', 'history', 'attempt_ended'] LOOP
+            EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS 0', t, c);
+        END LOOP;
+    END LOOP;
+END $$;
+ALTER TABLE job_steps_history ALTER COLUMN wake_at SET STATISTICS 0;
 ALTER TABLE job_logs_history
     ALTER COLUMN line SET STATISTICS 0,
     ALTER COLUMN at SET STATISTICS 0;
