@@ -148,6 +148,14 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 		return fmt.Errorf("agq fan-in: %w", err)
 	}
 	r.add(fmt.Sprintf("fan-in of %s: last parent's completion to the child's pickup", thousands(o.fanIn)), millis(d), "—", "")
+	chain := o.fanIn / 2
+	say("chain of %d jobs: cancelled from its first, then restored", chain)
+	cancelled, restored, err := agqChain(ctx, cl, s, chain)
+	if err != nil {
+		return fmt.Errorf("agq chain: %w", err)
+	}
+	r.add(fmt.Sprintf("chain of %s, each after the one before: JOB.CANCEL of the first until all are cancelled", thousands(chain)), millis(cancelled), "—", "")
+	r.add(fmt.Sprintf("chain of %s: JOB.RETRY of the first until all others are pending again", thousands(chain)), millis(restored), "—", "")
 	// Each burn-down starts once the one before it is moved into history
 	// and vacuumed, and the plain ones take about as long as the
 	// three-step ones (three times the jobs): each leaves the same few
