@@ -86,16 +86,7 @@ func TestHistoryCountsFollowTheJobs(t *testing.T) {
 
 	// The jobs in history into a period two hours past, their counts with
 	// them (the test moves them by hand).
-	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
-	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "cpast"); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{`UPDATE jobs_history SET expires_at = $1::timestamptz + interval '1 minute'`,
-		`UPDATE job_steps_history SET expires_at = $1::timestamptz + interval '1 minute'`, `UPDATE history_counts SET period_lo = $1::timestamptz`} {
-		if _, err := b.st.Pool.Exec(b.ctx, stmt, lo); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lo := b.pastDue(t, "cpast")
 	b.checkCounts(t, "past due")
 
 	if _, err := b.st.HistoryExpire(b.ctx, 10); err != nil {

@@ -24,16 +24,7 @@ func TestHistoryExpiryCutOffHalfWayChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.moveAll(t, time.Hour, 2)
-	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
-	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "kpast"); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{`UPDATE jobs_history SET expires_at = $1::timestamptz + interval '1 minute'`,
-		`UPDATE history_counts SET period_lo = $1::timestamptz`} {
-		if _, err := b.st.Pool.Exec(b.ctx, stmt, lo); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lo := b.pastDue(t, "kpast")
 	b.checkCounts(t, "past due")
 
 	// A reader holds the period's partition: the expiry carries the

@@ -131,20 +131,7 @@ func TestHistoryFollowsAChangedRetention(t *testing.T) {
 	}
 
 	// Two jobs' periods are past due, as if their hour ran out.
-	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
-	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "rpast"); err != nil {
-		t.Fatal(err)
-	}
-	for _, table := range []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"} {
-		key := "job_id"
-		if table == "jobs_history" {
-			key = "id"
-		}
-		if _, err := b.st.Pool.Exec(b.ctx, `UPDATE `+table+` SET expires_at = $1 WHERE `+key+` IN ('r-1', 'r-stepped')`, lo.Add(time.Minute)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.recount(t)
+	b.pastDue(t, "rpast", "r-1", "r-stepped")
 	b.checkCounts(t, "before the change")
 
 	longer := 3 * 24 * time.Hour

@@ -21,6 +21,38 @@ func (b *trBundle) moveAll(t *testing.T, retain time.Duration, want int) {
 	}
 }
 
+// pastDue creates the period two hours past with suffix and moves into it
+// the history of the jobs ids, their steps, log lines and signals with
+// them — all of history when no id is given — as if their retention had
+// run out; the history's counts follow. It answers the period's start.
+func (b *trBundle) pastDue(t *testing.T, suffix string, ids ...string) time.Time {
+	t.Helper()
+	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), suffix); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"} {
+		key := "job_id"
+		if table == "jobs_history" {
+			key = "id"
+		}
+		if _, err := b.st.Pool.Exec(b.ctx, `UPDATE `+table+` SET expires_at = $1 WHERE coalesce(cardinality($2::text[]), 0) = 0 OR `+key+` = ANY($2)`,
+			lo.Add(time.Minute), ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ids) == 0 {
+		// Every count moves with its jobs: the counts stay as they were
+		// checked.
+		if _, err := b.st.Pool.Exec(b.ctx, `UPDATE history_counts SET period_lo = $1`, lo); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		b.recount(t)
+	}
+	return lo
+}
+
 // finish claims job id (its own queue) and ends it with status and raw.
 func (b *trBundle) finish(t *testing.T, id, status, raw string) {
 	t.Helper()
@@ -195,19 +227,7 @@ func TestHistoryExpiresPeriods(t *testing.T) {
 	b.moveAll(t, time.Hour, 1)
 
 	// Both jobs into a period two hours past, as if their retention ran out.
-	lo := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
-	pastDue := func(suffix string) {
-		t.Helper()
-		if err := b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), suffix); err != nil {
-			t.Fatal(err)
-		}
-		for _, table := range []string{"jobs_history", "job_steps_history", "job_logs_history", "job_signals_history"} {
-			if _, err := b.st.Pool.Exec(b.ctx, `UPDATE `+table+` SET expires_at = $1`, lo.Add(time.Minute)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pastDue("past")
+	b.pastDue(t, "past")
 
 	t.Run("ADropThatCannotTakeItsLockChangesNothing", func(t *testing.T) {
 		tx, err := b.st.Pool.Begin(b.ctx)
@@ -251,7 +271,7 @@ func TestHistoryExpiresPeriods(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.moveAll(t, time.Hour, 1)
-	pastDue("past2")
+	b.pastDue(t, "past2")
 	if _, err := b.st.HistoryExpire(b.ctx, 10); err != nil {
 		t.Fatal(err)
 	}
