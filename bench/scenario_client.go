@@ -40,19 +40,29 @@ func agqBurnDownClientKeyed(ctx context.Context, cl *cluster, s *agqServer, n, r
 // agqWorkClient measures one Worker of the client package, registered as
 // id, working off the n jobs waiting in queue.
 func agqWorkClient(ctx context.Context, cl *cluster, s *agqServer, queue string, n int, id string) (measure, error) {
+	return agqWorkClientWith(ctx, cl, s, queue, n, id, clientSlots, func(context.Context, *client.Job) (any, error) { return nil, nil })
+}
+
+// agqWorkClientWith is agqWorkClient with slots jobs at once, each run by
+// handle.
+func agqWorkClientWith(ctx context.Context, cl *cluster, s *agqServer, queue string, n int, id string, slots int,
+	handle client.HandlerFunc) (measure, error) {
 	key, err := s.admin.Do(ctx, "KEY.CREATE", "worker", id).Text()
 	if err != nil {
 		return measure{}, err
 	}
 	var handled atomic.Int64
 	w, err := client.NewWorker(client.WorkerOptions{Addr: s.addr, WorkerID: id, Key: key, Queues: []string{queue},
-		Concurrency: clientSlots, PopTimeout: time.Second})
+		Concurrency: slots, PopTimeout: time.Second})
 	if err != nil {
 		return measure{}, err
 	}
-	w.Handle("bench", func(context.Context, *client.Job) (any, error) {
-		handled.Add(1)
-		return nil, nil
+	w.Handle("bench", func(ctx context.Context, j *client.Job) (any, error) {
+		out, err := handle(ctx, j)
+		if err == nil {
+			handled.Add(1)
+		}
+		return out, err
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

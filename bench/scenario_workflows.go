@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agq/agq/client"
 )
 
 // fanInRuns numbers the fan-in runs, so that each submits jobs of its own.
@@ -158,6 +160,31 @@ func agqBurnDownPadded(ctx context.Context, cl *cluster, s *agqServer, ws []*wor
 		}
 		doc := fmt.Sprintf(`{"status":"completed","attempt":%d,"delivery":%q}`, d.Attempt, d.Delivery)
 		return 1, w.c.Do(ctx, "JOB.UPDATE", d.ID, doc).Err()
+	})
+}
+
+// agqBurnDownClientSteps works off n pre-submitted jobs with one Worker
+// of the client package of slots slots, as a Go user would run jobs of
+// steps: its handler runs three client.Step calls (none, with plain,
+// returning at once).
+func agqBurnDownClientSteps(ctx context.Context, cl *cluster, s *agqServer, n, slots int, plain bool) (measure, error) {
+	queue, id := "burn-client-steps", "client-steps"
+	if plain {
+		queue, id = "burn-client-plain", "client-plain"
+	}
+	if err := s.submitDocs(ctx, n, 1000, func(int) string { return jobDoc(queue, 0) }); err != nil {
+		return measure{}, err
+	}
+	return agqWorkClientWith(ctx, cl, s, queue, n, id, slots, func(ctx context.Context, j *client.Job) (any, error) {
+		if plain {
+			return nil, nil
+		}
+		for _, step := range stepNames {
+			if _, err := client.Step(ctx, j, step, nil, func(context.Context) (bool, error) { return true, nil }); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
 	})
 }
 

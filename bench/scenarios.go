@@ -201,7 +201,23 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 	if err != nil {
 		return fmt.Errorf("agq burn-down with PINGs: %w", err)
 	}
-	say("jobs/s: three-step %.0f (a command a call %.0f), plain %.0f, plain with three PINGs %.0f", st.rate(), sep.rate(), p.rate(), pad.rate())
+	say("burn-down of %d three-step jobs, and of %d plain ones, through one Worker of the client package", o.jobs, plain)
+	if err := settle(); err != nil {
+		return err
+	}
+	cst, err := agqBurnDownClientSteps(ctx, cl, s, o.jobs, o.workers, false)
+	if err != nil {
+		return fmt.Errorf("agq three-step burn-down through the client package: %w", err)
+	}
+	if err := settle(); err != nil {
+		return err
+	}
+	cp, err := agqBurnDownClientSteps(ctx, cl, s, plain, o.workers, true)
+	if err != nil {
+		return fmt.Errorf("agq burn-down through the client package: %w", err)
+	}
+	say("jobs/s: three-step %.0f (a command a call %.0f), plain %.0f, plain with three PINGs %.0f; client package: three-step %.0f, plain %.0f",
+		st.rate(), sep.rate(), p.rate(), pad.rate(), cst.rate(), cp.rate())
 	r.add(fmt.Sprintf("burn-down of three-step jobs, %d jobs (STEP.BEGIN, STEP.COMPLETE … NEXT ×2, then STEP.COMPLETE and JOB.UPDATE completed pipelined, with DELIVERY)", o.jobs),
 		perSecond(st.rate()), "—", fmt.Sprintf("%.2f of plain", st.rate()/p.rate()))
 	r.add(fmt.Sprintf("burn-down of three-step jobs: plain burn-down beside it, %d jobs", plain), perSecond(p.rate()), "—", "")
@@ -216,6 +232,12 @@ func (e *scenarioEnv) workflowRows(ctx context.Context, r *report) error {
 		fmt.Sprintf("%.2f / %.0f (%.2f / %.0f)", st.cost.commits, st.cost.walBytes, p.cost.commits, p.cost.walBytes), "", "")
 	r.add("burn-down of plain jobs with three PINGs: CPU per job, agq / PostgreSQL / the benchmark's clients",
 		micros(pad.cost.agqCPU)+" / "+micros(pad.cost.pgCPU)+" / "+micros(pad.cost.self), "", "")
+	r.add(fmt.Sprintf("burn-down of three-step jobs through one Worker of the client package, %d slots (client.Step ×3)", o.workers),
+		perSecond(cst.rate()), "—", fmt.Sprintf("%.2f of plain", cst.rate()/cp.rate()))
+	r.add(fmt.Sprintf("burn-down of three-step jobs: plain jobs through the same Worker beside it, %d jobs", plain), perSecond(cp.rate()), "—", "")
+	r.add("burn-down of three-step jobs through the client package: CPU per job, agq / PostgreSQL / the Worker (plain)",
+		micros(cst.cost.agqCPU)+" / "+micros(cst.cost.pgCPU)+" / "+micros(cst.cost.self)+
+			" ("+micros(cp.cost.agqCPU)+" / "+micros(cp.cost.pgCPU)+" / "+micros(cp.cost.self)+")", "", "")
 	return nil
 }
 

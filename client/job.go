@@ -143,6 +143,8 @@ type runningJob struct {
 	// ended: a step failed or the job went to sleep, which ended the
 	// delivery on agq; nothing more is reported.
 	ended bool
+	// steps holds a step's completion for the job's next call.
+	steps heldSteps
 }
 
 // runJob runs a delivered job's handler and hands its final report to the
@@ -160,6 +162,7 @@ func (w *Worker) runJob(r *runningJob) {
 	ack := time.AfterFunc(w.opts.AckAfter, func() { r.acknowledge(w) })
 	result, err := w.call(ctx, j)
 	ack.Stop()
+	held := r.takeHeld()
 	cause := context.Cause(r.ctx)
 	if ctx.Err() != nil && cause == nil {
 		cause = context.Cause(ctx)
@@ -177,7 +180,7 @@ func (w *Worker) runJob(r *runningJob) {
 		if body, ok := r.completedBody(result); ok {
 			w.completed.Add(1)
 			w.handlerReturned(true)
-			w.reports.push(r.finalReport(body))
+			w.reports.push(r.finalReport(body, held))
 			return
 		}
 	}
@@ -189,20 +192,26 @@ func (w *Worker) runJob(r *runningJob) {
 		w.completed.Add(1)
 	}
 	w.handlerReturned(true)
-	w.reports.push(r.finalReport(r.body(doc)))
+	w.reports.push(r.finalReport(r.body(doc), held))
 }
 
-// finalReport is the reporter's entry for r's final report.
-func (r *runningJob) finalReport(body []byte) *pendingReport {
+// finalReport is the reporter's entry for r's final report, sent after
+// the completion of step held (if any) in the same pipeline.
+func (r *runningJob) finalReport(body []byte, held *heldStep) *pendingReport {
 	w := r.job.w
-	return &pendingReport{jobID: r.job.ID(), body: body, done: func(err error) {
+	p := &pendingReport{jobID: r.job.ID(), body: body}
+	if held != nil {
+		p.step = []any{"STEP.COMPLETE", r.job.ID(), held.id, held.output, "DELIVERY", r.job.msg.Delivery}
+	}
+	p.done = func(err error) {
 		switch classify(err) {
 		case outcomeOK, outcomeCancelled, outcomeLost:
 		default:
 			w.log.Error("could not report the job's end", "job_id", r.job.ID(), "error", err)
 		}
 		w.untrack(r, true)
-	}}
+	}
+	return p
 }
 
 // call runs the job's handler; a panic is a failed attempt.

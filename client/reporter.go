@@ -24,7 +24,10 @@ type pendingReport struct {
 	ctx   context.Context
 	jobID string
 	body  []byte
-	done  func(err error) // called once, with the reply's error
+	// step is the STEP.COMPLETE sent before the report, in the same
+	// pipeline: the completion of the job's last step, held for it.
+	step []any
+	done func(err error) // called once, with the reply's error
 }
 
 // reportQueue holds the reports waiting for a pipeline.
@@ -140,12 +143,43 @@ func (w *Worker) sendReports(batch []*pendingReport) {
 				continue
 			}
 			sent = append(sent, p)
-			pipe.Do(w.reportCtx, "JOB.UPDATE", p.jobID, p.body)
 		}
 		if len(sent) == 0 {
 			return
 		}
+		// The steps' completions go first, all of them, then the reports:
+		// agq applies each before its job's report, and the completions
+		// share one commit and the reports another.
+		var completing []*pendingReport
+		for _, p := range sent {
+			if p.step != nil {
+				completing = append(completing, p)
+				pipe.Do(w.reportCtx, p.step...)
+			}
+		}
+		for _, p := range sent {
+			pipe.Do(w.reportCtx, "JOB.UPDATE", p.jobID, p.body)
+		}
 		cmds, err := pipe.Exec(w.reportCtx)
+		for i, p := range completing {
+			cerr := err
+			if i < len(cmds) {
+				cerr = cmds[i].Err()
+			}
+			switch classify(cerr) {
+			case outcomeOK, outcomeCancelled, outcomeLost:
+				// Kept, or the job is no longer this delivery's to
+				// complete (its report says so too).
+				p.step = nil
+			case outcomeConn, outcomeNotRegistered:
+				// Sent again with the report (a completion sent again
+				// answers OK).
+			default:
+				p.step = nil
+				w.log.Warn("could not complete the job's last step", "job_id", p.jobID, "error", cerr)
+			}
+		}
+		cmds = cmds[min(len(completing), len(cmds)):]
 		retry := batch[:0:0]
 		var retryErr error
 		unknown := false // agq does not know this worker: register again
@@ -159,6 +193,9 @@ func (w *Worker) sendReports(batch []*pendingReport) {
 				retry, retryErr = append(retry, p), perr
 				unknown = unknown || o == outcomeNotRegistered
 			default:
+				if p.step != nil {
+					w.log.Warn("could not complete the job's last step", "job_id", p.jobID, "error", err)
+				}
 				p.done(perr)
 			}
 		}

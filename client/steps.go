@@ -12,7 +12,9 @@ import (
 
 // Step runs fn as the job's durable step id. When the step completed in an
 // earlier delivery with an equal input, its kept output is decoded into T
-// and fn does not run; otherwise fn runs and its output is kept. When fn
+// and fn does not run; otherwise fn runs and its output is kept: agq has
+// it once the job's next step begins or the job is reported, and at most
+// 50 ms after Step returned whatever the handler does meanwhile. When fn
 // fails, the step fails and with it this delivery: agq retries the job
 // (its completed steps kept) or, for a Permanent error or a step out of
 // attempts, fails it; the handler returns Step's error as it is.
@@ -23,7 +25,7 @@ func Step[T any](ctx context.Context, j *Job, id string, input any, fn func(ctx 
 	if err != nil {
 		return zero, fmt.Errorf("client: step %s: input is not JSON: %w", id, err)
 	}
-	raw, err := j.stepCommand(ctx, "STEP.BEGIN", id, string(body))
+	raw, err := j.beginStep(ctx, id, string(body))
 	if err != nil {
 		return zero, err
 	}
@@ -48,9 +50,12 @@ func Step[T any](ctx context.Context, j *Job, id string, input any, fn func(ctx 
 		doc, _ := json.Marshal(map[string]any{"message": ferr.Error(), "non_retryable": IsPermanent(ferr)})
 		// Recorded even when ctx ended (a timeout, a shutdown): the
 		// failure then counts against the step, not the job.
-		fctx, cancel := detached(ctx)
-		_, err := j.stepCommand(fctx, "STEP.FAIL", id, string(doc))
-		cancel()
+		err := j.flushHeld()
+		if err == nil {
+			fctx, cancel := detached(ctx)
+			_, err = j.stepCommand(fctx, "STEP.FAIL", id, string(doc))
+			cancel()
+		}
 		if err != nil {
 			return zero, fmt.Errorf("client: step %s failed (%v), and agq did not record it: %w", id, ferr, err)
 		}
@@ -61,10 +66,9 @@ func Step[T any](ctx context.Context, j *Job, id string, input any, fn func(ctx 
 	if err != nil {
 		return zero, Permanent(fmt.Errorf("client: step %s: output is not JSON: %w", id, err))
 	}
-	// Work done is kept even when ctx ended meanwhile.
-	cctx, cancel := detached(ctx)
-	defer cancel()
-	if _, err := j.stepCommand(cctx, "STEP.COMPLETE", id, string(output)); err != nil {
+	// Work done is kept even when ctx ended meanwhile: with the next
+	// step's begin, the final report or soon after (stepsheld.go).
+	if err := j.holdCompletion(id, string(output)); err != nil {
 		return zero, err
 	}
 	return out, nil
@@ -91,6 +95,9 @@ func runStep[T any](ctx context.Context, fn func(context.Context) (T, error)) (o
 // returns nil at once.
 func (j *Job) Sleep(ctx context.Context, id string, d time.Duration) error {
 	secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', -1, 64)
+	if err := j.flushHeld(); err != nil {
+		return err
+	}
 	reply, err := j.stepCommand(ctx, "STEP.SLEEP", id, secs)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,115 @@ func TestRetryFromAStep(t *testing.T) {
 	if j.Status != "completed" || runs[0].Load() != 1 || runs[1].Load() != 2 || runs[2].Load() != 2 {
 		t.Fatalf("job %s; steps run %d, %d, %d times, want 1, 2, 2", j.Status, runs[0].Load(), runs[1].Load(), runs[2].Load())
 	}
+}
+
+// A job's steps share their round trips: each completion rides on the next
+// step's begin (STEP.COMPLETE … NEXT), the last on the final report's
+// pipeline, and a handler that goes on slowly has it sent alone, soon.
+func TestStepCompletionsShareRoundTrips(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ThreeStepsTakeOneBeginAndThreeCompletions", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.startWorker(t, "steps-1", map[string]client.HandlerFunc{"three": func(ctx context.Context, j *client.Job) (any, error) {
+			sum := 0
+			for i, id := range []string{"one", "two", "three"} {
+				n, err := client.Step(ctx, j, id, nil, func(context.Context) (int, error) { return i + 1, nil })
+				if err != nil {
+					return nil, err
+				}
+				sum += n
+			}
+			return sum, nil
+		}}, nil)
+		before := stepCommands(t, b)
+		ids := b.submit(t, 2, client.JobSpec{Type: "three"})
+		for _, j := range b.waitAll(t, ids) {
+			if j.Status != "completed" {
+				t.Fatalf("job %+v", j)
+			}
+			steps := jobSteps(t, b, j.ID)
+			if len(steps) != 3 {
+				t.Fatalf("job %s has %d steps: %+v", j.ID, len(steps), steps)
+			}
+			for i, s := range steps {
+				if s.Status != "completed" || string(s.Output) != strconv.Itoa(i+1) {
+					t.Fatalf("job %s step %d: %+v", j.ID, i, s)
+				}
+			}
+		}
+		got := stepCommands(t, b).minus(before)
+		// Each job's other two steps began with the completions before
+		// them (… NEXT).
+		if got.begins != 2 || got.completions != 6 {
+			t.Fatalf("two three-step jobs sent %d STEP.BEGIN and %d STEP.COMPLETE; want 2 and 6", got.begins, got.completions)
+		}
+	})
+
+	t.Run("AStepIsKeptSoonWhileItsHandlerGoesOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		inBetween, release := make(chan struct{}), make(chan struct{})
+		b.startWorker(t, "slow-1", map[string]client.HandlerFunc{"slow": func(ctx context.Context, j *client.Job) (any, error) {
+			if _, err := client.Step(ctx, j, "first", nil, func(context.Context) (string, error) { return "done", nil }); err != nil {
+				return nil, err
+			}
+			close(inBetween)
+			<-release
+			return client.Step(ctx, j, "second", nil, func(context.Context) (string, error) { return "done too", nil })
+		}}, nil)
+		id := b.submit(t, 1, client.JobSpec{Type: "slow"})[0]
+		<-inBetween
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if steps := jobSteps(t, b, id); len(steps) == 1 && steps[0].Status == "completed" && string(steps[0].Output) == `"done"` {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the first step is not completed while its handler goes on: %+v", jobSteps(t, b, id))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(release)
+		if j := b.waitAll(t, []string{id})[0]; j.Status != "completed" {
+			t.Fatalf("job %+v", j)
+		}
+		if steps := jobSteps(t, b, id); len(steps) != 2 || steps[1].Status != "completed" {
+			t.Fatalf("steps %+v", steps)
+		}
+	})
+}
+
+// stepSummary is a step as JOB.STEPS lists it.
+type stepSummary struct {
+	StepID string          `json:"step_id"`
+	Status string          `json:"status"`
+	Output json.RawMessage `json:"output"`
+}
+
+func jobSteps(t *testing.T, b *testBundle, id string) []stepSummary {
+	t.Helper()
+	raw, err := b.admin.Do(context.Background(), "JOB.STEPS", id).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []stepSummary
+	if err := json.Unmarshal([]byte(raw), &steps); err != nil {
+		t.Fatalf("JOB.STEPS %s: %v: %s", id, err, raw)
+	}
+	return steps
+}
+
+// stepCounts are the step commands agq ran, from its metrics.
+type stepCounts struct{ begins, completions int }
+
+func (c stepCounts) minus(o stepCounts) stepCounts {
+	return stepCounts{c.begins - o.begins, c.completions - o.completions}
+}
+
+func stepCommands(t *testing.T, b *testBundle) stepCounts {
+	t.Helper()
+	n := commandCounts(t, b.agq)
+	return stepCounts{begins: n["step.begin"], completions: n["step.complete"]}
 }

@@ -98,6 +98,9 @@ func (j *Job) wait(ctx context.Context, stepID string, what []any, timeout time.
 		secs := strconv.FormatFloat(max(timeout.Seconds(), 1), 'f', -1, 64)
 		what = append(what, "TIMEOUT", secs)
 	}
+	if err := j.flushHeld(); err != nil {
+		return waitOutput{}, err
+	}
 	reply, err := j.stepCommand(ctx, "STEP.WAIT", stepID, what...)
 	if err != nil {
 		return waitOutput{}, err

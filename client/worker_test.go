@@ -284,25 +284,34 @@ func (c popCounts) minus(o popCounts) popCounts {
 
 func pops(t *testing.T, a *agqtest.Agq) popCounts {
 	t.Helper()
+	n := commandCounts(t, a)
+	return popCounts{blmpop: n["blmpop"], lmpop: n["lmpop"]}
+}
+
+// commandCounts are the commands a has run, by lower-case name, whatever
+// their result (agq_commands_total).
+func commandCounts(t *testing.T, a *agqtest.Agq) map[string]int {
+	t.Helper()
 	res, err := http.Get("http://" + a.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
-	var c popCounts
+	counts := map[string]int{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "agq_commands_total{") {
+		labels, ok := strings.CutPrefix(line, "agq_commands_total{")
+		if !ok {
 			continue
 		}
+		_, name, ok := strings.Cut(labels, `command="`)
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, `"`)
 		f := strings.Fields(line)
 		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		switch l := strings.ToLower(line); {
-		case strings.Contains(l, `command="blmpop"`):
-			c.blmpop += int(v)
-		case strings.Contains(l, `command="lmpop"`):
-			c.lmpop += int(v)
-		}
+		counts[strings.ToLower(name)] += int(v)
 	}
-	return c
+	return counts
 }
