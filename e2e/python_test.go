@@ -43,7 +43,7 @@ func TestPythonPackage(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = append(cleanEnv(), "PYTHONPATH="+pkg, "PYTHONDONTWRITEBYTECODE=1",
-		"AGQ_ADDR="+a.Addr, "AGQ_ADMIN_KEY="+a.AdminKey)
+		"AGQ_ADDR="+a.Addr, "AGQ_ADMIN_KEY="+a.AdminKey, "AGQ_HTTP_ADDR="+a.HTTPAddr)
 	cmd.Dir = pkg
 	p := startProcess(t, "unittest", cmd)
 	if code := p.waitExit(t, 5*time.Minute); code != 0 {

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, overload
 
 import redis
 
@@ -25,6 +25,15 @@ _current = threading.local()
 # How long the commands that keep work already done (a step's output, its
 # failure) go on trying after the job was told to stop.
 _DETACHED_SECONDS = 10.0
+
+# A step's completion is held briefly for the job's next call to agq, so
+# that it shares that call's round trip and commit: the next step's begin
+# carries it (STEP.COMPLETE ... NEXT), and the final report's pipeline
+# sends it first; any other step call sends it first. A job of n steps then
+# costs n+1 round trips instead of 2n+1. A handler that goes on for longer
+# than this before its next call has the completion sent alone then, so
+# that a finished step's output is kept soon whatever the handler does.
+_HELD_STEP_SECONDS = 0.05
 
 
 def current_job() -> "Job":
@@ -71,6 +80,12 @@ class Job:
         # agq ended this delivery (a step failed, a sleep, a cancellation or
         # loss it confirmed): nothing more is reported.
         self._ended = False
+        # The last step's completion not sent yet: (step_id, output JSON).
+        # _held_lock is held while it is sent, so that the job's step calls
+        # reach agq in the order the handler made them.
+        self._held: Optional[Tuple[str, str]] = None
+        self._held_lock = threading.Lock()
+        self._held_timer: Any = None
 
     # -- stopping ---------------------------------------------------------
 
@@ -140,7 +155,7 @@ class Job:
             begin = json.dumps({"input": step_input})
         except (TypeError, ValueError) as e:
             raise Permanent(f"step {step_id}: its arguments are not JSON: {e}") from e
-        begun = json.loads(self._command("STEP.BEGIN", step_id, begin))
+        begun = json.loads(self._begin_step(step_id, begin))
         if not begun.get("execute"):
             self._worker._log.info("step %s of %s: done in an earlier delivery", step_id, self.id)
             return begun.get("output")
@@ -153,14 +168,73 @@ class Job:
             output = json.dumps(out)
         except (TypeError, ValueError) as e:
             self._fail_step(step_id, Permanent(f"its output is not JSON: {e}"))
-        self._command("STEP.COMPLETE", step_id, output, detached=True)
+        # Kept with the job's next call to agq, or soon after (_HELD_STEP_SECONDS).
+        self._hold(step_id, output)
         return json.loads(output)
+
+    def _begin_step(self, step_id: str, begin: str) -> Any:
+        """Begins step_id, completing the step held in the same call."""
+        with self._held_lock:
+            held = self._take_held()
+            if held is None:
+                return self._command("STEP.BEGIN", step_id, begin)
+            try:
+                return self._command("STEP.COMPLETE", held[0], held[1], "NEXT", step_id, begin)
+            except (redis.ConnectionError, redis.TimeoutError, TryAgain, NotRegistered):
+                # Told to stop while agq could not be reached: the finished
+                # step is kept all the same (a completion sent again
+                # answers OK).
+                self._send_held(held)
+                raise
+
+    def _hold(self, step_id: str, output: str) -> None:
+        """Holds step_id's completion until the job's next call, or
+        _HELD_STEP_SECONDS."""
+        with self._held_lock:
+            self._send_held(self._take_held())  # two steps at once: the first goes now
+            self._held = (step_id, output)
+            self._held_timer = self._worker._clock.after(_HELD_STEP_SECONDS, self._flush_held_later)
+
+    def _take_held(self) -> Optional[Tuple[str, str]]:
+        """The completion held, if any, now held no more. With _held_lock."""
+        held, self._held = self._held, None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+        return held
+
+    def _send_held(self, held: Optional[Tuple[str, str]]) -> None:
+        if held is not None:
+            self._command("STEP.COMPLETE", held[0], held[1], detached=True)
+
+    def _flush_held(self) -> None:
+        """Sends the completion held, if any, before another step call."""
+        with self._held_lock:
+            self._send_held(self._take_held())
+
+    def _flush_held_later(self) -> None:
+        """The clock's: sends the completion held, in a thread of its own."""
+        def flush() -> None:
+            try:
+                self._flush_held()
+            except Exception as e:  # the handler's next call meets the same trouble
+                if not isinstance(e, Stopped):
+                    self._worker._log.warning("could not complete a step of job %s: %s", self.id, e)
+
+        threading.Thread(target=flush, name="agq-step-complete", daemon=True).start()
+
+    def _take_final_held(self) -> Optional[Tuple[str, str]]:
+        """The completion held once the handler returned, for the final
+        report to carry."""
+        with self._held_lock:
+            return self._take_held()
 
     def _fail_step(self, step_id: str, error: Exception) -> None:
         doc: Dict[str, Any] = {"message": describe(error), "non_retryable": is_permanent(error)}
         retry_after = getattr(error, "retry_after", None)
         if retry_after is not None:
             doc["retry_after_seconds"] = retry_after
+        self._flush_held()
         reply = self._command("STEP.FAIL", step_id, json.dumps(doc), detached=True)
         self._end()
         try:
@@ -175,6 +249,7 @@ class Job:
         propagate: agq delivers the job again at the wake time, when the
         same call returns at once (and the steps before it answer their
         kept outputs)."""
+        self._flush_held()
         reply = self._command("STEP.SLEEP", step_id, _seconds(seconds))
         if isinstance(reply, str) and reply.startswith("SLEEPING "):
             self._end()
@@ -200,6 +275,7 @@ class Job:
     def _wait(self, step_id: str, what: List[str], timeout: Optional[float]) -> Dict[str, Any]:
         if timeout is not None:
             what = what + ["TIMEOUT", _seconds(max(timeout, 1))]
+        self._flush_held()
         reply = self._command("STEP.WAIT", step_id, *what)
         if isinstance(reply, str) and reply.startswith("AWAITING "):
             self._end()

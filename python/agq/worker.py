@@ -118,7 +118,7 @@ class Worker:
         self._completed = 0
         self._failed = 0
 
-        self._reports: List[Tuple[Job, str]] = []
+        self._reports: List["_Report"] = []
         self._reports_cv = threading.Condition()
         self._reports_closed = False
 
@@ -581,6 +581,7 @@ class Worker:
         self._finish(job, result, error)
 
     def _finish(self, job: Job, result: Any, error: Optional[Exception]) -> None:
+        held = job._take_final_held()
         with job._lock:
             with self._jobs_lock:
                 job._final = True
@@ -607,7 +608,7 @@ class Worker:
                                   "retryable" if doc["retryable"] else "not retryable", doc["error"], detail)
             self._handler_returned(True)
             with self._reports_cv:
-                self._reports.append((job, body))
+                self._reports.append(_Report(job, body, held))
                 self._reports_cv.notify()
 
     def _handler_returned(self, reporting: bool) -> None:
@@ -645,33 +646,48 @@ class Worker:
                 del self._reports[:_MAX_REPORT_BATCH]
             self._send_reports(batch)
 
-    def _send_reports(self, batch: List[Tuple[Job, str]]) -> None:
+    def _send_reports(self, batch: List["_Report"]) -> None:
         """Sends batch until each report has its answer; a report that met
         connection trouble, or a server that no longer knows this worker,
-        is sent again after a backoff (agq applies a repeated report once)."""
+        is sent again after a backoff (agq applies a repeated report once).
+        The completions of the jobs' last steps go first, all of them, then
+        the reports: agq applies each before its job's report, and the
+        completions share one commit and the reports another."""
         backoff = self._backoff()
         while batch:
             pipe = self._rdb.pipeline(transaction=False)
-            for job, body in batch:
-                pipe.execute_command("JOB.UPDATE", job.id, body)
+            completing = [r for r in batch if r.held is not None]
+            for r in completing:
+                assert r.held is not None
+                pipe.execute_command("STEP.COMPLETE", r.job.id, r.held[0], r.held[1], "DELIVERY", r.job.delivery)
+            for r in batch:
+                pipe.execute_command("JOB.UPDATE", r.job.id, r.body)
             try:
                 replies: List[Any] = pipe.execute(raise_on_error=False)
             except _CONNECTION_TROUBLE as e:
-                replies = [e] * len(batch)
-            retry: List[Tuple[Job, str]] = []
-            unknown = False
-            err: Any = None
-            for (job, body), reply in zip(batch, replies):
+                replies = [e] * (len(completing) + len(batch))
+            for r, reply in zip(completing, replies):
                 if isinstance(reply, redis.ResponseError):
                     reply = reply_error(reply)
                 if isinstance(reply, (TryAgain, NotRegistered, *_CONNECTION_TROUBLE)):
-                    retry.append((job, body))
+                    continue  # sent again with the report (a completion sent again answers OK)
+                if isinstance(reply, Exception) and not isinstance(reply, (Cancelled, DeliveryLost, WrongStatus)):
+                    self._log.warning("could not complete the last step of job %s: %s", r.job.id, reply)
+                r.held = None
+            retry: List[_Report] = []
+            unknown = False
+            err: Any = None
+            for r, reply in zip(batch, replies[len(completing):]):
+                if isinstance(reply, redis.ResponseError):
+                    reply = reply_error(reply)
+                if isinstance(reply, (TryAgain, NotRegistered, *_CONNECTION_TROUBLE)):
+                    retry.append(r)
                     unknown = unknown or isinstance(reply, NotRegistered)
                     err = reply
                     continue
                 if isinstance(reply, Exception) and not isinstance(reply, (Cancelled, DeliveryLost, WrongStatus)):
-                    self._log.error("could not report the end of job %s: %s", job.id, reply)
-                self._untrack(job, reported=True)
+                    self._log.error("could not report the end of job %s: %s", r.job.id, reply)
+                self._untrack(r.job, reported=True)
             batch = retry
             if not batch:
                 return
@@ -681,9 +697,9 @@ class Worker:
             self._log.warning("JOB.UPDATE of %d jobs failed: %s; again in %.1fs", len(batch), err, pause)
             if wait(self._abandon, pause) and (not unknown or self._ensure_registered()):
                 continue
-            for job, _ in batch:
-                self._log.error("gave up reporting job %s; agq re-queues it when the worker unregisters", job.id)
-                self._untrack(job, reported=True)
+            for r in batch:
+                self._log.error("gave up reporting job %s; agq re-queues it when the worker unregisters", r.job.id)
+                self._untrack(r.job, reported=True)
             return
 
     # -- draining ---------------------------------------------------------------
@@ -740,6 +756,17 @@ def _final_doc(result: Any, error: Optional[Exception], cause: Optional[Stopped]
 
 class _GaveUp(Exception):
     pass
+
+
+class _Report:
+    """A final report waiting for its pipeline, with the completion of the
+    job's last step held for it (step_id, output JSON), if any."""
+    __slots__ = ("job", "body", "held")
+
+    def __init__(self, job: Job, body: str, held: Optional[Tuple[str, str]]) -> None:
+        self.job = job
+        self.body = body
+        self.held = held
 
 
 def _start(fn: Callable[[], Any]) -> threading.Thread:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import unittest
+import urllib.request
 import uuid
 from typing import Any, Callable, List, Optional, TypeVar
 
@@ -19,6 +20,7 @@ import redis
 import agq
 
 ADDR = os.environ.get("AGQ_ADDR", "")
+HTTP_ADDR = os.environ.get("AGQ_HTTP_ADDR", "")
 ADMIN_KEY = os.environ.get("AGQ_ADMIN_KEY", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -65,6 +67,17 @@ class AgqTestCase(unittest.TestCase):
     def steps(self, job_id: str) -> dict:
         """The job's steps by id, as JOB.STEPS shows them."""
         return {s["step_id"]: s for s in json.loads(self.admin.execute_command("JOB.STEPS", job_id))}
+
+    def command_counts(self) -> dict:
+        """The commands agq ran, by lower-case name (agq_commands_total)."""
+        counts: dict = {}
+        with urllib.request.urlopen(f"http://{HTTP_ADDR}/metrics", timeout=10) as res:
+            for line in res.read().decode().splitlines():
+                if not line.startswith("agq_commands_total{"):
+                    continue
+                name = line.split('command="', 1)[1].split('"', 1)[0].lower()
+                counts[name] = counts.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def job(self, job_id: str) -> dict:
         raw = self.admin.execute_command("JOB.GET", job_id)

@@ -164,6 +164,48 @@ class WorkerTest(AgqTestCase):
         self.assertEqual(statuses, [("fetch", "completed"), ("transform", "replaced"), ("load", "replaced"),
                                     ("transform", "completed"), ("load", "completed")])
 
+    def test_step_completions_ride_on_the_next_call(self):
+        queue = self.name("riding")
+        worker = self.worker(queue)
+        between, release = threading.Event(), threading.Event()
+
+        @worker.handler("three")
+        def three(job: agq.Job) -> list:
+            return [job.step(name, lambda n=n: n) for n, name in enumerate(("one", "two", "three"), 1)]
+
+        @worker.handler("slow")
+        def slow(job: agq.Job) -> str:
+            first = job.step("first", lambda: "done")
+            between.set()
+            release.wait(30)
+            return first + " " + job.step("second", lambda: "too")
+
+        self.start_worker(worker)
+        producer = self.producer()
+        before = self.command_counts()
+        ids = [producer.submit("three", queue=queue) for _ in range(2)]
+        for job_id in ids:
+            done = producer.wait(job_id, timeout=30)
+            self.assertEqual(done.status, "completed", done.raw)
+            self.assertEqual(done.output, [1, 2, 3])
+            steps = self.steps(job_id)
+            self.assertEqual([(s, steps[s]["status"], steps[s]["output"]) for s in ("one", "two", "three")],
+                             [("one", "completed", 1), ("two", "completed", 2), ("three", "completed", 3)])
+        after = self.command_counts()
+        # Each job's second and third steps began with the completions
+        # before them (STEP.COMPLETE ... NEXT); the last rode on the report.
+        self.assertEqual(after.get("step.begin", 0) - before.get("step.begin", 0), 2)
+        self.assertEqual(after.get("step.complete", 0) - before.get("step.complete", 0), 6)
+
+        # A handler that goes on slowly has its step kept meanwhile.
+        job_id = producer.submit("slow", queue=queue)
+        self.assertTrue(between.wait(30))
+        eventually(lambda: self.steps(job_id).get("first", {}).get("status") == "completed", 5,
+                   "the first step is not completed while its handler goes on")
+        release.set()
+        done = producer.wait(job_id, timeout=30)
+        self.assertEqual(done.output, "done too", done.raw)
+
     def test_a_failing_step_is_retried_alone(self):
         queue = self.name("stepfail")
         worker = self.worker(queue)
