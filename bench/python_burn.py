@@ -1,9 +1,10 @@
 """python_burn.py: the Python workers of the benchmark's burn-down rows.
 
-    python3 python_burn.py package|loop
+    python3 python_burn.py package|steps|loop
 
 "package" is one agq.Worker of the Python package (PYTHON_SLOTS slots, a
-no-op handler); "loop" is the hand-written redis-py worker of one job at a
+no-op handler); "steps" is the same worker whose handler runs three
+job.step calls; "loop" is the hand-written redis-py worker of one job at a
 time: BRPOP, then JOB.UPDATE completed. Both work queue BENCH_QUEUE until
 SIGTERM; AGQ_ADDR, AGQ_WORKER_ID and AGQ_KEY say where and who.
 """
@@ -19,12 +20,17 @@ addr, worker_id, key = os.environ["AGQ_ADDR"], os.environ["AGQ_WORKER_ID"], os.e
 queue = os.environ["BENCH_QUEUE"]
 
 
-def package() -> None:
+def package(steps: int = 0) -> None:
     import agq
 
     worker = agq.Worker(worker_id, key, addr=addr, queues=[queue], concurrency=int(os.environ["PYTHON_SLOTS"]),
                         pop_timeout=1)
-    worker.handle("bench", lambda job: None)
+
+    def handle(job: agq.Job) -> None:
+        for i in range(steps):
+            job.step(f"step-{i}", lambda: True)
+
+    worker.handle("bench", handle)
     worker.run()
 
 
@@ -52,4 +58,4 @@ def loop() -> None:
 
 
 if __name__ == "__main__":
-    {"package": package, "loop": loop}[sys.argv[1]]()
+    {"package": package, "steps": lambda: package(3), "loop": loop}[sys.argv[1]]()

@@ -17,8 +17,9 @@ const pythonSlots = 64
 const pythonInterpreter = "/usr/bin/python3"
 
 // agqBurnDownPython works off n pre-submitted jobs with one Python process:
-// kind "package" is a worker of agq's Python package (python/), "loop" a
-// hand-written redis-py loop of one job at a time (python_burn.py).
+// kind "package" is a worker of agq's Python package (python/), "steps"
+// the same running three job.step calls a job, "loop" a hand-written
+// redis-py loop of one job at a time (python_burn.py).
 func agqBurnDownPython(ctx context.Context, cl *cluster, s *agqServer, kind string, n int, run int) (measure, error) {
 	queue := "burn-python-" + kind
 	if err := s.submitBatches(ctx, queue, n, 1000); err != nil {
@@ -51,12 +52,20 @@ func pythonRows(ctx context.Context, o options, cl *cluster, s *agqServer, r *re
 	if err != nil {
 		return fmt.Errorf("redis-py loop burn-down: %w", err)
 	}
-	say("jobs/s: Python package %.0f, redis-py loop %.0f", p.rate(), l.rate())
+	st, err := agqBurnDownPython(ctx, cl, s, "steps", o.jobs, 0)
+	if err != nil {
+		return fmt.Errorf("Python package burn-down of three-step jobs: %w", err)
+	}
+	say("jobs/s: Python package %.0f (three-step jobs %.0f), redis-py loop %.0f", p.rate(), st.rate(), l.rate())
 	r.add(fmt.Sprintf("burn-down, Python package worker (one process, %d slots, no-op handler), %d jobs", pythonSlots, o.jobs),
 		perSecond(p.rate()), "—", "")
 	r.add(fmt.Sprintf("burn-down, hand-written redis-py loop (one job at a time: BRPOP, JOB.UPDATE), %d jobs", o.jobs),
 		perSecond(l.rate()), "—", "")
 	r.add("burn-down Python package: CPU per job, agq / PostgreSQL",
 		micros(p.cost.agqCPU)+" / "+micros(p.cost.pgCPU), "", "")
+	r.add(fmt.Sprintf("burn-down, Python package worker running three job.step calls a job, %d jobs", o.jobs),
+		perSecond(st.rate()), "—", fmt.Sprintf("%.2f of the package's plain", st.rate()/p.rate()))
+	r.add("burn-down Python package, three-step jobs: CPU per job, agq / PostgreSQL",
+		micros(st.cost.agqCPU)+" / "+micros(st.cost.pgCPU), "", "")
 	return nil
 }
