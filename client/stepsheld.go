@@ -97,12 +97,12 @@ func (j *Job) beginStep(ctx context.Context, id, body string) (string, error) {
 	}
 	if ctx.Err() == nil {
 		reply, err := j.stepCommand(ctx, "STEP.COMPLETE", d.id, d.output, "NEXT", id, body)
-		if ctx.Err() == nil {
+		if err == nil || ctx.Err() == nil {
 			return reply, err
 		}
 	}
-	// The handler's ctx ended: whether the call reached agq or not, the
-	// step is completed alone (a completion sent again answers OK).
+	// The handler's ctx ended before agq answered: the step is completed
+	// alone (a completion sent again answers OK).
 	if err := j.sendHeld(d); err != nil {
 		return "", err
 	}
