@@ -10,7 +10,9 @@
 // only when its job runs long enough to need it, or when the handler asks
 // (Job.Acknowledge). A handler's ctx ends on the job's timeout, on its
 // cancellation and on shutdown. Step and Job.Sleep use agq's durable steps,
-// so that a job delivered again resumes after its last completed step.
+// so that a job delivered again resumes after its last completed step; a
+// step's completion goes with the job's next call (the next step's begin,
+// or the final report), and the slots' step calls go out in pipelines.
 //
 // A Producer submits jobs (one, or a batch or graph in one round trip),
 // reads, waits for, cancels, retries and follows them.

@@ -3,18 +3,12 @@ package client
 import (
 	"context"
 	"errors"
-	"sync"
 )
 
 // maxReportBatch bounds the reports one pipeline carries: as many as agq
 // puts in one group of final reports (the server's MaxGroup), so that each
 // pipeline is one commit.
 const maxReportBatch = 500
-
-// reportPipelines is how many pipelines of reports may be in flight at
-// once: agq runs two groups of final reports at a time, and two more
-// pipelines wait behind them, gathered while those commit.
-const reportPipelines = 4
 
 // pendingReport is a JOB.UPDATE waiting for its pipeline.
 type pendingReport struct {
@@ -30,62 +24,6 @@ type pendingReport struct {
 	done func(err error) // called once, with the reply's error
 }
 
-// reportQueue holds the reports waiting for a pipeline.
-type reportQueue struct {
-	mu      sync.Mutex
-	waiting []*pendingReport
-	closed  bool
-	wake    chan struct{} // capacity 1
-}
-
-func (q *reportQueue) push(p *pendingReport) {
-	q.mu.Lock()
-	q.waiting = append(q.waiting, p)
-	q.mu.Unlock()
-	q.signal()
-}
-
-// take waits for reports and returns up to maxReportBatch of them, once
-// at least enough() wait or the queue is closed; none once it is closed
-// and empty.
-func (q *reportQueue) take(enough func() int) []*pendingReport {
-	for {
-		q.mu.Lock()
-		n := len(q.waiting)
-		if n > 0 && (n >= enough() || q.closed) {
-			k := min(n, maxReportBatch)
-			batch := q.waiting[:k:k]
-			q.waiting = q.waiting[k:]
-			if len(q.waiting) == 0 {
-				q.waiting = nil
-			}
-			q.mu.Unlock()
-			return batch
-		}
-		closed := q.closed
-		q.mu.Unlock()
-		if closed {
-			return nil
-		}
-		<-q.wake
-	}
-}
-
-// signal wakes take to look again.
-func (q *reportQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *reportQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
 // report sends JOB.UPDATE job_id body together with the reports of other
 // slots, in one pipeline, and returns its reply's error.
 func (w *Worker) report(ctx context.Context, jobID string, body []byte) error {
@@ -99,34 +37,10 @@ func (w *Worker) report(ctx context.Context, jobID string, body []byte) error {
 	}
 }
 
-// reporter sends the waiting reports as pipelines: reports about
-// different jobs in one pipeline share a commit on agq, and each still
-// gets its own reply. With no pipeline in flight, whatever waits goes at
-// once; while some are, another goes only with a full batch, and the
-// rest gathers until one returns.
-func (w *Worker) reporter() {
-	inFlight := make(chan struct{}, reportPipelines)
-	enough := func() int {
-		if len(inFlight) > 1 { // this pipeline's own token counts
-			return maxReportBatch
-		}
-		return 1
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		inFlight <- struct{}{}
-		batch := w.reports.take(enough)
-		if batch == nil {
-			return
-		}
-		wg.Go(func() {
-			w.sendReports(batch)
-			<-inFlight
-			w.reports.signal()
-		})
-	}
-}
+// reporter sends the waiting reports as pipelines (sendPipelines):
+// reports about different jobs in one pipeline share a commit on agq, and
+// each still gets its own reply.
+func (w *Worker) reporter() { sendPipelines(&w.reports, w.sendReports) }
 
 // sendReports sends batch until each report has its answer; a final
 // report that met connection trouble, or a server that no longer knows

@@ -125,7 +125,7 @@ func (j *Job) stepCommand(ctx context.Context, name, stepID string, args ...any)
 	cmd := append([]any{name, j.ID(), stepID}, args...)
 	cmd = append(cmd, "DELIVERY", j.msg.Delivery)
 	for {
-		reply, err := w.rdb.Do(ctx, cmd...).Text()
+		reply, err := w.stepCall(ctx, cmd)
 		switch classify(err) {
 		case outcomeOK:
 			return reply, nil

@@ -101,7 +101,9 @@ type Worker struct {
 	unreported int                    // final reports not answered yet
 	running    map[string]*runningJob // by job id, until agq has the final report
 
-	reports reportQueue
+	reports batchQueue[*pendingReport]
+	// stepCalls are the slots' STEP.* calls waiting for a pipeline.
+	stepCalls batchQueue[*pendingCall]
 
 	idleSlots chan delivery // a job for a slot goroutine waiting for one
 	slotsEnd  chan struct{} // closed when Run returns: idle slot goroutines end
@@ -164,7 +166,8 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		popped:    make(chan struct{}, 1),
 		idleSlots: make(chan delivery),
 		slotsEnd:  make(chan struct{}),
-		reports:   reportQueue{wake: make(chan struct{}, 1)},
+		reports:   newBatchQueue[*pendingReport](maxReportBatch),
+		stepCalls: newBatchQueue[*pendingCall](maxStepCalls),
 		fatal:     make(chan error, 1),
 		now:       make(chan struct{}),
 	}
@@ -229,8 +232,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.opts.IgnoreCancelChannel {
 		bg.Go(func() { w.cancelListener(bgCtx) })
 	}
-	var rep sync.WaitGroup
+	var rep, steps sync.WaitGroup
 	rep.Go(w.reporter)
+	steps.Go(w.stepCaller)
 	var pops sync.WaitGroup
 	pops.Go(func() { w.popLoop(w.poppers[0]) })
 	if w.opts.Concurrency > 1 {
@@ -246,6 +250,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.endPopping()
 	pops.Wait()
 	w.drain(fatal != nil)
+	w.stepCalls.close()
+	steps.Wait()
 	stopBG()
 	bg.Wait()
 	w.reports.close()

@@ -14,7 +14,7 @@ import (
 )
 
 // A pipeline of writes — LPUSH, JOB.SUBMIT, JOB.UPDATE of any kind,
-// STEP.COMPLETE — is served in runs: each write is read, checked and added
+// STEP.BEGIN, STEP.COMPLETE — is served in runs: each write is read, checked and added
 // to its engine group at once, without waiting for the one before it, so
 // that a pipeline of thousands of submissions (redis-cli --pipe) shares a
 // few commits instead of taking one each. Each reply is still written
@@ -55,7 +55,7 @@ const (
 func writeKindOf(cmd redcon.Command) writeKind {
 	name := cmd.Args[0]
 	switch {
-	case resp.Is(name, "job.update"), resp.Is(name, "step.complete"):
+	case resp.Is(name, "job.update"), resp.Is(name, "step.begin"), resp.Is(name, "step.complete"):
 		return groupedWrite
 	case resp.Is(name, "lpush"):
 		if len(cmd.Args) > 3 {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -250,5 +251,42 @@ func TestPipelinedStepCallsAnswerInOrder(t *testing.T) {
 	}
 	if sum, _ := groupSizes(t, a, "step_complete"); sum-sumBefore != 7 {
 		t.Errorf("%v completions went through their group, want 7", sum-sumBefore)
+	}
+}
+
+// A pipeline of STEP.BEGINs about many jobs, as a worker of many slots
+// sends them, is served as one run: the begins share groups.
+func TestPipelinedStepBeginsShareGroups(t *testing.T) {
+	t.Parallel()
+	a := agqtest.Start(t)
+	ctx := context.Background()
+	admin := a.Admin(t)
+	w := registerWorker(t, a, "beginner", "t")
+	const n = 24
+	jobs := make([]stepJob, n)
+	for i := range jobs {
+		submit(t, admin, map[string]any{"type": "t", "queue": "steps-begins"})
+		jobs[i] = popStep(t, w, "steps-begins")
+	}
+	sumBefore, countBefore := groupSizes(t, a, "step_begin")
+	pipe := w.c.Pipeline()
+	cmds := make([]*redis.Cmd, n)
+	for i, j := range jobs {
+		cmds[i] = pipe.Do(ctx, "STEP.BEGIN", j.id, "first", `{"input":`+strconv.Itoa(i)+`}`, "DELIVERY", j.d.Delivery)
+	}
+	pipe.Exec(ctx)
+	for i, c := range cmds {
+		if got, err := c.Text(); got != `{"execute":true,"attempt":1}` || err != nil {
+			t.Errorf("STEP.BEGIN of job %d = %q, %v", i, got, err)
+		}
+	}
+	sum, count := groupSizes(t, a, "step_begin")
+	if sum-sumBefore != n || count-countBefore > 3 {
+		t.Errorf("%v begins in %v groups, want %d in at most 3", sum-sumBefore, count-countBefore, n)
+	}
+	for i, j := range jobs {
+		if steps := jobSteps(t, admin, j.id); len(steps) != 1 || steps[0].Status != "running" || string(steps[0].Input) != strconv.Itoa(i) {
+			t.Errorf("job %d: steps %+v", i, steps)
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 func (s *Server) stepCommands() []*Command {
 	return []*Command{
-		{Name: "step.begin", Arity: -3, Roles: workers, Handler: s.cmdStepBegin},
+		{Name: "step.begin", Arity: -3, Roles: workers, Handler: sendNow(s.prepareStepBegin), Prepare: s.prepareStepBegin},
 		{Name: "step.complete", Arity: -3, Roles: workers, Handler: sendNow(s.prepareStepComplete), Prepare: s.prepareStepComplete},
 		{Name: "step.fail", Arity: -4, Roles: workers, Handler: s.cmdStepFail},
 		{Name: "step.sleep", Arity: -4, Roles: workers, Handler: s.cmdStepSleep},
@@ -43,22 +43,27 @@ type stepFailDoc struct {
 }
 
 // STEP.BEGIN job_id step_id [json] [DELIVERY token]
-func (s *Server) cmdStepBegin(ctx context.Context, sess *Session, args [][]byte) (resp.Reply, error) {
+func (s *Server) prepareStepBegin(ctx context.Context, sess *Session, args [][]byte) (write, error) {
 	p, rest, err := s.readStepCall(ctx, sess, args, 1)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	b := records.StepBeginParams{StepParams: p}
 	if len(rest) == 1 {
 		if err := readStepBeginDoc(rest[0], &b); err != nil {
-			return nil, err
+			return write{}, err
 		}
 	}
-	r, err := sess.eng.StepBegin(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	return stepBeginReply(r), nil
+	return write{keys: []string{"job:" + p.JobID}, send: func() func(context.Context) (resp.Reply, error) {
+		wait := sess.eng.StepBegin(b)
+		return func(ctx context.Context) (resp.Reply, error) {
+			r, err := wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return stepBeginReply(r), nil
+		}
+	}}, nil
 }
 
 // readStepBeginDoc reads STEP.BEGIN's optional object into b.

@@ -33,18 +33,22 @@ func checkStep(p records.StepParams) error {
 }
 
 // StepBegin is STEP.BEGIN: run the step now, or use the output it
-// completed with in an earlier delivery for an equal input. It shares the
-// commit of the next group of begins.
-func (e *Engine) StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error) {
+// completed with in an earlier delivery for an equal input. It joins the
+// next group of begins at once, sharing its commit, and answers how to
+// await its outcome, as StepComplete does.
+func (e *Engine) StepBegin(p records.StepBeginParams) (wait func(context.Context) (records.StepBeginResult, error)) {
 	if err := checkStep(p.StepParams); err != nil {
-		return records.StepBeginResult{}, err
+		return func(context.Context) (records.StepBeginResult, error) { return records.StepBeginResult{}, err }
 	}
 	p.StepParams = e.inNamespace(p.StepParams)
-	res, err := e.groups.stepBegins.Add(p).Wait(ctx)
-	if err != nil {
-		return records.StepBeginResult{}, refusal(aJob, p.JobID, err)
+	pending := e.groups.stepBegins.Add(p)
+	return func(ctx context.Context) (records.StepBeginResult, error) {
+		res, err := pending.Wait(ctx)
+		if err != nil {
+			return records.StepBeginResult{}, refusal(aJob, p.JobID, err)
+		}
+		return res.Result, refusal(aJob, p.JobID, res.Err)
 	}
-	return res.Result, refusal(aJob, p.JobID, res.Err)
 }
 
 // runStepBegins serves a group of STEP.BEGINs, a statement for the calls

@@ -22,9 +22,9 @@ type Engine interface {
 	// Jobs.
 	NewJob(spec records.JobSpec, defaultQueue string) (records.NewJob, error)
 	SubmitBatch(ctx context.Context, jobs []records.NewJob) ([]records.SubmitResult, error)
-	// Submit, Report and StepComplete join their groups at once and
-	// answer how to await their outcomes, so that a pipeline of them
-	// shares commits.
+	// Submit, Report, StepBegin and StepComplete join their groups at
+	// once and answer how to await their outcomes, so that a pipeline of
+	// them shares commits.
 	Submit(job records.NewJob) (wait func(context.Context) (records.SubmitResult, error))
 	Push(ctx context.Context, queue string, jobs []records.NewJob) (int64, error)
 	PushDepths(ctx context.Context, queue string, pushes []records.Pushed) ([]int64, error)
@@ -40,7 +40,7 @@ type Engine interface {
 	JobParents(ctx context.Context, worker, id, cursor string) (page map[string]records.ParentState, next string, err error)
 
 	// Steps.
-	StepBegin(ctx context.Context, p records.StepBeginParams) (records.StepBeginResult, error)
+	StepBegin(p records.StepBeginParams) (wait func(context.Context) (records.StepBeginResult, error))
 	StepComplete(p records.StepParams, output json.RawMessage, next *records.StepBeginParams) (wait func(context.Context) (records.StepBeginResult, error))
 	StepFail(ctx context.Context, p records.StepFailParams) (records.StepFailResult, error)
 	StepSleep(ctx context.Context, p records.StepSleepParams) (records.StepSleepResult, error)
