@@ -341,6 +341,8 @@ class Job:
         deadline = time.monotonic() + _DETACHED_SECONDS
         while True:
             try:
+                if name.startswith("STEP."):
+                    return w._step_call(*full)
                 return call(w._rdb, *full)
             except Cancelled as e:
                 self._interrupt(e, ended=True)

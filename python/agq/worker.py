@@ -20,7 +20,7 @@ import redis
 from ._conn import DEFAULT_ADDR, Backoff, call, connect, wait
 from .errors import (Cancelled, DeliveryLost, NoPermission, NotRegistered, Permanent, ReplyError,
                      ShuttingDown, Snooze, Stopped, TimedOut, TryAgain, WrongStatus, describe, is_permanent,
-                     reply_error)
+                     reply_error, translate)
 from .job import Job, _current, utcnow
 
 Handler = Callable[[Job], Any]
@@ -121,6 +121,10 @@ class Worker:
         self._reports: List["_Report"] = []
         self._reports_cv = threading.Condition()
         self._reports_closed = False
+        # The slots' STEP.* calls waiting for their pipeline (_step_caller).
+        self._step_calls: List["_StepCall"] = []
+        self._step_cv = threading.Condition()
+        self._step_closed = True  # open while run() works
 
         self._slots: "queue_mod.SimpleQueue[Optional[Tuple[str, str]]]" = queue_mod.SimpleQueue()
         self._slot_threads = 0
@@ -183,6 +187,9 @@ class Worker:
             background = [self._heartbeat_loop] + ([self._cancel_listener] if self.listen_for_cancel else [])
             threads = [_start(fn) for fn in background]
             reporter = _start(self._reporter)
+            with self._step_cv:
+                self._step_closed = False
+            step_caller = _start(self._step_caller)
             popper = _start(self._pop_loop)
             while not self._stop_requested.wait(0.5):
                 if self._fatal is not None:
@@ -192,6 +199,10 @@ class Worker:
             self._end_popping()
             popper.join()
             self._drain(now=self._fatal is not None)
+            with self._step_cv:
+                self._step_closed = True
+                self._step_cv.notify_all()
+            step_caller.join()
             self._bg_stop.set()
             for t in threads:
                 t.join()
@@ -702,6 +713,54 @@ class Worker:
                 self._untrack(r.job, reported=True)
             return
 
+    # -- step calls -------------------------------------------------------------
+
+    def _step_call(self, *args: Any) -> Any:
+        """Sends a STEP.* call with the other slots' step calls, in one
+        pipeline, and returns its reply (an error reply raises its
+        ReplyError subclass). Outside run(), it goes alone."""
+        c = _StepCall(args)
+        with self._step_cv:
+            alone = self._step_closed
+            if not alone:
+                self._step_calls.append(c)
+                self._step_cv.notify()
+        if alone:
+            return call(self._rdb, *args)
+        c.done.wait()
+        if c.error is not None:
+            raise c.error
+        return c.reply
+
+    def _step_caller(self) -> None:
+        """Sends the waiting step calls in pipelines, one at a time: agq
+        serves the begins and completions of one pipeline, about different
+        jobs, as one run sharing their commits, and writes their replies
+        together. While one pipeline is out the next gathers."""
+        while True:
+            with self._step_cv:
+                while not self._step_calls and not self._step_closed:
+                    self._step_cv.wait()
+                if not self._step_calls:
+                    return
+                batch = self._step_calls[:_MAX_REPORT_BATCH]
+                del self._step_calls[:_MAX_REPORT_BATCH]
+            pipe = self._rdb.pipeline(transaction=False)
+            for c in batch:
+                pipe.execute_command(*c.args)
+            try:
+                replies: List[Any] = pipe.execute(raise_on_error=False)
+            except Exception as e:  # connection trouble: each caller decides what it means
+                replies = [e] * len(batch)
+            for c, reply in zip(batch, replies):
+                if isinstance(reply, (redis.ResponseError, redis.AuthenticationError)):
+                    c.error = translate(reply)
+                elif isinstance(reply, Exception):
+                    c.error = reply
+                else:
+                    c.reply = reply
+                c.done.set()
+
     # -- draining ---------------------------------------------------------------
 
     def _drain(self, now: bool) -> None:
@@ -756,6 +815,17 @@ def _final_doc(result: Any, error: Optional[Exception], cause: Optional[Stopped]
 
 class _GaveUp(Exception):
     pass
+
+
+class _StepCall:
+    """A step call waiting for its pipeline, then its reply or error."""
+    __slots__ = ("args", "reply", "error", "done")
+
+    def __init__(self, args: Tuple[Any, ...]) -> None:
+        self.args = args
+        self.reply: Any = None
+        self.error: Optional[Exception] = None
+        self.done = threading.Event()
 
 
 class _Report:
