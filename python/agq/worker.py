@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 import redis
 
@@ -27,6 +27,10 @@ Handler = Callable[[Job], Any]
 
 # As many reports as agq puts in one group commit: one pipeline, one commit.
 _MAX_REPORT_BATCH = 500
+
+# What a _Batches holds.
+B = TypeVar("B")
+
 # How long a pop waits, after a slot freed, for more to free: a burst of
 # short jobs ends within it, and one pop then serves all their slots.
 _POP_SETTLE = 0.002
@@ -118,13 +122,10 @@ class Worker:
         self._completed = 0
         self._failed = 0
 
-        self._reports: List["_Report"] = []
-        self._reports_cv = threading.Condition()
-        self._reports_closed = False
-        # The slots' STEP.* calls waiting for their pipeline (_step_caller).
-        self._step_calls: List["_StepCall"] = []
-        self._step_cv = threading.Condition()
-        self._step_closed = True  # open while run() works
+        self._reports: _Batches[_Report] = _Batches(open=True)
+        # The slots' STEP.* calls waiting for their pipeline (_step_caller),
+        # taken while run() works.
+        self._step_calls: _Batches[_StepCall] = _Batches(open=False)
 
         self._slots: "queue_mod.SimpleQueue[Optional[Tuple[str, str]]]" = queue_mod.SimpleQueue()
         self._slot_threads = 0
@@ -187,8 +188,7 @@ class Worker:
             background = [self._heartbeat_loop] + ([self._cancel_listener] if self.listen_for_cancel else [])
             threads = [_start(fn) for fn in background]
             reporter = _start(self._reporter)
-            with self._step_cv:
-                self._step_closed = False
+            self._step_calls.open()
             step_caller = _start(self._step_caller)
             popper = _start(self._pop_loop)
             while not self._stop_requested.wait(0.5):
@@ -199,16 +199,12 @@ class Worker:
             self._end_popping()
             popper.join()
             self._drain(now=self._fatal is not None)
-            with self._step_cv:
-                self._step_closed = True
-                self._step_cv.notify_all()
+            self._step_calls.close()
             step_caller.join()
             self._bg_stop.set()
             for t in threads:
                 t.join()
-            with self._reports_cv:
-                self._reports_closed = True
-                self._reports_cv.notify_all()
+            self._reports.close()
             reporter.join()
             if self._fatal is None:
                 self._unregister()
@@ -618,9 +614,7 @@ class Worker:
                 self._log.warning("job %s failed (%s): %s%s", job.id,
                                   "retryable" if doc["retryable"] else "not retryable", doc["error"], detail)
             self._handler_returned(True)
-            with self._reports_cv:
-                self._reports.append(_Report(job, body, held))
-                self._reports_cv.notify()
+            self._reports.put(_Report(job, body, held), even_closed=True)
 
     def _handler_returned(self, reporting: bool) -> None:
         with self._changed:
@@ -648,13 +642,9 @@ class Worker:
         different jobs in one pipeline share a commit on agq, and each still
         gets its own reply. While one pipeline is out the next gathers."""
         while True:
-            with self._reports_cv:
-                while not self._reports and not self._reports_closed:
-                    self._reports_cv.wait()
-                if not self._reports:
-                    return
-                batch = self._reports[:_MAX_REPORT_BATCH]
-                del self._reports[:_MAX_REPORT_BATCH]
+            batch = self._reports.take()
+            if not batch:
+                return
             self._send_reports(batch)
 
     def _send_reports(self, batch: List["_Report"]) -> None:
@@ -720,12 +710,7 @@ class Worker:
         pipeline, and returns its reply (an error reply raises its
         ReplyError subclass). Outside run(), it goes alone."""
         c = _StepCall(args)
-        with self._step_cv:
-            alone = self._step_closed
-            if not alone:
-                self._step_calls.append(c)
-                self._step_cv.notify()
-        if alone:
+        if not self._step_calls.put(c):
             return call(self._rdb, *args)
         c.done.wait()
         if c.error is not None:
@@ -738,13 +723,9 @@ class Worker:
         jobs, as one run sharing their commits, and writes their replies
         together. While one pipeline is out the next gathers."""
         while True:
-            with self._step_cv:
-                while not self._step_calls and not self._step_closed:
-                    self._step_cv.wait()
-                if not self._step_calls:
-                    return
-                batch = self._step_calls[:_MAX_REPORT_BATCH]
-                del self._step_calls[:_MAX_REPORT_BATCH]
+            batch = self._step_calls.take()
+            if not batch:
+                return
             pipe = self._rdb.pipeline(transaction=False)
             for c in batch:
                 pipe.execute_command(*c.args)
@@ -815,6 +796,45 @@ def _final_doc(result: Any, error: Optional[Exception], cause: Optional[Stopped]
 
 class _GaveUp(Exception):
     pass
+
+
+class _Batches(Generic[B]):
+    """What waits for its pipeline (final reports, step calls), taken in
+    batches by the one thread that sends them."""
+
+    def __init__(self, open: bool) -> None:
+        self._items: List[B] = []
+        self._cv = threading.Condition()
+        self._closed = not open
+
+    def put(self, item: B, even_closed: bool = False) -> bool:
+        """Queues item, unless the queue is closed (even_closed: then it
+        goes only if the sender has not taken its last batch yet)."""
+        with self._cv:
+            if self._closed and not even_closed:
+                return False
+            self._items.append(item)
+            self._cv.notify()
+            return True
+
+    def take(self) -> List[B]:
+        """Waits for items and returns up to _MAX_REPORT_BATCH of them;
+        none once the queue is closed and empty."""
+        with self._cv:
+            while not self._items and not self._closed:
+                self._cv.wait()
+            batch = self._items[:_MAX_REPORT_BATCH]
+            del self._items[:_MAX_REPORT_BATCH]
+            return batch
+
+    def open(self) -> None:
+        with self._cv:
+            self._closed = False
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
 
 
 class _StepCall:
