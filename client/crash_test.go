@@ -30,13 +30,103 @@ import (
 // without running again.
 func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 	t.Parallel()
+	var runs counts
+	k := killWhileReporting(t, func(ctx context.Context, j *client.Job, hold func()) error {
+		hold()
+		time.Sleep(10 * time.Millisecond)
+		runs.add(j.ID())
+		return nil
+	})
+	for _, id := range k.returnedWhileDown {
+		if n := runs.get(id); n != 1 {
+			t.Errorf("job %s, done before agq was back, ran %d times", id, n)
+		}
+	}
+	if retries := k.logs.count("JOB.UPDATE failed"); retries == 0 {
+		t.Errorf("no report was sent again; the worker's log:\n%s", k.logs.String())
+	}
+}
+
+// A kill -9 of agq while the completions of jobs' last steps ride in
+// their final reports' pipelines: sent again with the reports once agq is
+// back, every step reads completed with its output, and no step's work
+// ran twice.
+func TestWorkerLosesNoHeldStepWhenAgqIsKilled(t *testing.T) {
+	t.Parallel()
+	var runs counts
+	steps := []string{"fetch", "transform", "store"}
+	k := killWhileReporting(t, func(ctx context.Context, j *client.Job, hold func()) error {
+		for i, s := range steps {
+			_, err := client.Step(ctx, j, s, nil, func(context.Context) (string, error) {
+				if i == len(steps)-1 {
+					// Its completion is held and the handler returns
+					// at once: the final report carries it, into the
+					// outage.
+					hold()
+				}
+				runs.add(j.ID() + "/" + s)
+				return s + " of " + j.ID(), nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, id := range k.ids {
+		raw, err := k.admin.Do(context.Background(), "JOB.STEPS", id).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []struct {
+			StepID   string          `json:"step_id"`
+			Status   string          `json:"status"`
+			Attempts int             `json:"attempts"`
+			Output   json.RawMessage `json:"output"`
+		}
+		if err := json.Unmarshal([]byte(raw), &got); err != nil {
+			t.Fatalf("JOB.STEPS %s: %v: %s", id, err, raw)
+		}
+		if len(got) != len(steps) {
+			t.Fatalf("job %s has %d steps: %s", id, len(got), raw)
+		}
+		for i, s := range got {
+			want, _ := json.Marshal(steps[i] + " of " + id)
+			if s.StepID != steps[i] || s.Status != "completed" || s.Attempts != 1 || string(s.Output) != string(want) {
+				t.Errorf("job %s, step %d: %+v (output %s), want %s completed on its first attempt with %s", id, i, s, s.Output, steps[i], want)
+			}
+			if n := runs.get(id + "/" + s.StepID); n != 1 {
+				t.Errorf("job %s, step %s ran %d times", id, s.StepID, n)
+			}
+		}
+	}
+	if retries := k.logs.count("JOB.UPDATE failed"); retries == 0 {
+		t.Errorf("no report was sent again; the worker's log:\n%s", k.logs.String())
+	}
+}
+
+// killed is what killWhileReporting leaves to check.
+type killed struct {
+	ids               []string // the jobs, every one completed on its first attempt
+	returnedWhileDown []string // the jobs whose handler returned while agq was down
+	logs              *lockedBuffer
+	admin             *redis.Client
+}
+
+// killWhileReporting runs 400 jobs through a Worker of 20 slots, each by
+// work. Once a quarter of them returned, hold waits until agq is down, and
+// agq is killed with SIGKILL when 15 slots wait there: the work after
+// hold, and the reports, meet the outage, which outlasts go-redis's own
+// dial retries (5 attempts) that would hide it. agq is then started
+// again, and every job must end completed on its first attempt.
+func killWhileReporting(t *testing.T, work func(ctx context.Context, j *client.Job, hold func()) error) killed {
 	srv := &agqProcess{bin: buildAgq(t), addr: agqtest.StableAddr(t), databaseURL: agqtest.NewDatabase(t),
 		adminKey: auth.GenerateKey(), dir: t.TempDir()}
 	t.Cleanup(srv.kill)
 	ctx := context.Background()
 	srv.start(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr, Password: srv.adminKey, MaxRetries: -1})
-	defer admin.Close()
+	t.Cleanup(func() { admin.Close() })
 	key, err := admin.Do(ctx, "KEY.CREATE", "worker", "kill-1").Text()
 	if err != nil {
 		t.Fatal(err)
@@ -51,56 +141,56 @@ func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 		t.Fatalf("submitted %d jobs: %v", len(raw), err)
 	}
 
-	var mu sync.Mutex
-	runs := map[string]int{}
-	logs := &lockedBuffer{}
+	k := killed{ids: raw, logs: &lockedBuffer{}, admin: admin}
 	var returned atomic.Int64
+	var mu sync.Mutex
+	whileDown := map[string]bool{}
+	down := make(chan struct{})
 	w, err := client.NewWorker(client.WorkerOptions{Addr: srv.addr, WorkerID: "kill-1", Key: key, Concurrency: 20,
-		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:     slog.New(slog.NewTextHandler(k.logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		PopTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Past the first quarter, handlers wait for the kill: they return
-	// while agq is down.
-	release := make(chan struct{})
 	var held atomic.Int64
 	w.Handle("work", func(ctx context.Context, j *client.Job) (any, error) {
-		if returned.Load() >= n/4 {
-			held.Add(1)
-			<-release
+		heldHere := false
+		err := work(ctx, j, func() {
+			if returned.Load() >= n/4 {
+				held.Add(1)
+				heldHere = true
+				<-down
+			}
+		})
+		if heldHere {
+			mu.Lock()
+			whileDown[j.ID()] = true
+			mu.Unlock()
 		}
-		time.Sleep(10 * time.Millisecond)
-		mu.Lock()
-		runs[j.ID()]++
-		mu.Unlock()
 		returned.Add(1)
-		return "done", nil
+		return "done", err
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	}()
+	})
 
 	agqtest.Eventually(t, 30*time.Second, func() error {
-		if k, h := returned.Load(), held.Load(); k < n/4 || h == 0 {
-			return fmt.Errorf("%d handlers returned, %d wait", k, h)
+		if r, h := returned.Load(), held.Load(); r < n/4 || h < 15 {
+			return fmt.Errorf("%d handlers returned, %d wait", r, h)
 		}
 		return nil
 	})
 	srv.kill()
-	// The handlers held return while agq is down: their reports fail,
-	// and with those the kill cut off, wait for agq. The outage outlasts
-	// go-redis's own dial retries (5 attempts), which would hide it.
-	close(release)
+	close(down)
 	time.Sleep(2 * time.Second)
 	mu.Lock()
-	returnedWhileDown := slices.Collect(maps.Keys(runs))
+	k.returnedWhileDown = slices.Collect(maps.Keys(whileDown))
 	mu.Unlock()
 	srv.start(t)
 
@@ -122,18 +212,33 @@ func TestWorkerLosesNoReportWhenAgqIsKilled(t *testing.T) {
 			}
 			return nil
 		})
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, id := range returnedWhileDown {
-		if runs[id] != 1 {
-			t.Errorf("job %s, done before agq was back, ran %d times", id, runs[id])
+		if j.Attempt != 1 {
+			t.Errorf("job %s completed on attempt %d", id, j.Attempt)
 		}
 	}
-	if retries := logs.count("JOB.UPDATE failed"); retries == 0 {
-		t.Errorf("no report was sent again; the worker's log:\n%s", logs.String())
+	t.Logf("%d of %d handlers had returned before agq was back", len(k.returnedWhileDown), n)
+	return k
+}
+
+// counts counts runs by name, from many goroutines.
+type counts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counts) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
 	}
-	t.Logf("%d of %d handlers had returned before agq was back", len(returnedWhileDown), n)
+	c.n[name]++
+}
+
+func (c *counts) get(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[name]
 }
 
 // agqProcess is the agq binary run as a subprocess, restartable on the
