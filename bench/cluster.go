@@ -24,6 +24,9 @@ type cluster struct {
 	pg    *pgcluster.Cluster
 	dir   string
 	admin *pgxpool.Pool
+	// updates are each database's counts of row updates
+	// (tableUpdates) when its statements' counts were last reset.
+	updates map[string]map[string][2]int64
 }
 
 func startCluster(ctx context.Context, statements bool, extra string) (*cluster, error) {

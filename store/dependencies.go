@@ -499,7 +499,7 @@ func (s *Store) releaseChecked(ctx context.Context, ns string, marks []int64) ([
 			-- job_steps_awaiting: the job's open wait, if it waits for jobs.
 			UPDATE job_steps s SET status = 'completed', completed_at = now()
 			FROM jobs j
-			WHERE s.namespace = $1 AND s.job_id IN (SELECT job_id FROM d) AND s.status = 'awaiting' AND s.wait_jobs IS NOT NULL
+			WHERE s.namespace = $1 AND s.job_id IN (SELECT job_id FROM d) AND s.awaiting AND s.wait_jobs IS NOT NULL
 			  AND j.namespace = $1 AND j.id = s.job_id AND j.status = 'awaiting'
 			  AND NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.namespace = $1 AND w.child_id = s.job_id)
 			RETURNING s.job_id

@@ -27,7 +27,13 @@ var (
 	BeginStepsGroupedSQL    = beginStepsGroupedSQL
 	CompleteStepsGroupedSQL = completeStepsGroupedSQL
 	EndOpenStepsSQL         = endOpenStepsSQL
+	SignalWaitSQL           = signalWaitSQL
+	WaitsExpireSQL          = waitsExpireSQL
 )
+
+// StepStoredColumns is stepStoredColumns, for the test that holds it to
+// job_steps.
+var StepStoredColumns = stepStoredColumns
 
 // PeriodCreate creates the history period [lo, hi) with the given
 // suffix, for tests that place jobs in a period already past.

@@ -394,8 +394,10 @@ func countIntoPeriods(rows string) string {
 // retry, a restore) lives among the unfinished. Rows go back column by
 // column through their JSON form, which leaves out expires_at; the record
 // is built once a row in a LATERAL call (a (f(x)).* would call f once a
-// column).
-const recallSQL = `
+// column). job_steps derives two columns from a step's status, which an
+// insert may not write: its steps go back by the columns it stores
+// (stepStoredColumns).
+var recallSQL = `
 	WITH back AS (
 		DELETE FROM jobs_history WHERE namespace = $1 AND id = ANY($2::text[]) RETURNING *
 	), uncounted AS (
@@ -410,8 +412,9 @@ const recallSQL = `
 	), steps_back AS (
 		DELETE FROM job_steps_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
 	), steps_in AS (
-		INSERT INTO job_steps OVERRIDING SYSTEM VALUE
-		SELECT r.* FROM steps_back s CROSS JOIN LATERAL jsonb_populate_record(NULL::job_steps, to_jsonb(s) - 'expires_at') r
+		INSERT INTO job_steps (` + strings.Join(stepStoredColumns, ", ") + `) OVERRIDING SYSTEM VALUE
+		SELECT r.` + strings.Join(stepStoredColumns, ", r.") + `
+		FROM steps_back s CROSS JOIN LATERAL jsonb_populate_record(NULL::job_steps, to_jsonb(s) - 'expires_at') r
 	), logs_back AS (
 		DELETE FROM job_logs_history WHERE namespace = $1 AND job_id = ANY($2::text[]) RETURNING *
 	), logs_in AS (
@@ -424,6 +427,12 @@ const recallSQL = `
 		SELECT r.* FROM signals_back g CROSS JOIN LATERAL jsonb_populate_record(NULL::job_signals, to_jsonb(g) - 'expires_at') r
 	)
 	SELECT id FROM back`
+
+// stepStoredColumns are the columns of job_steps but those generated
+// from others (replaced and awaiting, of the status: migration 033).
+var stepStoredColumns = []string{"job_id", "step_id", "ord", "kind", "status", "attempts", "max_attempts",
+	"retry_backoff_seconds", "input", "output", "errors", "delivery", "began_at", "completed_at", "wake_at",
+	"wait_signal", "wait_jobs", "history", "attempt_ended", "namespace"}
 
 // recall brings the jobs ids of namespace ns that are in history back
 // into jobs (recallSQL), answering those it brought.

@@ -96,7 +96,7 @@ func (r stepRow) current(j stepJob) bool {
 const readStepSQL = `
 	SELECT kind, status, attempts, max_attempts, retry_backoff_seconds, input = coalesce($4::jsonb, 'null'),
 		output, delivery::text, wake_at, errors -> -1 ->> 'worker_id'
-	FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`
+	FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`
 
 // readStep reads a job's step (through job_steps_live), comparing its input
 // with input as JSON values.
@@ -305,7 +305,7 @@ func (s *Store) StepBegin(ctx context.Context, p records.StepBeginParams) (recor
 				`+beginAttemptSQL("s", "$8::uuid")+`,
 				delivery = $8::uuid, began_at = CASE WHEN s.delivery = $8::uuid THEN s.began_at ELSE now() END,
 				completed_at = NULL
-			WHERE s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND s.status <> 'replaced'`,
+			WHERE s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND NOT s.replaced`,
 			j.ns, p.JobID, p.StepID, d.Attempt, d.MaxAttempts, p.BackoffSeconds, nullJSON(p.Input), j.delivery)
 		return err
 	})
@@ -335,7 +335,7 @@ func (s *Store) stepComplete(ctx context.Context, p records.StepParams, output j
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', output = coalesce($4::jsonb, 'null'), completed_at = now()
-			WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`, j.ns, p.JobID, p.StepID, nullJSON(output))
+			WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`, j.ns, p.JobID, p.StepID, nullJSON(output))
 		return err
 	})
 	return fx, changed && err == nil, err
@@ -381,7 +381,7 @@ func (s *Store) failStep(ctx context.Context, tx pgx.Tx, p records.StepFailParam
 		UPDATE job_steps s SET status = 'failed', errors = s.errors || jsonb_build_array(jsonb_build_object(
 			'attempt', s.attempts, 'worker_id', j.worker_id, 'error', $4::text, 'at', now()))
 		FROM jobs j WHERE j.namespace = s.namespace AND j.id = s.job_id
-		  AND s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND s.status <> 'replaced'`,
+		  AND s.namespace = $1 AND s.job_id = $2 AND s.step_id = $3 AND NOT s.replaced`,
 		j.ns, p.JobID, p.StepID, p.Message); err != nil {
 		return err
 	}
@@ -428,7 +428,7 @@ func (s *Store) StepSleep(ctx context.Context, p records.StepSleepParams) (res r
 			// The delivery after the sleep carries on.
 			_, err := tx.Exec(ctx, `
 				UPDATE job_steps SET status = 'completed', completed_at = now()
-				WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`, j.ns, p.JobID, p.StepID)
+				WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`, j.ns, p.JobID, p.StepID)
 			return err
 		}
 		changed = true
@@ -526,8 +526,8 @@ func replaceStepsFrom(ctx context.Context, tx pgx.Tx, ns, jobID, from string) er
 	tag, err := tx.Exec(ctx, `
 		UPDATE job_steps s SET status = 'replaced', history = `+stepHistorySQL("s", `'interrupted'`)+`,
 			attempt_ended = true
-		FROM (SELECT ord FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced') f
-		WHERE s.namespace = $1 AND s.job_id = $2 AND s.ord >= f.ord AND s.status <> 'replaced'`, ns, jobID, from)
+		FROM (SELECT ord FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced) f
+		WHERE s.namespace = $1 AND s.job_id = $2 AND s.ord >= f.ord AND NOT s.replaced`, ns, jobID, from)
 	if err == nil && tag.RowsAffected() == 0 {
 		return &records.StepNotBegunError{StepID: from}
 	}

@@ -161,7 +161,7 @@ var beginStepsGroupedSQL = func() string {
 			(SELECT coalesce(max(m.ord), 0) FROM job_steps m WHERE m.namespace = u.namespace AND m.job_id = u.job_id) AS last_ord
 		FROM u
 		JOIN jobs j ON j.namespace = u.namespace AND j.id = u.job_id
-		LEFT JOIN job_steps s ON s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
+		LEFT JOIN job_steps s ON s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND NOT s.replaced
 		WHERE u.calls = 1 AND ` + heldBy("u.worker", "", "u.delivery") + `
 	), d AS (
 		SELECT * FROM (SELECT c.*, ` + verdict + ` AS verdict, ` + attempt + ` AS attempt FROM c) c
@@ -180,7 +180,7 @@ var beginStepsGroupedSQL = func() string {
 			completed_at = NULL
 		FROM d
 		WHERE d.verdict = ` + v(records.StepRuns) + ` AND s.namespace = d.namespace AND s.job_id = d.job_id
-		  AND s.step_id = d.step_id AND s.status <> 'replaced'
+		  AND s.step_id = d.step_id AND NOT s.replaced
 		RETURNING s.namespace, s.job_id
 	), acked AS (
 		UPDATE jobs j SET ack_deadline = NULL

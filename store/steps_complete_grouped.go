@@ -146,7 +146,7 @@ var completeStepsGroupedSQL = `
 	UPDATE job_steps s SET status = 'completed', output = coalesce(u.output::jsonb, 'null'), completed_at = now()
 	FROM u, j
 	WHERE j.namespace = u.namespace AND j.id = u.job_id
-	  AND s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND s.status <> 'replaced'
+	  AND s.namespace = u.namespace AND s.job_id = u.job_id AND s.step_id = u.step_id AND NOT s.replaced
 	  AND ` + heldBy("u.worker", "", "u.delivery") + `
 	  AND ` + stepCompletesSQL("s", "s.delivery = j.delivery") + `
 	RETURNING u.ord`

@@ -13,9 +13,11 @@ import (
 
 // The step statements find their rows through job_steps' indexes now
 // that a job may hold replaced rows of a step: a step call its live row
-// through job_steps_live, JOB.STEPS its page through the key by order —
-// never a scan of job_steps, planned over 20,000 jobs of 10 steps each, a
-// tenth of them retried from a step.
+// through job_steps_live, JOB.STEPS its page through the key by order, a
+// signal its job's open wait through job_steps_awaiting, the deadline
+// sweep its waits through job_steps_deadline — never a scan of job_steps,
+// planned over 20,000 jobs of 10 steps each, a tenth of them retried from
+// a step and waiting, a twentieth still.
 func TestStepStatementsUseTheirIndexes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -29,7 +31,11 @@ func TestStepStatementsUseTheirIndexes(t *testing.T) {
 		FROM generate_series(1, 20000) g, generate_series(1, 10) o`, `
 		INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds)
 		SELECT 's' || g, 'step-' || o, 10 + o, 'step', 'replaced', 1, 3, 1
-		FROM generate_series(1, 20000, 10) g, generate_series(1, 5) o`,
+		FROM generate_series(1, 20000, 10) g, generate_series(1, 5) o`, `
+		INSERT INTO job_steps (job_id, step_id, ord, kind, status, attempts, max_attempts, retry_backoff_seconds, wake_at, wait_signal)
+		SELECT 's' || g, 'approval', 16, 'wait', CASE WHEN g % 20 = 1 THEN 'awaiting' ELSE 'completed' END, 1, 3, 1,
+			now() + (g % 100) * interval '1 minute', 'approved'
+		FROM generate_series(1, 20000, 10) g`,
 		`ANALYZE`} {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("preparing the data: %v\n%s", err, sql)
@@ -51,6 +57,9 @@ func TestStepStatementsUseTheirIndexes(t *testing.T) {
 			[]string{"job_steps_live", "job_steps_order"}},
 		{"AGroupOfCompletionsFindsItsSteps", store.CompleteStepsGroupedSQL,
 			[]any{nss, ids, steps, workers, deliveries, []*string{nil, nil}, ords}, []string{"job_steps_live"}},
+		{"ASignalFindsItsWaitThroughItsJob", store.SignalWaitSQL, []any{"default", "s11", "approved"},
+			[]string{"job_steps_awaiting"}},
+		{"TheDeadlineSweepReadsWaitsByDeadline", store.WaitsExpireSQL, []any{100}, []string{"job_steps_deadline"}},
 		{"ARecoveryFindsTheStepsLeftOpenThroughTheirJobs", store.EndOpenStepsSQL,
 			[]any{ids, "interrupted", nss}, []string{"job_steps_order|job_steps_live"}},
 	} {

@@ -49,7 +49,7 @@ func (s *Store) StepTrace(ctx context.Context, jobID, stepID string) (AttemptTra
 	rows, err := s.Pool.Query(ctx, `
 		SELECT j.id, j.traceparent, coalesce(j.tracestate, ''), j.attempt, coalesce(j.worker_id, ''),
 			coalesce(j.delivery::text, ''), coalesce(j.started_at, now()), s.began_at
-		FROM jobs j JOIN job_steps s ON s.namespace = j.namespace AND s.job_id = j.id AND s.step_id = $3 AND s.status <> 'replaced'
+		FROM jobs j JOIN job_steps s ON s.namespace = j.namespace AND s.job_id = j.id AND s.step_id = $3 AND NOT s.replaced
 		WHERE j.namespace = $1 AND j.id = $2 AND j.status = 'running' AND j.traceparent IS NOT NULL`, s.ns, jobID, stepID)
 	if err != nil {
 		return AttemptTrace{}, false, interpretError(err)

@@ -90,9 +90,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		// name. Read without a row lock, then changed by its key: the
 		// settling of JOBS waits locks their rows before their jobs', and
 		// this transaction holds the job's.
-		err = tx.QueryRow(ctx, `
-			SELECT step_id FROM job_steps WHERE namespace = $1 AND job_id = $2 AND status = 'awaiting' AND wait_signal = $3`,
-			s.ns, p.JobID, p.Name).Scan(&res.Woke)
+		err = tx.QueryRow(ctx, signalWaitSQL, s.ns, p.JobID, p.Name).Scan(&res.Woke)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -102,7 +100,7 @@ func (s *Store) JobSignal(ctx context.Context, p records.SignalParams) (res reco
 		if _, err := tx.Exec(ctx, `
 			UPDATE job_steps SET status = 'completed', completed_at = now(),
 				output = jsonb_build_object('signal', $4::text, 'payload', $5::jsonb)
-			WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status = 'awaiting'`,
+			WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND awaiting`,
 			s.ns, p.JobID, res.Woke, p.Name, p.Payload); err != nil {
 			return err
 		}
@@ -159,7 +157,7 @@ func (s *Store) StepWait(ctx context.Context, p records.StepWaitParams) (res rec
 			// An awaiting wait whose delivery ended otherwise (an admin
 			// moved the job, a retry of the job cancelled as it waited):
 			// it waits again below, for nothing it awaited before.
-			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`,
+			if _, err := tx.Exec(ctx, `DELETE FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`,
 				j.ns, p.JobID, p.StepID); err != nil {
 				return err
 			}
@@ -252,6 +250,40 @@ func nilIfEmpty(ids []string) []string {
 	return ids
 }
 
+// signalWaitSQL finds job $2's (of namespace $1) open wait for signal $3
+// (job_steps_awaiting).
+const signalWaitSQL = `SELECT step_id FROM job_steps WHERE namespace = $1 AND job_id = $2 AND awaiting AND wait_signal = $3`
+
+// waitsExpireSQL is WaitsExpire's statement, up to $1 waits.
+const waitsExpireSQL = `
+	-- job_steps_deadline. Waits and their jobs are taken only
+	-- when neither is locked: JOB.SIGNAL and STEP.WAIT lock the
+	-- job, then the step; the release of a job whose awaited jobs
+	-- ended, the step, then the job. A wait a signal ended
+	-- meanwhile is left (the update's status test sees it anew).
+	-- Each row names its namespace: the job and the jobs it
+	-- awaited are looked up there.
+	WITH due AS (
+		SELECT s.namespace, s.job_id, s.step_id, s.wait_jobs, j.status = 'awaiting' AS live
+		FROM job_steps s JOIN jobs j ON j.namespace = s.namespace AND j.id = s.job_id
+		WHERE s.awaiting AND s.wake_at IS NOT NULL AND s.wake_at <= now()
+		ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF s, j SKIP LOCKED
+	), ended AS (
+		UPDATE job_steps s SET wake_at = NULL
+		FROM due WHERE NOT due.live AND s.namespace = due.namespace AND s.job_id = due.job_id
+		  AND s.step_id = due.step_id AND s.awaiting
+	)
+	UPDATE job_steps s SET status = 'completed', completed_at = now(), output = CASE
+		WHEN due.wait_jobs IS NULL THEN '{"timeout":true}'::jsonb
+		ELSE jsonb_build_object('timeout', true, 'pending', coalesce((
+			SELECT jsonb_agg(w ORDER BY o) FROM unnest(due.wait_jobs) WITH ORDINALITY AS u(w, o)
+			WHERE NOT EXISTS (SELECT 1 FROM jobs a WHERE a.namespace = due.namespace AND a.id = u.w
+				AND a.status IN ('completed', 'failed', 'cancelled'))),
+			'[]'::jsonb)) END
+	FROM due WHERE due.live AND s.namespace = due.namespace AND s.job_id = due.job_id
+	  AND s.step_id = due.step_id AND s.awaiting
+	RETURNING s.namespace, s.job_id`
+
 // WaitsExpire ends up to limit waits whose deadline passed
 // (job_steps_deadline), in every namespace: each completes with its
 // timeout output, its job's waits for other jobs are dropped, and its job
@@ -261,34 +293,7 @@ func nilIfEmpty(ids []string) []string {
 func (s *Store) WaitsExpire(ctx context.Context, limit int) (fx map[string]records.Effects, err error) {
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		fx = map[string]records.Effects{}
-		rows, err := tx.Query(ctx, `
-			-- job_steps_deadline. Waits and their jobs are taken only
-			-- when neither is locked: JOB.SIGNAL and STEP.WAIT lock the
-			-- job, then the step; the release of a job whose awaited jobs
-			-- ended, the step, then the job. A wait a signal ended
-			-- meanwhile is left (the update's status test sees it anew).
-			-- Each row names its namespace: the job and the jobs it
-			-- awaited are looked up there.
-			WITH due AS (
-				SELECT s.namespace, s.job_id, s.step_id, s.wait_jobs, j.status = 'awaiting' AS live
-				FROM job_steps s JOIN jobs j ON j.namespace = s.namespace AND j.id = s.job_id
-				WHERE s.status = 'awaiting' AND s.wake_at IS NOT NULL AND s.wake_at <= now()
-				ORDER BY s.wake_at LIMIT $1 FOR UPDATE OF s, j SKIP LOCKED
-			), ended AS (
-				UPDATE job_steps s SET wake_at = NULL
-				FROM due WHERE NOT due.live AND s.namespace = due.namespace AND s.job_id = due.job_id
-				  AND s.step_id = due.step_id AND s.status = 'awaiting'
-			)
-			UPDATE job_steps s SET status = 'completed', completed_at = now(), output = CASE
-				WHEN due.wait_jobs IS NULL THEN '{"timeout":true}'::jsonb
-				ELSE jsonb_build_object('timeout', true, 'pending', coalesce((
-					SELECT jsonb_agg(w ORDER BY o) FROM unnest(due.wait_jobs) WITH ORDINALITY AS u(w, o)
-					WHERE NOT EXISTS (SELECT 1 FROM jobs a WHERE a.namespace = due.namespace AND a.id = u.w
-						AND a.status IN ('completed', 'failed', 'cancelled'))),
-					'[]'::jsonb)) END
-			FROM due WHERE due.live AND s.namespace = due.namespace AND s.job_id = due.job_id
-			  AND s.step_id = due.step_id AND s.status = 'awaiting'
-			RETURNING s.namespace, s.job_id`, limit)
+		rows, err := tx.Query(ctx, waitsExpireSQL, limit)
 		if err != nil {
 			return err
 		}
@@ -385,7 +390,7 @@ func (s *Store) jobsOutput(ctx context.Context, tx pgx.Tx, ns string, ids []stri
 // deliveries answer the same.
 func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, ns string, p records.StepWaitParams, res *records.StepWaitResult) error {
 	var ids []string
-	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`,
+	if err := tx.QueryRow(ctx, `SELECT wait_jobs FROM job_steps WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`,
 		ns, p.JobID, p.StepID).Scan(&ids); err != nil {
 		return err
 	}
@@ -394,7 +399,7 @@ func (s *Store) keepJobsOutput(ctx context.Context, tx pgx.Tx, ns string, p reco
 		return err
 	}
 	res.Output = out
-	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $4::jsonb WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND status <> 'replaced'`,
+	_, err = tx.Exec(ctx, `UPDATE job_steps SET output = $4::jsonb WHERE namespace = $1 AND job_id = $2 AND step_id = $3 AND NOT replaced`,
 		ns, p.JobID, p.StepID, out)
 	return err
 }
