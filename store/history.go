@@ -105,6 +105,12 @@ const unstatedColumnsSQL = `
 // partition is analyzed as it doubles, not as it grows by a tenth, and
 // without the statistics its table does not gather: history only grows
 // until it is dropped, and is read through its keys.
+//
+// Each is made a table of its own, then attached: an attachment locks its
+// history table against other schema changes only, where a CREATE TABLE …
+// PARTITION OF locks it against reads too. A read of the _all views locks
+// the history tables one after another, so a creation that held one while
+// waiting for the next could deadlock with it.
 func (s *Store) periodCreate(ctx context.Context, p period) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
@@ -120,9 +126,8 @@ func (s *Store) periodCreate(ctx context.Context, p period) error {
 		var b pgx.Batch
 		for _, t := range historyTables {
 			part := t + "_" + p.suffix
-			b.Queue(fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')
-				WITH (autovacuum_analyze_scale_factor = 1)`,
-				part, t, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339)))
+			b.Queue(fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)
+				WITH (autovacuum_analyze_scale_factor = 1)`, part, t))
 			var cols []string
 			for _, c := range unstated {
 				if c[0] == t {
@@ -132,6 +137,8 @@ func (s *Store) periodCreate(ctx context.Context, p period) error {
 			if len(cols) > 0 {
 				b.Queue(`ALTER TABLE ` + part + ` ` + strings.Join(cols, ", "))
 			}
+			b.Queue(fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+				t, part, p.lo.Format(time.RFC3339), p.hi.Format(time.RFC3339)))
 		}
 		b.Queue(`INSERT INTO history_periods (lo, hi, suffix) VALUES ($1, $2, $3)`, p.lo, p.hi, p.suffix)
 		return tx.SendBatch(ctx, &b).Close()

@@ -1,0 +1,53 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+)
+
+// A period's partitions are created while reads of the _all views hold
+// some history tables and wait for others: the creation neither waits for
+// those reads nor makes them wait, so neither can deadlock with the other.
+// (Created as PARTITION OF, each partition locked its table against reads
+// until the creation committed: a read holding job_steps_history and
+// asking for jobs_history deadlocked with it.)
+func TestAPeriodIsCreatedUnderReadsOfHistory(t *testing.T) {
+	b := newTrBundle(t)
+	read, err := b.st.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Rollback(b.ctx)
+	if _, err := read.Exec(b.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read.Exec(b.ctx, `SELECT count(*) FROM job_steps_history`); err != nil {
+		t.Fatal(err)
+	}
+	lo := time.Now().UTC().Truncate(time.Hour).Add(72 * time.Hour)
+	created := make(chan error, 1)
+	go func() { created <- b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "underreads") }()
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("creating the period under a read: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the period's creation waits for a read of job_steps_history")
+	}
+	// The read goes on to the other history tables, the new partitions
+	// among them.
+	for _, table := range []string{"jobs_all", "job_logs_history", "job_signals_history", "job_steps_history_underreads"} {
+		if _, err := read.Exec(b.ctx, `SELECT count(*) FROM `+table); err != nil {
+			t.Fatalf("reading %s after the creation: %v", table, err)
+		}
+	}
+	var attached int
+	if err := read.QueryRow(b.ctx, `
+		SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relname LIKE '%\_underreads'`).Scan(&attached); err != nil {
+		t.Fatal(err)
+	}
+	if attached != 4 {
+		t.Errorf("%d of the 4 history tables have the period's partition", attached)
+	}
+}
