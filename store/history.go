@@ -89,10 +89,14 @@ func (s *Store) periods(ctx context.Context) ([]period, error) {
 	})
 }
 
-// historyLockTimeout bounds the wait of a partition's creation or drop for
-// its lock on the history tables: behind a long read it gives up, and the
-// next sweep tries again, rather than queue every other reader behind it.
+// historyLockTimeout bounds the wait of a period's creation for its locks
+// on the history tables, which only other schema changes hold (a
+// detachment, an ANALYZE): it gives up, and the next sweep tries again.
 const historyLockTimeout = "2s"
+
+// partitionDetachFor bounds the wait of a partition's detachment for the
+// reads that may still see it.
+const partitionDetachFor = time.Minute
 
 // unstatedColumnsSQL names the columns of each history table whose
 // statistics are not gathered (migration 031): a partition does not take
@@ -267,9 +271,9 @@ func (s *Store) moveStatement(ctx context.Context, args []any) (moved, unplaced 
 }
 
 // HistoryExpire drops the periods whose time has passed, oldest first, up
-// to limit of them: each in one short transaction, after carrying into the
-// current period the jobs of it a child not yet ended still needs (a
-// parent is kept while its results may be delivered). It answers how many
+// to limit of them (periodDrop), each after carrying into the current
+// period the jobs of it a child not yet ended still needs (a parent is
+// kept while its results may be delivered). It answers how many
 // jobs the dropped periods held (as the statistics count them).
 func (s *Store) HistoryExpire(ctx context.Context, limit int) (int, error) {
 	// None while a changed retention is being applied to history
@@ -306,11 +310,24 @@ func (s *Store) HistoryExpire(ctx context.Context, limit int) (int, error) {
 	return expired, nil
 }
 
-// periodDrop carries a due period's still-needed parents forward, then
-// drops its partitions.
+// periodDrop carries a due period's still-needed parents forward and
+// stops counting the period's jobs, then drops its partitions, then
+// forgets the period. Each partition is
+// detached first, concurrently: the detachment locks its history table
+// against other schema changes only, where a DROP TABLE of a partition
+// locks it against reads, and a read of the _all views, which locks the
+// history tables one after another, could deadlock with a drop that held
+// one while waiting for the next. A drop cut short is taken up again the
+// same way: every step is skipped once done.
 func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// Carried already when a detachment has begun.
+		var attached bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1) AND NOT inhdetachpending)`,
+			"jobs_history_"+p.suffix).Scan(&attached); err != nil || !attached {
+			return err
+		}
 		// The carry moves rows within the partitioned tables; it takes no
 		// lock the moves or reads would wait on.
 		_, err := tx.Exec(ctx, `
@@ -337,22 +354,51 @@ func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (in
 		if err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = $1`,
-			"jobs_history_"+p.suffix).Scan(&n); err != nil {
+		// The period's jobs are counted no more: those carried are in
+		// the current period's counts, the others are about to go.
+		if _, err := tx.Exec(ctx, `DELETE FROM history_counts WHERE period_lo = $1`, p.lo); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
-			return err
-		}
-		var b pgx.Batch
-		for _, t := range historyTables {
-			b.Queue(`DROP TABLE ` + t + `_` + p.suffix)
-		}
-		b.Queue(`DELETE FROM history_counts WHERE period_lo = $1`, p.lo)
-		b.Queue(`DELETE FROM history_periods WHERE lo = $1`, p.lo)
-		return tx.SendBatch(ctx, &b).Close()
+		return tx.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = $1`,
+			"jobs_history_"+p.suffix).Scan(&n)
 	})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range historyTables {
+		if err := s.partitionDrop(ctx, t, t+"_"+p.suffix); err != nil {
+			return 0, err
+		}
+	}
+	_, err = s.Pool.Exec(ctx, `DELETE FROM history_periods WHERE lo = $1`, p.lo)
 	return n, err
+}
+
+// partitionDrop detaches partition part from its history table, unless it
+// is detached already, and drops it. A detachment cut short is finished.
+// A detachment waits for the transactions that may still read the
+// partition; one that waits past partitionDetachFor is cut short, and
+// finished at the next expiry.
+func (s *Store) partitionDrop(ctx context.Context, table, part string) error {
+	ctx, cancel := context.WithTimeout(ctx, partitionDetachFor)
+	defer cancel()
+	var pending bool
+	err := s.Pool.QueryRow(ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)`, part).Scan(&pending)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		err = nil // detached already
+	case err != nil:
+		return err
+	case pending:
+		_, err = s.Pool.Exec(ctx, `ALTER TABLE `+table+` DETACH PARTITION `+part+` FINALIZE`)
+	default:
+		_, err = s.Pool.Exec(ctx, `ALTER TABLE `+table+` DETACH PARTITION `+part+` CONCURRENTLY`)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = s.Pool.Exec(ctx, `DROP TABLE IF EXISTS `+part)
+	return err
 }
 
 // historyStatuses reads the statuses of the jobs among ids that are in

@@ -51,3 +51,58 @@ func TestAPeriodIsCreatedUnderReadsOfHistory(t *testing.T) {
 		t.Errorf("%d of the 4 history tables have the period's partition", attached)
 	}
 }
+
+// A due period is dropped while a read of the _all views holds some
+// history tables and goes on to the others: the read is not made to wait,
+// and the drop, which waits for the reads that may still see the period's
+// partitions, ends once the read does. (Dropped as partitions, they locked
+// their tables against reads one after another, and the read and the drop
+// deadlocked.)
+func TestAPeriodIsDroppedUnderReadsOfHistory(t *testing.T) {
+	b := newTrBundle(t)
+	edge := time.Now().UTC().Truncate(time.Hour)
+	if err := b.st.PeriodCreate(b.ctx, edge.Add(-2*time.Hour), edge.Add(-time.Hour), "dropped"); err != nil {
+		t.Fatal(err)
+	}
+	read, err := b.st.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Rollback(b.ctx)
+	if _, err := read.Exec(b.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read.Exec(b.ctx, `SELECT count(*) FROM job_steps_all`); err != nil {
+		t.Fatal(err)
+	}
+	expired := make(chan error, 1)
+	go func() {
+		_, err := b.st.HistoryExpire(b.ctx, 10)
+		expired <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the drop under way
+	for _, view := range []string{"jobs_all", "job_logs_all", "job_signals_all", "job_steps_all"} {
+		if _, err := read.Exec(b.ctx, `SELECT count(*) FROM `+view); err != nil {
+			t.Fatalf("reading %s while the period is dropped: %v", view, err)
+		}
+	}
+	if err := read.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-expired:
+		if err != nil {
+			t.Fatalf("dropping the period: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the period's drop did not end once the read did")
+	}
+	var left int
+	if err := b.st.Pool.QueryRow(b.ctx, `
+		SELECT (SELECT count(*) FROM pg_class WHERE relname LIKE '%\_dropped') + (SELECT count(*) FROM history_periods WHERE suffix = 'dropped')`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d partitions or periods of the dropped period are left", left)
+	}
+}
