@@ -1,8 +1,11 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A period's partitions are created while reads of the _all views hold
@@ -13,17 +16,7 @@ import (
 // asking for jobs_history deadlocked with it.)
 func TestAPeriodIsCreatedUnderReadsOfHistory(t *testing.T) {
 	b := newTrBundle(t)
-	read, err := b.st.Pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer read.Rollback(b.ctx)
-	if _, err := read.Exec(b.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := read.Exec(b.ctx, `SELECT count(*) FROM job_steps_history`); err != nil {
-		t.Fatal(err)
-	}
+	read := b.reading(t, "job_steps_history")
 	lo := time.Now().UTC().Truncate(time.Hour).Add(72 * time.Hour)
 	created := make(chan error, 1)
 	go func() { created <- b.st.PeriodCreate(b.ctx, lo, lo.Add(time.Hour), "underreads") }()
@@ -50,6 +43,9 @@ func TestAPeriodIsCreatedUnderReadsOfHistory(t *testing.T) {
 	if attached != 4 {
 		t.Errorf("%d of the 4 history tables have the period's partition", attached)
 	}
+	if n := b.periodLeft(t, "underreads"); n != 5 {
+		t.Errorf("the period has %d partitions and rows in history_periods, want 4 and 1", n)
+	}
 }
 
 // A due period is dropped while a read of the _all views holds some
@@ -64,17 +60,7 @@ func TestAPeriodIsDroppedUnderReadsOfHistory(t *testing.T) {
 	if err := b.st.PeriodCreate(b.ctx, edge.Add(-2*time.Hour), edge.Add(-time.Hour), "dropped"); err != nil {
 		t.Fatal(err)
 	}
-	read, err := b.st.Pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer read.Rollback(b.ctx)
-	if _, err := read.Exec(b.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := read.Exec(b.ctx, `SELECT count(*) FROM job_steps_all`); err != nil {
-		t.Fatal(err)
-	}
+	read := b.reading(t, "job_steps_all")
 	expired := make(chan error, 1)
 	go func() {
 		_, err := b.st.HistoryExpire(b.ctx, 10)
@@ -97,12 +83,38 @@ func TestAPeriodIsDroppedUnderReadsOfHistory(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the period's drop did not end once the read did")
 	}
-	var left int
-	if err := b.st.Pool.QueryRow(b.ctx, `
-		SELECT (SELECT count(*) FROM pg_class WHERE relname LIKE '%\_dropped') + (SELECT count(*) FROM history_periods WHERE suffix = 'dropped')`).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if left != 0 {
+	if left := b.periodLeft(t, "dropped"); left != 0 {
 		t.Errorf("%d partitions or periods of the dropped period are left", left)
 	}
+}
+
+// reading begins a transaction that reads table, as a read of history
+// does, and is rolled back when the test ends.
+func (b *trBundle) reading(t *testing.T, table string) pgx.Tx {
+	t.Helper()
+	read, err := b.st.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { read.Rollback(context.Background()) })
+	if _, err := read.Exec(b.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read.Exec(b.ctx, `SELECT count(*) FROM `+table); err != nil {
+		t.Fatal(err)
+	}
+	return read
+}
+
+// periodLeft counts the tables and the history_periods row left of the
+// period named suffix.
+func (b *trBundle) periodLeft(t *testing.T, suffix string) int {
+	t.Helper()
+	var left int
+	if err := b.st.Pool.QueryRow(b.ctx, `
+		SELECT (SELECT count(*) FROM pg_class WHERE relname LIKE '%\_' || $1) + (SELECT count(*) FROM history_periods WHERE suffix = $1)`,
+		suffix).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	return left
 }
