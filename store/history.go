@@ -312,13 +312,13 @@ func (s *Store) HistoryExpire(ctx context.Context, limit int) (int, error) {
 
 // periodDrop carries a due period's still-needed parents forward and
 // stops counting the period's jobs, then drops its partitions, then
-// forgets the period. Each partition is
-// detached first, concurrently: the detachment locks its history table
-// against other schema changes only, where a DROP TABLE of a partition
-// locks it against reads, and a read of the _all views, which locks the
-// history tables one after another, could deadlock with a drop that held
-// one while waiting for the next. A drop cut short is taken up again the
-// same way: every step is skipped once done.
+// forgets the period. Each partition is detached first, concurrently: the
+// detachment locks its history table against other schema changes only,
+// where a DROP TABLE of a partition locks it against reads, and a read of
+// the _all views, which locks the history tables one after another, could
+// deadlock with a drop that held one while waiting for the next. A drop
+// cut short is taken up again the same way: every step is skipped once
+// done.
 func (s *Store) periodDrop(ctx context.Context, p period, carryTo time.Time) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
