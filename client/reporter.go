@@ -20,8 +20,10 @@ type pendingReport struct {
 	body  []byte
 	// step is the STEP.COMPLETE sent before the report, in the same
 	// pipeline: the completion of the job's last step, held for it.
-	step []any
-	done func(err error) // called once, with the reply's error
+	// stepErr is why it is to be sent again.
+	step    []any
+	stepErr error
+	done    func(err error) // called once, with the reply's error
 }
 
 // report sends JOB.UPDATE job_id body together with the reports of other
@@ -88,6 +90,7 @@ func (w *Worker) sendReports(batch []*pendingReport) {
 			case outcomeConn, outcomeNotRegistered:
 				// Sent again with the report (a completion sent again
 				// answers OK).
+				p.stepErr = cerr
 			default:
 				p.step = nil
 				w.log.Warn("could not complete the job's last step", "job_id", p.jobID, "error", cerr)
@@ -108,7 +111,9 @@ func (w *Worker) sendReports(batch []*pendingReport) {
 				unknown = unknown || o == outcomeNotRegistered
 			default:
 				if p.step != nil {
-					w.log.Warn("could not complete the job's last step", "job_id", p.jobID, "error", err)
+					// Its report was answered first: the step stays
+					// as the report left it.
+					w.log.Warn("could not complete the job's last step", "job_id", p.jobID, "error", p.stepErr)
 				}
 				p.done(perr)
 			}

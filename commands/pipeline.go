@@ -14,10 +14,10 @@ import (
 )
 
 // A pipeline of writes — LPUSH, JOB.SUBMIT, JOB.UPDATE of any kind,
-// STEP.BEGIN, STEP.COMPLETE — is served in runs: each write is read, checked and added
-// to its engine group at once, without waiting for the one before it, so
-// that a pipeline of thousands of submissions (redis-cli --pipe) shares a
-// few commits instead of taking one each. Each reply is still written
+// STEP.BEGIN, STEP.COMPLETE — is served in runs: each write is read,
+// checked and added to its engine group at once, without waiting for the
+// one before it, so that a pipeline of thousands of submissions
+// (redis-cli --pipe) shares a few commits instead of taking one each. Each reply is still written
 // once its write is on disk, in the pipeline's order, and a refused write
 // is that command's reply alone.
 //
